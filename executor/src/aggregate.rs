@@ -1,0 +1,431 @@
+//! Retractable aggregate functions.
+//!
+//! Every accumulator supports both insert and delete, because a DELETE or UPDATE on a
+//! table retracts rows from every aggregate downstream. `min` and `max` therefore keep a
+//! multiset of the values they have seen (ordered by Arrow's memcmp-able row encoding)
+//! so that retracting the current minimum exposes the next one.
+
+use crate::error::{ExecError, Result};
+use arrow::array::{Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array};
+use arrow::compute::cast;
+use arrow::datatypes::DataType;
+use arrow::row::{RowConverter, Rows, SortField};
+use datafusion::common::ScalarValue;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggKind {
+    CountStar,
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+}
+
+impl AggKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            AggKind::CountStar => "count(*)",
+            AggKind::Count => "count",
+            AggKind::Sum => "sum",
+            AggKind::Avg => "avg",
+            AggKind::Min => "min",
+            AggKind::Max => "max",
+        }
+    }
+}
+
+/// One aggregate call of a hash aggregation, over columns of its input.
+#[derive(Debug, Clone)]
+pub struct AggCall {
+    pub kind: AggKind,
+    /// Input column of the argument (none for count(*)).
+    pub arg: Option<usize>,
+    pub arg_type: Option<DataType>,
+    /// Boolean input column of a `FILTER (WHERE ...)` clause.
+    pub filter: Option<usize>,
+    pub output_type: DataType,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AccState {
+    Count(i64),
+    /// Integer or decimal sum (decimals as unscaled values at the input's scale).
+    SumInt { sum: i128, n: i64 },
+    SumFloat { sum: f64, n: i64 },
+    /// Multiset of row-encoded values, for min and max.
+    Extreme(BTreeMap<Vec<u8>, i64>),
+}
+
+fn is_float(t: &DataType) -> bool {
+    matches!(t, DataType::Float16 | DataType::Float32 | DataType::Float64)
+}
+
+impl AccState {
+    pub fn new(call: &AggCall) -> Result<AccState> {
+        Ok(match call.kind {
+            AggKind::CountStar | AggKind::Count => AccState::Count(0),
+            AggKind::Sum | AggKind::Avg => {
+                let t = call.arg_type.as_ref().expect("sum has an argument");
+                if is_float(t) {
+                    AccState::SumFloat { sum: 0.0, n: 0 }
+                } else if t.is_integer() || matches!(t, DataType::Decimal128(..)) {
+                    AccState::SumInt { sum: 0, n: 0 }
+                } else {
+                    return Err(ExecError::Internal(format!(
+                        "{} over {t} is not supported in materialized views",
+                        call.kind.name()
+                    )));
+                }
+            }
+            AggKind::Min | AggKind::Max => AccState::Extreme(BTreeMap::new()),
+        })
+    }
+}
+
+/// A chunk's argument column prepared once for fast per-row access.
+pub enum PreparedArg {
+    None,
+    Nulls(ArrayRef),
+    Int(Int64Array),
+    Decimal(Decimal128Array),
+    Float(Float64Array),
+    Rows(Rows),
+}
+
+/// Per-call helpers that do not change between chunks.
+pub struct CallRuntime {
+    pub call: AggCall,
+    /// Row converter for min/max values.
+    converter: Option<RowConverter>,
+}
+
+impl CallRuntime {
+    pub fn new(call: AggCall) -> Result<Self> {
+        let converter = match call.kind {
+            AggKind::Min | AggKind::Max => Some(RowConverter::new(vec![SortField::new(
+                call.arg_type.clone().expect("min/max has an argument"),
+            )])?),
+            _ => None,
+        };
+        Ok(Self { call, converter })
+    }
+
+    pub fn prepare(&self, columns: &[ArrayRef]) -> Result<(PreparedArg, Option<BooleanArray>)> {
+        let filter = match self.call.filter {
+            Some(f) => Some(
+                columns[f]
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .ok_or_else(|| ExecError::Internal("FILTER is not boolean".into()))?
+                    .clone(),
+            ),
+            None => None,
+        };
+        let arg = match (self.call.kind, self.call.arg) {
+            (AggKind::CountStar, _) | (_, None) => PreparedArg::None,
+            (AggKind::Count, Some(a)) => PreparedArg::Nulls(columns[a].clone()),
+            (AggKind::Sum | AggKind::Avg, Some(a)) => {
+                let t = columns[a].data_type().clone();
+                if is_float(&t) {
+                    let c = cast(&columns[a], &DataType::Float64)?;
+                    PreparedArg::Float(c.as_any().downcast_ref::<Float64Array>().unwrap().clone())
+                } else if let DataType::Decimal128(_, s) = t {
+                    let c = cast(&columns[a], &DataType::Decimal128(38, s))?;
+                    PreparedArg::Decimal(
+                        c.as_any().downcast_ref::<Decimal128Array>().unwrap().clone(),
+                    )
+                } else {
+                    let c = cast(&columns[a], &DataType::Int64)?;
+                    PreparedArg::Int(c.as_any().downcast_ref::<Int64Array>().unwrap().clone())
+                }
+            }
+            (AggKind::Min | AggKind::Max, Some(a)) => {
+                let rows = self
+                    .converter
+                    .as_ref()
+                    .unwrap()
+                    .convert_columns(&[columns[a].clone()])?;
+                // Nulls are skipped by min/max; mark them through the validity below.
+                let _ = rows.num_rows();
+                PreparedArg::Rows(rows)
+            }
+        };
+        Ok((arg, filter))
+    }
+
+    /// Applies row `i` with multiplicity `sign` (+1 insert, -1 delete).
+    pub fn update(
+        &self,
+        state: &mut AccState,
+        arg: &PreparedArg,
+        nulls: Option<&ArrayRef>,
+        filter: Option<&BooleanArray>,
+        i: usize,
+        sign: i64,
+    ) -> Result<()> {
+        if let Some(f) = filter {
+            if !(f.is_valid(i) && f.value(i)) {
+                return Ok(());
+            }
+        }
+        match (state, arg) {
+            (AccState::Count(n), PreparedArg::None) => *n += sign,
+            (AccState::Count(n), PreparedArg::Nulls(a)) => {
+                if a.is_valid(i) {
+                    *n += sign
+                }
+            }
+            (AccState::SumInt { sum, n }, PreparedArg::Int(a)) => {
+                if a.is_valid(i) {
+                    *sum += a.value(i) as i128 * sign as i128;
+                    *n += sign;
+                }
+            }
+            (AccState::SumInt { sum, n }, PreparedArg::Decimal(a)) => {
+                if a.is_valid(i) {
+                    *sum += a.value(i) * sign as i128;
+                    *n += sign;
+                }
+            }
+            (AccState::SumFloat { sum, n }, PreparedArg::Float(a)) => {
+                if a.is_valid(i) {
+                    *sum += a.value(i) * sign as f64;
+                    *n += sign;
+                }
+            }
+            (AccState::Extreme(values), PreparedArg::Rows(rows)) => {
+                let null = nulls.map(|c| c.is_null(i)).unwrap_or(false);
+                if !null {
+                    let key = rows.row(i).as_ref().to_vec();
+                    let c = values.entry(key.clone()).or_insert(0);
+                    *c += sign;
+                    if *c == 0 {
+                        values.remove(&key);
+                    }
+                }
+            }
+            _ => return Err(ExecError::Internal("aggregate state mismatch".into())),
+        }
+        Ok(())
+    }
+
+    /// The aggregate's current value.
+    pub fn output(&self, state: &AccState) -> Result<ScalarValue> {
+        let out = &self.call.output_type;
+        Ok(match state {
+            AccState::Count(n) => ScalarValue::Int64(Some(*n)),
+            AccState::SumInt { sum, n } => {
+                if *n == 0 {
+                    ScalarValue::try_from(out)?
+                } else if self.call.kind == AggKind::Avg {
+                    avg_of_int(*sum, *n, self.call.arg_type.as_ref(), out)?
+                } else {
+                    match out {
+                        DataType::Int64 => ScalarValue::Int64(Some(i64::try_from(*sum).map_err(
+                            |_| ExecError::Overflow("bigint out of range".into()),
+                        )?)),
+                        DataType::Decimal128(p, s) => ScalarValue::Decimal128(Some(*sum), *p, *s),
+                        other => ScalarValue::Int64(Some(*sum as i64)).cast_to(other)?,
+                    }
+                }
+            }
+            AccState::SumFloat { sum, n } => {
+                if *n == 0 {
+                    ScalarValue::try_from(out)?
+                } else if self.call.kind == AggKind::Avg {
+                    ScalarValue::Float64(Some(sum / *n as f64)).cast_to(out)?
+                } else {
+                    ScalarValue::Float64(Some(*sum)).cast_to(out)?
+                }
+            }
+            AccState::Extreme(values) => {
+                let picked = match self.call.kind {
+                    AggKind::Min => values.iter().find(|(_, c)| **c > 0),
+                    _ => values.iter().rev().find(|(_, c)| **c > 0),
+                };
+                match picked {
+                    None => ScalarValue::try_from(out)?,
+                    Some((bytes, _)) => {
+                        let conv = self.converter.as_ref().unwrap();
+                        let parser = conv.parser();
+                        let cols = conv.convert_rows(std::iter::once(parser.parse(bytes)))?;
+                        ScalarValue::try_from_array(&cols[0], 0)?
+                    }
+                }
+            }
+        })
+    }
+}
+
+fn avg_of_int(
+    sum: i128,
+    n: i64,
+    arg_type: Option<&DataType>,
+    out: &DataType,
+) -> Result<ScalarValue> {
+    match (arg_type, out) {
+        (Some(DataType::Decimal128(_, s_in)), DataType::Decimal128(p, s_out)) => {
+            let shift = (*s_out as i32 - *s_in as i32).max(0) as u32;
+            let scaled = sum * 10i128.pow(shift);
+            let n = n as i128;
+            // Round half away from zero, as Postgres does for numeric.
+            let q = scaled / n;
+            let r = scaled % n;
+            let q = if (r.abs() * 2) >= n.abs() {
+                q + scaled.signum() * n.signum()
+            } else {
+                q
+            };
+            Ok(ScalarValue::Decimal128(Some(q), *p, *s_out))
+        }
+        (Some(DataType::Decimal128(_, s_in)), _) => {
+            let v = sum as f64 / 10f64.powi(*s_in as i32) / n as f64;
+            Ok(ScalarValue::Float64(Some(v)).cast_to(out)?)
+        }
+        _ => Ok(ScalarValue::Float64(Some(sum as f64 / n as f64)).cast_to(out)?),
+    }
+}
+
+// --- compact binary encoding of accumulator states for the state table ---
+
+pub fn encode_states(rows: i64, states: &[AccState], buf: &mut Vec<u8>) {
+    buf.extend_from_slice(&rows.to_le_bytes());
+    for s in states {
+        match s {
+            AccState::Count(n) => {
+                buf.push(0);
+                buf.extend_from_slice(&n.to_le_bytes());
+            }
+            AccState::SumInt { sum, n } => {
+                buf.push(1);
+                buf.extend_from_slice(&sum.to_le_bytes());
+                buf.extend_from_slice(&n.to_le_bytes());
+            }
+            AccState::SumFloat { sum, n } => {
+                buf.push(2);
+                buf.extend_from_slice(&sum.to_le_bytes());
+                buf.extend_from_slice(&n.to_le_bytes());
+            }
+            AccState::Extreme(values) => {
+                buf.push(3);
+                buf.extend_from_slice(&(values.len() as u32).to_le_bytes());
+                for (k, c) in values {
+                    buf.extend_from_slice(&(k.len() as u32).to_le_bytes());
+                    buf.extend_from_slice(k);
+                    buf.extend_from_slice(&c.to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+}
+
+pub fn decode_states(bytes: &[u8]) -> Option<(i64, Vec<AccState>)> {
+    let mut r = Reader(bytes);
+    let rows = r.i64()?;
+    let mut states = Vec::new();
+    while !r.0.is_empty() {
+        let tag = r.take(1)?[0];
+        states.push(match tag {
+            0 => AccState::Count(r.i64()?),
+            1 => {
+                let sum = i128::from_le_bytes(r.take(16)?.try_into().ok()?);
+                AccState::SumInt { sum, n: r.i64()? }
+            }
+            2 => {
+                let sum = f64::from_le_bytes(r.take(8)?.try_into().ok()?);
+                AccState::SumFloat { sum, n: r.i64()? }
+            }
+            3 => {
+                let len = r.u32()?;
+                let mut m = BTreeMap::new();
+                for _ in 0..len {
+                    let kl = r.u32()? as usize;
+                    let k = r.take(kl)?.to_vec();
+                    m.insert(k, r.i64()?);
+                }
+                AccState::Extreme(m)
+            }
+            _ => return None,
+        });
+    }
+    Some((rows, states))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int32Array;
+    use std::sync::Arc;
+
+    fn call(kind: AggKind, out: DataType) -> CallRuntime {
+        CallRuntime::new(AggCall {
+            kind,
+            arg: Some(0),
+            arg_type: Some(DataType::Int32),
+            filter: None,
+            output_type: out,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn min_survives_retraction_of_current_minimum() {
+        let c = call(AggKind::Min, DataType::Int32);
+        let mut s = AccState::new(&c.call).unwrap();
+        let col: ArrayRef = Arc::new(Int32Array::from(vec![Some(5), Some(3), None, Some(3)]));
+        let (arg, _) = c.prepare(std::slice::from_ref(&col)).unwrap();
+        for i in 0..4 {
+            c.update(&mut s, &arg, Some(&col), None, i, 1).unwrap();
+        }
+        assert_eq!(c.output(&s).unwrap(), ScalarValue::Int32(Some(3)));
+        c.update(&mut s, &arg, Some(&col), None, 1, -1).unwrap();
+        assert_eq!(c.output(&s).unwrap(), ScalarValue::Int32(Some(3)));
+        c.update(&mut s, &arg, Some(&col), None, 3, -1).unwrap();
+        assert_eq!(c.output(&s).unwrap(), ScalarValue::Int32(Some(5)));
+        c.update(&mut s, &arg, Some(&col), None, 0, -1).unwrap();
+        assert_eq!(c.output(&s).unwrap(), ScalarValue::Int32(None));
+    }
+
+    #[test]
+    fn sum_and_avg_retract_and_round_trip_through_encoding() {
+        let sum = call(AggKind::Sum, DataType::Int64);
+        let avg = call(AggKind::Avg, DataType::Float64);
+        let mut s1 = AccState::new(&sum.call).unwrap();
+        let mut s2 = AccState::new(&avg.call).unwrap();
+        let col: ArrayRef = Arc::new(Int32Array::from(vec![1, 2, 6]));
+        let (a1, _) = sum.prepare(std::slice::from_ref(&col)).unwrap();
+        let (a2, _) = avg.prepare(std::slice::from_ref(&col)).unwrap();
+        for i in 0..3 {
+            sum.update(&mut s1, &a1, None, None, i, 1).unwrap();
+            avg.update(&mut s2, &a2, None, None, i, 1).unwrap();
+        }
+        sum.update(&mut s1, &a1, None, None, 0, -1).unwrap();
+        avg.update(&mut s2, &a2, None, None, 0, -1).unwrap();
+        assert_eq!(sum.output(&s1).unwrap(), ScalarValue::Int64(Some(8)));
+        assert_eq!(avg.output(&s2).unwrap(), ScalarValue::Float64(Some(4.0)));
+        let mut buf = Vec::new();
+        encode_states(2, &[s1.clone(), s2.clone()], &mut buf);
+        assert_eq!(decode_states(&buf), Some((2, vec![s1, s2])));
+    }
+}

@@ -1,0 +1,55 @@
+//! Barriers and the messages that flow on every channel.
+//!
+//! A barrier with epoch `n` separates the changes of epoch `n` (before it) from those of
+//! later epochs. When every actor has processed barrier `n`, the coordinator commits
+//! epoch `n`: it becomes the epoch every `SELECT` reads.
+
+use crate::chunk::StreamChunk;
+
+/// Epochs are the only notion of time for visibility. Monotonic per server run and
+/// persisted across restarts through the catalog.
+pub type Epoch = u64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BarrierKind {
+    /// Advances the readable snapshot.
+    Plain,
+    /// Also persists state (checkpoint coordinator; not yet implemented).
+    Checkpoint,
+    /// Persists in the portable format under a user's name (not yet implemented).
+    Savepoint(String),
+    /// The actors receiving it finish after forwarding it.
+    Stop,
+}
+
+#[derive(Debug, Clone)]
+pub struct Barrier {
+    pub epoch: Epoch,
+    pub kind: BarrierKind,
+}
+
+impl Barrier {
+    pub fn plain(epoch: Epoch) -> Self {
+        Self {
+            epoch,
+            kind: BarrierKind::Plain,
+        }
+    }
+    pub fn is_stop(&self) -> bool {
+        self.kind == BarrierKind::Stop
+    }
+}
+
+/// Event-time progress. Carried through the graph; windows and joins will use it.
+#[derive(Debug, Clone)]
+pub struct Watermark {
+    pub column: usize,
+    pub value: datafusion::common::ScalarValue,
+}
+
+#[derive(Debug, Clone)]
+pub enum Message {
+    Chunk(StreamChunk),
+    Barrier(Barrier),
+    Watermark(Watermark),
+}

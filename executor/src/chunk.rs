@@ -1,0 +1,113 @@
+//! `StreamChunk`: an Arrow `RecordBatch` plus an op per row.
+//!
+//! An update travels as a delete of the old row followed by an insert of the new one, so
+//! every operator only has to understand two ops. Chunks whose ops are all inserts are
+//! common (append-only streams), and [`StreamChunk::is_append_only`] lets operators take
+//! the cheaper path.
+
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use arrow::compute::take;
+use arrow::datatypes::SchemaRef;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i8)]
+pub enum Op {
+    Insert = 1,
+    Delete = -1,
+}
+
+impl Op {
+    /// +1 for insert, -1 for delete: how the row changes a multiplicity.
+    pub fn sign(self) -> i64 {
+        self as i8 as i64
+    }
+    pub fn from_code(code: i8) -> Option<Op> {
+        match code {
+            1 => Some(Op::Insert),
+            -1 => Some(Op::Delete),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct StreamChunk {
+    pub ops: Arc<[Op]>,
+    pub batch: RecordBatch,
+}
+
+impl StreamChunk {
+    pub fn new(ops: Vec<Op>, batch: RecordBatch) -> Self {
+        debug_assert_eq!(ops.len(), batch.num_rows());
+        Self {
+            ops: ops.into(),
+            batch,
+        }
+    }
+
+    pub fn inserts(batch: RecordBatch) -> Self {
+        let ops = vec![Op::Insert; batch.num_rows()];
+        Self::new(ops, batch)
+    }
+
+    pub fn deletes(batch: RecordBatch) -> Self {
+        let ops = vec![Op::Delete; batch.num_rows()];
+        Self::new(ops, batch)
+    }
+
+    pub fn len(&self) -> usize {
+        self.batch.num_rows()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.batch.num_rows() == 0
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        self.batch.schema()
+    }
+
+    pub fn columns(&self) -> &[ArrayRef] {
+        self.batch.columns()
+    }
+
+    pub fn is_append_only(&self) -> bool {
+        self.ops.iter().all(|op| *op == Op::Insert)
+    }
+
+    pub fn op_codes(&self) -> Vec<i8> {
+        self.ops.iter().map(|op| *op as i8).collect()
+    }
+
+    /// The rows at `indices`, in that order (used by exchanges and filters).
+    pub fn take(&self, indices: &[u32]) -> arrow::error::Result<StreamChunk> {
+        let idx = UInt32Array::from(indices.to_vec());
+        let columns = self
+            .batch
+            .columns()
+            .iter()
+            .map(|c| take(c.as_ref(), &idx, None))
+            .collect::<arrow::error::Result<Vec<_>>>()?;
+        let batch = RecordBatch::try_new_with_options(
+            self.batch.schema(),
+            columns,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(indices.len())),
+        )?;
+        let ops = indices.iter().map(|&i| self.ops[i as usize]).collect();
+        Ok(StreamChunk::new(ops, batch))
+    }
+
+    /// Same rows under another schema (names or nullability changed, types equal).
+    pub fn with_schema(self, schema: SchemaRef) -> arrow::error::Result<StreamChunk> {
+        let batch = RecordBatch::try_new_with_options(
+            schema,
+            self.batch.columns().to_vec(),
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(self.len())),
+        )?;
+        Ok(StreamChunk {
+            ops: self.ops,
+            batch,
+        })
+    }
+}

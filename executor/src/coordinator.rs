@@ -1,0 +1,138 @@
+//! `BarrierCoordinator`: counts barrier acknowledgements and commits epochs.
+//!
+//! Barriers are injected at the sources (see [`crate::runtime::Runtime::inject_barrier`]);
+//! every actor acknowledges each barrier after forwarding it. When all actors that
+//! existed at injection time have acknowledged epoch `n` (and every earlier epoch is
+//! committed), the coordinator commits `n` into every relation store under the commit
+//! lock and publishes it on a watch channel that `FLUSH` and reads wait on.
+
+use crate::actor::BarrierAck;
+use crate::barrier::Epoch;
+use crate::store::RelationStore;
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch};
+
+#[derive(Default)]
+struct Pending {
+    /// Acks still expected per in-flight epoch.
+    outstanding: BTreeMap<Epoch, usize>,
+}
+
+pub struct BarrierCoordinator {
+    pending: Mutex<Pending>,
+    actor_count: Mutex<usize>,
+    stores: RwLock<Vec<Arc<RelationStore>>>,
+    commit_lock: RwLock<()>,
+    committed_tx: watch::Sender<Epoch>,
+    acks_tx: mpsc::UnboundedSender<BarrierAck>,
+}
+
+impl BarrierCoordinator {
+    pub fn start(initial_epoch: Epoch) -> Arc<Self> {
+        let (acks_tx, mut acks_rx) = mpsc::unbounded_channel::<BarrierAck>();
+        let (committed_tx, _) = watch::channel(initial_epoch);
+        let coord = Arc::new(Self {
+            pending: Mutex::new(Pending::default()),
+            actor_count: Mutex::new(0),
+            stores: RwLock::new(Vec::new()),
+            commit_lock: RwLock::new(()),
+            committed_tx,
+            acks_tx,
+        });
+        let weak = Arc::downgrade(&coord);
+        tokio::spawn(async move {
+            while let Some(ack) = acks_rx.recv().await {
+                let Some(coord) = weak.upgrade() else { return };
+                coord.on_ack(ack);
+            }
+        });
+        coord
+    }
+
+    pub fn ack_sender(&self) -> mpsc::UnboundedSender<BarrierAck> {
+        self.acks_tx.clone()
+    }
+
+    pub fn add_actors(&self, n: usize) {
+        *self.actor_count.lock() += n;
+    }
+
+    pub fn remove_actors(&self, n: usize) {
+        *self.actor_count.lock() -= n;
+    }
+
+    pub fn register_store(&self, store: Arc<RelationStore>) {
+        self.stores.write().push(store);
+    }
+
+    pub fn unregister_store(&self, store: &Arc<RelationStore>) {
+        self.stores.write().retain(|s| !Arc::ptr_eq(s, store));
+    }
+
+    /// Records that barrier `epoch` is being injected now. Must be called before the
+    /// barrier is sent, while the graph cannot change (under the write lock).
+    pub fn begin_epoch(&self, epoch: Epoch) {
+        let n = *self.actor_count.lock();
+        self.pending.lock().outstanding.insert(epoch, n);
+        if n == 0 {
+            self.try_commit();
+        }
+    }
+
+    fn on_ack(&self, ack: BarrierAck) {
+        {
+            let mut p = self.pending.lock();
+            match p.outstanding.get_mut(&ack.epoch) {
+                Some(n) if *n > 0 => *n -= 1,
+                _ => {
+                    tracing::warn!(epoch = ack.epoch, actor = ack.actor, "unexpected ack");
+                    return;
+                }
+            }
+        }
+        self.try_commit();
+    }
+
+    /// Commits every leading epoch whose acks are all in, in order.
+    fn try_commit(&self) {
+        loop {
+            let ready = {
+                let mut p = self.pending.lock();
+                match p.outstanding.first_key_value() {
+                    Some((&e, &0)) => {
+                        p.outstanding.remove(&e);
+                        Some(e)
+                    }
+                    _ => None,
+                }
+            };
+            let Some(epoch) = ready else { return };
+            {
+                let _w = self.commit_lock.write();
+                for s in self.stores.read().iter() {
+                    if let Err(e) = s.commit(epoch) {
+                        tracing::error!(store = s.name(), error = %e, "commit failed");
+                    }
+                }
+            }
+            self.committed_tx.send_replace(epoch);
+        }
+    }
+
+    pub fn committed_epoch(&self) -> Epoch {
+        *self.committed_tx.borrow()
+    }
+
+    /// Waits until `epoch` is committed.
+    pub async fn wait_committed(&self, epoch: Epoch) {
+        let mut rx = self.committed_tx.subscribe();
+        let _ = rx.wait_for(|e| *e >= epoch).await;
+    }
+
+    /// Held while taking a consistent snapshot of several stores.
+    pub fn read_lock(&self) -> RwLockReadGuard<'_, ()> {
+        self.commit_lock.read()
+    }
+}

@@ -1,0 +1,141 @@
+//! Exchanges: how one actor's output reaches the actors of the next fragment.
+//!
+//! - `Hash`: rows go to the actor owning their key group
+//!   (`key_group = hash(key) % max_parallelism`, `actor = kg * parallelism / max_parallelism`).
+//!   The chunk is split with Arrow's `take`, one call per destination, not row by row.
+//! - `RoundRobin`: whole chunks rotate over the destinations (stateless fragments).
+//! - `Single`: everything to one actor (global aggregates).
+//!
+//! Barriers and watermarks are broadcast to every destination.
+
+use crate::barrier::Message;
+use crate::chunk::StreamChunk;
+use crate::error::{ExecError, Result};
+use arrow::row::{RowConverter, SortField};
+use arrow::datatypes::DataType;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::mpsc::Sender;
+use weir_storage::key_group::{key_hash, KeyGroup};
+
+/// Bounded channel capacity between two actors, in messages. Bounded channels are what
+/// turns a slow consumer into backpressure on the producer.
+pub const CHANNEL_CAPACITY: usize = 16;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExchangeKind {
+    Hash { keys: Vec<usize> },
+    RoundRobin,
+    Single,
+}
+
+pub struct Dispatcher {
+    senders: Vec<Sender<Message>>,
+    route: Route,
+}
+
+enum Route {
+    Hash {
+        keys: Vec<usize>,
+        converter: RowConverter,
+        max_parallelism: u32,
+    },
+    RoundRobin(AtomicUsize),
+    Single,
+}
+
+impl Dispatcher {
+    pub fn new(
+        kind: &ExchangeKind,
+        key_types: &[DataType],
+        senders: Vec<Sender<Message>>,
+        max_parallelism: u32,
+    ) -> Result<Self> {
+        let route = match kind {
+            ExchangeKind::Hash { keys } if senders.len() > 1 => Route::Hash {
+                keys: keys.clone(),
+                converter: RowConverter::new(
+                    key_types.iter().map(|t| SortField::new(t.clone())).collect(),
+                )?,
+                max_parallelism,
+            },
+            ExchangeKind::RoundRobin if senders.len() > 1 => Route::RoundRobin(AtomicUsize::new(0)),
+            _ => Route::Single,
+        };
+        Ok(Self { senders, route })
+    }
+
+    pub fn len(&self) -> usize {
+        self.senders.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.senders.is_empty()
+    }
+
+    /// Sends a message. Errors if a destination has gone away.
+    pub async fn dispatch(&self, msg: Message) -> Result<()> {
+        match msg {
+            Message::Chunk(chunk) => self.dispatch_chunk(chunk).await,
+            other => {
+                for s in &self.senders {
+                    s.send(other.clone())
+                        .await
+                        .map_err(|_| ExecError::ChannelClosed)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn dispatch_chunk(&self, chunk: StreamChunk) -> Result<()> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        match &self.route {
+            Route::Single => send(&self.senders[0], chunk).await,
+            Route::RoundRobin(next) => {
+                let i = next.fetch_add(1, Ordering::Relaxed) % self.senders.len();
+                send(&self.senders[i], chunk).await
+            }
+            Route::Hash {
+                keys,
+                converter,
+                max_parallelism,
+            } => {
+                let n = self.senders.len() as u32;
+                let key_cols: Vec<_> = keys.iter().map(|&k| chunk.columns()[k].clone()).collect();
+                let rows = converter.convert_columns(&key_cols)?;
+                let mut per_actor: Vec<Vec<u32>> = vec![Vec::new(); n as usize];
+                for i in 0..chunk.len() {
+                    let kg = KeyGroup::of_hash(key_hash(rows.row(i).as_ref()), *max_parallelism);
+                    per_actor[kg.actor(n, *max_parallelism) as usize].push(i as u32);
+                }
+                for (actor, idx) in per_actor.into_iter().enumerate() {
+                    if idx.is_empty() {
+                        continue;
+                    }
+                    let part = if idx.len() == chunk.len() {
+                        chunk.clone()
+                    } else {
+                        chunk.take(&idx)?
+                    };
+                    send(&self.senders[actor], part).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+async fn send(sender: &Sender<Message>, chunk: StreamChunk) -> Result<()> {
+    sender
+        .send(Message::Chunk(chunk))
+        .await
+        .map_err(|_| ExecError::ChannelClosed)
+}
+
+/// The key group of a key as the hash exchange computes it (exposed for state tables
+/// and tests so that both agree).
+pub fn key_group_of(key: &[u8], max_parallelism: u32) -> KeyGroup {
+    KeyGroup::of_key(key, max_parallelism)
+}

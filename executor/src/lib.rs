@@ -1,0 +1,41 @@
+//! Weir executor: the dataflow runtime.
+//!
+//! Module map:
+//! - [`chunk`]: `StreamChunk` (Arrow batch + op per row) and `Op`.
+//! - [`barrier`]: `Barrier`, `Epoch`, `Watermark` and the `Message` enum on every channel.
+//! - [`operator`]: the `Operator` trait (data only; the runtime owns barriers).
+//! - [`actor`]: the actor run loop: alignment, barrier forwarding, acks, job health.
+//! - [`exchange`]: hash / round-robin / single exchanges between fragments.
+//! - [`hub`]: `RelationHub`, where views subscribe to a table's or view's changes.
+//! - [`store`]: `RelationStore`, the committed, readable contents of tables and views.
+//! - [`coordinator`]: `BarrierCoordinator`: acks, epoch commit, consistent reads.
+//! - [`table_writer`]: constraint checks, the durable table log, the table's source.
+//! - [`graph`]: `StreamGraph`, the plan the planner hands over.
+//! - [`deploy`]: turning a graph into actors and channels, with backfill.
+//! - [`runtime`]: `Runtime`, which owns all of the above.
+//! - [`aggregate`] and [`operators`]: the operators.
+//!
+//! API for the layers above: `Runtime`, `RuntimeConfig`, `StreamGraph` and its specs,
+//! `StreamChunk`, `Op`, `ExecError`.
+
+pub mod actor;
+pub mod aggregate;
+pub mod barrier;
+pub mod chunk;
+pub mod coordinator;
+mod deploy;
+pub mod error;
+pub mod exchange;
+pub mod graph;
+pub mod hub;
+pub mod operator;
+pub mod operators;
+pub mod runtime;
+pub mod store;
+pub mod table_writer;
+
+pub use barrier::Epoch;
+pub use chunk::{Op, StreamChunk};
+pub use error::{ExecError, Result};
+pub use graph::{FragmentInput, FragmentSpec, OperatorSpec, StreamGraph};
+pub use runtime::{Runtime, RuntimeConfig, WriteState};

@@ -1,0 +1,28 @@
+//! The operator trait: operators do data, the runtime does barriers.
+//!
+//! An operator turns input chunks into output chunks and, at a barrier, emits what it
+//! deferred and flushes its state table. It never sees channels, alignment or
+//! acknowledgements: the actor loop in [`crate::actor`] owns those.
+
+use crate::barrier::{Barrier, Watermark};
+use crate::chunk::StreamChunk;
+use crate::error::Result;
+
+pub trait Operator: Send {
+    /// A short name for metrics, EXPLAIN and errors.
+    fn name(&self) -> &str;
+
+    /// Processes one chunk, pushing any output to `out`.
+    fn process_chunk(&mut self, chunk: StreamChunk, out: &mut Vec<StreamChunk>) -> Result<()>;
+
+    /// Event-time progress; by default passed on unchanged.
+    fn process_watermark(&mut self, watermark: Watermark) -> Result<Option<Watermark>> {
+        Ok(Some(watermark))
+    }
+
+    /// Called once all inputs delivered `barrier` (aligned), before it is forwarded:
+    /// emit deferred output and flush state so the state matches the barrier's cut.
+    fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Vec<StreamChunk>) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,242 @@
+//! HashAgg: keyed aggregation with retraction.
+//!
+//! Input columns are `[group keys..., aggregate arguments and FILTER flags...]`
+//! (a projection before the exchange computes them). State per group lives in a
+//! [`StateTable`] keyed by the group key's row encoding. Changes are emitted at the
+//! barrier, once per group that changed in the epoch: a delete of the value last emitted
+//! and an insert of the new one. Emitting at barriers keeps the operator's output
+//! independent of the order in which its parallel inputs interleave within an epoch.
+//!
+//! A global aggregate (no GROUP BY) always has exactly one row, as in Postgres: it is
+//! emitted at the first barrier even for an empty input (`count = 0`, `sum = NULL`).
+
+use crate::aggregate::{decode_states, encode_states, AccState, AggCall, CallRuntime};
+use crate::barrier::Barrier;
+use crate::chunk::{Op, StreamChunk};
+use crate::error::{ExecError, Result};
+use crate::operator::Operator;
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use datafusion::common::ScalarValue;
+use std::collections::HashMap;
+use std::sync::Arc;
+use weir_storage::state_table::StateValue;
+use weir_storage::{StateBackend, StateTable};
+
+#[derive(Debug, Clone)]
+pub struct HashAggSpec {
+    pub uid: String,
+    pub group_types: Vec<DataType>,
+    pub calls: Vec<AggCall>,
+    pub output_schema: SchemaRef,
+}
+
+pub struct GroupState {
+    rows: i64,
+    accs: Vec<AccState>,
+}
+
+impl StateValue for GroupState {
+    fn encode(&self) -> Vec<u8> {
+        let mut buf = Vec::new();
+        encode_states(self.rows, &self.accs, &mut buf);
+        buf
+    }
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let (rows, accs) = decode_states(bytes)?;
+        Some(GroupState { rows, accs })
+    }
+}
+
+pub struct HashAggOperator {
+    spec: HashAggSpec,
+    calls: Vec<CallRuntime>,
+    key_converter: RowConverter,
+    state: StateTable<GroupState>,
+    /// Output last emitted for each group changed in this epoch (None: no row emitted).
+    epoch_before: HashMap<Vec<u8>, Option<Vec<ScalarValue>>>,
+    global_emitted: bool,
+}
+
+impl HashAggOperator {
+    pub fn new(
+        spec: HashAggSpec,
+        backend: Arc<dyn StateBackend>,
+        max_parallelism: u32,
+    ) -> Result<Self> {
+        let calls = spec
+            .calls
+            .iter()
+            .cloned()
+            .map(CallRuntime::new)
+            .collect::<Result<Vec<_>>>()?;
+        for c in &spec.calls {
+            AccState::new(c)?;
+        }
+        let key_converter = RowConverter::new(
+            spec.group_types
+                .iter()
+                .map(|t| SortField::new(t.clone()))
+                .collect(),
+        )?;
+        let state = StateTable::new(&spec.uid, max_parallelism, backend);
+        Ok(Self {
+            spec,
+            calls,
+            key_converter,
+            state,
+            epoch_before: HashMap::new(),
+            global_emitted: false,
+        })
+    }
+
+    fn is_global(&self) -> bool {
+        self.spec.group_types.is_empty()
+    }
+
+    fn outputs(&self, g: &GroupState) -> Result<Vec<ScalarValue>> {
+        self.calls
+            .iter()
+            .zip(&g.accs)
+            .map(|(c, s)| c.output(s))
+            .collect()
+    }
+
+    fn visible(&self, g: &GroupState) -> bool {
+        self.is_global() || g.rows > 0
+    }
+
+    fn new_group(&self) -> GroupState {
+        GroupState {
+            rows: 0,
+            accs: self
+                .spec
+                .calls
+                .iter()
+                .map(|c| AccState::new(c).expect("checked in new"))
+                .collect(),
+        }
+    }
+
+    fn build_output(&self, keys: Vec<Vec<u8>>, ops: Vec<Op>, values: Vec<Vec<ScalarValue>>) -> Result<StreamChunk> {
+        let n = ops.len();
+        let mut columns: Vec<ArrayRef> = if self.is_global() {
+            vec![]
+        } else {
+            let parser = self.key_converter.parser();
+            self.key_converter
+                .convert_rows(keys.iter().map(|k| parser.parse(k)))?
+        };
+        for (j, call) in self.spec.calls.iter().enumerate() {
+            let col = values.iter().map(|v| v[j].clone());
+            let arr = if n == 0 {
+                arrow::array::new_empty_array(&call.output_type)
+            } else {
+                ScalarValue::iter_to_array(col)?
+            };
+            let arr = if arr.data_type() != &call.output_type {
+                arrow::compute::cast(&arr, &call.output_type)?
+            } else {
+                arr
+            };
+            columns.push(arr);
+        }
+        let batch = RecordBatch::try_new_with_options(
+            self.spec.output_schema.clone(),
+            columns,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(n)),
+        )?;
+        Ok(StreamChunk::new(ops, batch))
+    }
+}
+
+impl Operator for HashAggOperator {
+    fn name(&self) -> &str {
+        "HashAgg"
+    }
+
+    fn process_chunk(&mut self, chunk: StreamChunk, _out: &mut Vec<StreamChunk>) -> Result<()> {
+        let k = self.spec.group_types.len();
+        let cols = chunk.columns();
+        let keys = self.key_converter.convert_columns(&cols[..k])?;
+        let prepared = self
+            .calls
+            .iter()
+            .map(|c| c.prepare(cols))
+            .collect::<Result<Vec<_>>>()?;
+        let nulls: Vec<Option<&ArrayRef>> =
+            self.calls.iter().map(|c| c.call.arg.map(|a| &cols[a])).collect();
+        for (i, op) in chunk.ops.iter().enumerate() {
+            let key = keys.row(i);
+            let key = key.as_ref();
+            if !self.epoch_before.contains_key(key) {
+                let before = match self.state.get(key) {
+                    Some(g) if self.visible(g) => Some(self.outputs(g)?),
+                    None if self.is_global() && self.global_emitted => {
+                        Some(self.outputs(&self.new_group())?)
+                    }
+                    _ => None,
+                };
+                self.epoch_before.insert(key.to_vec(), before);
+            }
+            let fresh = self.new_group();
+            let group = self.state.get_or_insert_with(key, || fresh);
+            let sign = op.sign();
+            group.rows += sign;
+            for (j, c) in self.calls.iter().enumerate() {
+                let (arg, filter) = &prepared[j];
+                c.update(&mut group.accs[j], arg, nulls[j], filter.as_ref(), i, sign)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Vec<StreamChunk>) -> Result<()> {
+        if self.is_global() && !self.global_emitted && self.epoch_before.is_empty() {
+            // Postgres returns one row for a global aggregate over no rows.
+            self.epoch_before.insert(Vec::new(), None);
+        }
+        let mut keys = Vec::new();
+        let mut ops = Vec::new();
+        let mut values = Vec::new();
+        let changed: Vec<_> = self.epoch_before.drain().collect();
+        for (key, before) in changed {
+            let after = match self.state.get(&key) {
+                Some(g) if g.rows < 0 => {
+                    return Err(ExecError::Internal(format!(
+                        "negative row count in aggregation {}",
+                        self.spec.uid
+                    )))
+                }
+                Some(g) if self.visible(g) => Some(self.outputs(g)?),
+                None if self.is_global() => Some(self.outputs(&self.new_group())?),
+                _ => None,
+            };
+            if !self.is_global() && after.is_none() {
+                self.state.remove(&key);
+            }
+            if before == after {
+                continue;
+            }
+            if let Some(b) = before {
+                keys.push(key.clone());
+                ops.push(Op::Delete);
+                values.push(b);
+            }
+            if let Some(a) = after {
+                keys.push(key.clone());
+                ops.push(Op::Insert);
+                values.push(a);
+            }
+        }
+        if self.is_global() {
+            self.global_emitted = true;
+        }
+        self.state.flush();
+        if !ops.is_empty() {
+            out.push(self.build_output(keys, ops, values)?);
+        }
+        Ok(())
+    }
+}

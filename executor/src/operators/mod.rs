@@ -1,0 +1,14 @@
+//! Operators, one per file. Each implements [`crate::operator::Operator`]; none of them
+//! knows about channels or barrier alignment.
+//!
+//! - [`filter`]: keeps rows whose predicate is true (WHERE, HAVING).
+//! - [`project`]: evaluates scalar expressions (DataFusion physical expressions).
+//! - [`hash_agg`]: keyed aggregation with retraction, emitting changes at barriers.
+//! - [`materialize`]: stages each epoch's changes into a relation store and passes them on.
+//!
+//! Test them through the SQL suites in `sql-tests/` and the unit tests in each file.
+
+pub mod filter;
+pub mod hash_agg;
+pub mod materialize;
+pub mod project;

@@ -1,0 +1,45 @@
+//! Project: evaluates one physical expression per output column.
+
+use crate::chunk::StreamChunk;
+use crate::error::Result;
+use crate::operator::Operator;
+use arrow::array::{RecordBatch, RecordBatchOptions};
+use arrow::datatypes::SchemaRef;
+use datafusion::physical_expr::PhysicalExpr;
+use std::sync::Arc;
+
+pub struct ProjectOperator {
+    exprs: Vec<Arc<dyn PhysicalExpr>>,
+    schema: SchemaRef,
+}
+
+impl ProjectOperator {
+    pub fn new(exprs: Vec<Arc<dyn PhysicalExpr>>, schema: SchemaRef) -> Self {
+        Self { exprs, schema }
+    }
+}
+
+impl Operator for ProjectOperator {
+    fn name(&self) -> &str {
+        "Project"
+    }
+
+    fn process_chunk(&mut self, chunk: StreamChunk, out: &mut Vec<StreamChunk>) -> Result<()> {
+        let n = chunk.len();
+        let columns = self
+            .exprs
+            .iter()
+            .map(|e| e.evaluate(&chunk.batch)?.into_array(n))
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let batch = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?;
+        out.push(StreamChunk {
+            ops: chunk.ops,
+            batch,
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,194 @@
+//! `TableWriter`: the write path of a table: constraint checks, the durable log, the
+//! latest contents (for DML), and the table's source channel into the dataflow.
+//!
+//! Order matters for durability: a change is appended and fsynced to the table log
+//! before it is applied or sent, so anything a client was told succeeded can be
+//! replayed after a crash.
+
+use crate::barrier::Message;
+use crate::chunk::{Op, StreamChunk};
+use crate::error::{ExecError, Result};
+use crate::store::RowMultiset;
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow::row::{RowConverter, SortField};
+use std::collections::HashSet;
+use tokio::sync::mpsc::Sender;
+use weir_storage::TableLog;
+
+/// Largest chunk a table source emits.
+pub const SOURCE_CHUNK_ROWS: usize = 8192;
+
+pub struct PrimaryKey {
+    pub columns: Vec<usize>,
+    converter: RowConverter,
+    keys: HashSet<Box<[u8]>>,
+}
+
+pub struct TableWriter {
+    pub id: u64,
+    pub name: String,
+    pub schema: SchemaRef,
+    log: TableLog,
+    latest: RowMultiset,
+    pk: Option<PrimaryKey>,
+    sender: Sender<Message>,
+}
+
+impl TableWriter {
+    pub fn new(
+        id: u64,
+        name: &str,
+        schema: SchemaRef,
+        pk_columns: Vec<usize>,
+        log: TableLog,
+        sender: Sender<Message>,
+    ) -> Result<Self> {
+        let pk = if pk_columns.is_empty() {
+            None
+        } else {
+            let fields = pk_columns
+                .iter()
+                .map(|&i| SortField::new(schema.field(i).data_type().clone()))
+                .collect();
+            Some(PrimaryKey {
+                columns: pk_columns,
+                converter: RowConverter::new(fields)?,
+                keys: HashSet::new(),
+            })
+        };
+        Ok(Self {
+            id,
+            name: name.to_string(),
+            latest: RowMultiset::new(schema.clone())?,
+            schema,
+            log,
+            pk,
+            sender,
+        })
+    }
+
+    pub fn primary_key(&self) -> Option<&[usize]> {
+        self.pk.as_ref().map(|p| p.columns.as_slice())
+    }
+
+    /// The latest contents, including writes not yet committed to any epoch.
+    pub fn latest_batch(&self) -> Result<RecordBatch> {
+        self.latest.to_batch()
+    }
+
+    pub fn row_count(&self) -> usize {
+        self.latest.len()
+    }
+
+    /// Validates, logs (unless replaying), applies and sends one change chunk.
+    pub async fn write(&mut self, chunk: StreamChunk, replaying: bool) -> Result<()> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        self.check_not_null(&chunk)?;
+        let pk_delta = self.check_primary_key(&chunk)?;
+        if !replaying {
+            let bytes = weir_storage::codec::encode_changes(&chunk.op_codes(), &chunk.batch)?;
+            self.log.append(&bytes)?;
+        }
+        self.latest.apply(&chunk)?;
+        if let (Some(pk), Some((removed, added))) = (&mut self.pk, pk_delta) {
+            for k in removed {
+                pk.keys.remove(&k);
+            }
+            pk.keys.extend(added);
+        }
+        // One statement is one log entry (atomic), but flows in bounded pieces so that
+        // downstream exchanges and backpressure work on reasonably sized chunks.
+        let n = chunk.len();
+        let mut offset = 0;
+        while offset < n {
+            let len = SOURCE_CHUNK_ROWS.min(n - offset);
+            let piece = if len == n {
+                chunk.clone()
+            } else {
+                StreamChunk {
+                    ops: chunk.ops[offset..offset + len].into(),
+                    batch: chunk.batch.slice(offset, len),
+                }
+            };
+            self.sender
+                .send(Message::Chunk(piece))
+                .await
+                .map_err(|_| ExecError::ChannelClosed)?;
+            offset += len;
+        }
+        Ok(())
+    }
+
+    pub async fn send(&self, msg: Message) -> Result<()> {
+        self.sender
+            .send(msg)
+            .await
+            .map_err(|_| ExecError::ChannelClosed)
+    }
+
+    fn check_not_null(&self, chunk: &StreamChunk) -> Result<()> {
+        for (i, field) in self.schema.fields().iter().enumerate() {
+            if !field.is_nullable() && chunk.columns()[i].null_count() > 0 {
+                return Err(ExecError::NotNullViolation(format!(
+                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                    field.name(),
+                    self.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Returns the primary keys this chunk removes and adds, or a unique violation.
+    #[allow(clippy::type_complexity)]
+    fn check_primary_key(
+        &self,
+        chunk: &StreamChunk,
+    ) -> Result<Option<(Vec<Box<[u8]>>, Vec<Box<[u8]>>)>> {
+        let Some(pk) = &self.pk else { return Ok(None) };
+        let cols: Vec<_> = pk.columns.iter().map(|&i| chunk.columns()[i].clone()).collect();
+        let rows = pk.converter.convert_columns(&cols)?;
+        let mut removed: HashSet<Box<[u8]>> = HashSet::new();
+        let mut added: HashSet<Box<[u8]>> = HashSet::new();
+        for (i, op) in chunk.ops.iter().enumerate() {
+            if *op == Op::Delete {
+                let k: Box<[u8]> = rows.row(i).as_ref().into();
+                if !added.remove(&k) {
+                    removed.insert(k);
+                }
+            }
+        }
+        for (i, op) in chunk.ops.iter().enumerate() {
+            if *op == Op::Insert {
+                let k: Box<[u8]> = rows.row(i).as_ref().into();
+                let exists = pk.keys.contains(&k) && !removed.contains(&k);
+                if exists || added.contains(&k) {
+                    let key_text = pk
+                        .columns
+                        .iter()
+                        .map(|&c| {
+                            arrow::util::display::array_value_to_string(&chunk.columns()[c], i)
+                                .unwrap_or_default()
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let names = pk
+                        .columns
+                        .iter()
+                        .map(|&c| self.schema.field(c).name().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    return Err(ExecError::UniqueViolation(format!(
+                        "duplicate key value violates unique constraint \"{}_pkey\": Key ({names})=({key_text}) already exists",
+                        self.name
+                    )));
+                }
+                added.insert(k);
+            }
+        }
+        Ok(Some((removed.into_iter().collect(), added.into_iter().collect())))
+    }
+}

@@ -1,0 +1,21 @@
+//! Weir planner: SQL to dataflow.
+//!
+//! Module map:
+//! - [`statement`]: Weir's dialect: statement splitting, Weir statements, sqlparser.
+//! - [`stream_plan`]: DataFusion logical plan → `StreamGraph` (fragments, exchanges, uids).
+//! - [`explain`]: `EXPLAIN CREATE MATERIALIZED VIEW` output.
+//! - [`naming`]: Postgres-style output column names.
+//! - [`error`]: `SqlError` with SQLSTATE codes, and the mapping from engine errors.
+//!
+//! API: `parse_statement`, `split_statements`, `plan_view`, `explain_graph`, `SqlError`.
+
+pub mod error;
+pub mod explain;
+pub mod naming;
+pub mod statement;
+pub mod stream_plan;
+
+pub use error::{sqlstate, SqlError, SqlResult};
+pub use explain::explain_graph;
+pub use statement::{parse_statement, split_statements, WeirStatement};
+pub use stream_plan::{nullable_schema, plan_view, PlannedView};

@@ -1,0 +1,160 @@
+//! Weir's SQL dialect: Postgres (through sqlparser) plus Weir's own statements.
+//!
+//! Weir statements that sqlparser's Postgres dialect does not know (`FLUSH`,
+//! `SHOW MATERIALIZED VIEWS`, `SHOW CREATE MATERIALIZED VIEW v`, `SHOW JOBS`,
+//! `EXPLAIN CREATE MATERIALIZED VIEW ...`) are recognised by their leading words;
+//! everything else goes to sqlparser.
+
+use crate::error::{SqlError, SqlResult};
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+#[derive(Debug, Clone)]
+pub enum WeirStatement {
+    Flush,
+    ShowTables,
+    ShowMaterializedViews,
+    ShowCreateMaterializedView(String),
+    ShowJobs,
+    /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the streaming plan, not executed.
+    ExplainCreateMaterializedView(Box<Statement>),
+    /// Anything sqlparser parses; the server dispatches on its kind.
+    Sql(Box<Statement>),
+    Empty,
+}
+
+/// Splits a simple-query string into statements at top-level semicolons (outside
+/// quotes, dollar quotes and comments).
+pub fn split_statements(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let chars: Vec<char> = sql.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '\'' | '"' => {
+                cur.push(c);
+                i += 1;
+                while i < chars.len() {
+                    cur.push(chars[i]);
+                    if chars[i] == c {
+                        if i + 1 < chars.len() && chars[i + 1] == c {
+                            cur.push(chars[i + 1]);
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+            }
+            '-' if i + 1 < chars.len() && chars[i + 1] == '-' => {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+                cur.push('\n');
+            }
+            '/' if i + 1 < chars.len() && chars[i + 1] == '*' => {
+                i += 2;
+                while i + 1 < chars.len() && !(chars[i] == '*' && chars[i + 1] == '/') {
+                    i += 1;
+                }
+                i += 1;
+                cur.push(' ');
+            }
+            ';' => {
+                if !cur.trim().is_empty() {
+                    out.push(cur.trim().to_string());
+                }
+                cur.clear();
+            }
+            _ => cur.push(c),
+        }
+        i += 1;
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur.trim().to_string());
+    }
+    out
+}
+
+fn words(sql: &str) -> Vec<String> {
+    sql.split_whitespace()
+        .map(|w| w.trim_end_matches(';').to_ascii_lowercase())
+        .collect()
+}
+
+fn normalize_ident(raw: &str) -> String {
+    let raw = raw.trim().trim_end_matches(';');
+    if raw.starts_with('"') && raw.ends_with('"') && raw.len() >= 2 {
+        raw[1..raw.len() - 1].replace("\"\"", "\"")
+    } else {
+        raw.to_ascii_lowercase()
+    }
+}
+
+/// Parses one statement (as produced by [`split_statements`]).
+pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
+    let w = words(sql);
+    let ws: Vec<&str> = w.iter().map(|s| s.as_str()).collect();
+    match ws.as_slice() {
+        [] => return Ok(WeirStatement::Empty),
+        ["flush"] => return Ok(WeirStatement::Flush),
+        ["show", "tables"] => return Ok(WeirStatement::ShowTables),
+        ["show", "materialized", "views"] => return Ok(WeirStatement::ShowMaterializedViews),
+        ["show", "jobs"] => return Ok(WeirStatement::ShowJobs),
+        ["show", "create", "materialized", "view", _name] => {
+            let raw = sql.split_whitespace().nth(4).unwrap_or_default();
+            return Ok(WeirStatement::ShowCreateMaterializedView(normalize_ident(raw)));
+        }
+        ["explain", "create", "materialized", ..] => {
+            let inner = sql.trim_start()[7..].trim_start();
+            let stmt = parse_sqlparser(inner)?;
+            return Ok(WeirStatement::ExplainCreateMaterializedView(Box::new(stmt)));
+        }
+        _ => {}
+    }
+    Ok(WeirStatement::Sql(Box::new(parse_sqlparser(sql)?)))
+}
+
+fn parse_sqlparser(sql: &str) -> SqlResult<Statement> {
+    let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .map_err(|e| SqlError::syntax(format!("syntax error: {}", strip_parser_prefix(&e.to_string()))))?;
+    match stmts.len() {
+        0 => Err(SqlError::syntax("empty statement")),
+        1 => Ok(stmts.remove(0)),
+        _ => Err(SqlError::syntax("expected one statement")),
+    }
+}
+
+fn strip_parser_prefix(s: &str) -> String {
+    s.trim_start_matches("sql parser error: ").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_respecting_quotes_and_comments() {
+        let v = split_statements("select ';' ; -- a; comment\n select 2;; select \"a;b\"");
+        assert_eq!(v, vec!["select ';'", "select 2", "select \"a;b\""]);
+    }
+
+    #[test]
+    fn recognises_weir_statements() {
+        assert!(matches!(parse_statement("FLUSH").unwrap(), WeirStatement::Flush));
+        assert!(matches!(
+            parse_statement("show create materialized view \"V1\"").unwrap(),
+            WeirStatement::ShowCreateMaterializedView(n) if n == "V1"
+        ));
+        assert!(matches!(
+            parse_statement("EXPLAIN CREATE MATERIALIZED VIEW v AS SELECT 1").unwrap(),
+            WeirStatement::ExplainCreateMaterializedView(_)
+        ));
+        let e = parse_statement("SELEC 1").unwrap_err();
+        assert_eq!(e.code, crate::error::sqlstate::SYNTAX_ERROR);
+    }
+}

@@ -1,0 +1,345 @@
+//! From DataFusion's optimized logical plan to Weir's streaming plan.
+//!
+//! The logical plan (bound, type-coerced and optimized by DataFusion) is walked bottom
+//! up. Stateless nodes (scan, filter, projection) are chained into the current fragment;
+//! an aggregation closes the fragment with a hash exchange on its group keys (or a
+//! single-actor exchange for a global aggregate) and starts a new one; a union feeds
+//! every branch into one fragment. The last fragment ends in the view's Materialize.
+//!
+//! Stateful operators get uids from the view's name and what their state means (group
+//! keys and aggregate calls), never from their position in the plan.
+
+use crate::error::{SqlError, SqlResult};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::{DFSchema, DFSchemaRef};
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::expr::AggregateFunction;
+use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
+use datafusion::physical_expr::PhysicalExpr;
+use std::sync::Arc;
+use weir_executor::aggregate::{AggCall, AggKind};
+use weir_executor::exchange::ExchangeKind;
+use weir_executor::operators::hash_agg::HashAggSpec;
+use weir_executor::{FragmentInput, FragmentSpec, OperatorSpec, StreamGraph};
+
+/// A fragment under construction.
+struct Partial {
+    inputs: Vec<FragmentInput>,
+    chain: Vec<OperatorSpec>,
+    single: bool,
+    schema: DFSchemaRef,
+}
+
+struct Builder<'a> {
+    state: &'a SessionState,
+    view: String,
+    fragments: Vec<FragmentSpec>,
+}
+
+/// All-nullable Arrow schema of a plan node: streaming operators never rely on
+/// non-null declarations, and retractions can produce NULL (e.g. `min` of no rows).
+pub fn nullable_schema(schema: &DFSchema) -> SchemaRef {
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| Field::new(f.name(), f.data_type().clone(), true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+pub struct PlannedView {
+    pub graph: StreamGraph,
+    /// Output schema with the names DataFusion gave the columns.
+    pub schema: SchemaRef,
+}
+
+/// Plans a view's (optimized) logical plan as a streaming graph.
+pub fn plan_view(state: &SessionState, plan: &LogicalPlan, view: &str) -> SqlResult<PlannedView> {
+    let mut b = Builder {
+        state,
+        view: view.to_string(),
+        fragments: Vec::new(),
+    };
+    // ORDER BY without LIMIT does not change a view's contents: Sort is skipped.
+    let top = b.visit(plan)?;
+    let schema = nullable_schema(&top.schema);
+    b.finish(top, schema.clone());
+    Ok(PlannedView {
+        graph: StreamGraph {
+            fragments: b.fragments,
+        },
+        schema,
+    })
+}
+
+impl Builder<'_> {
+    fn physical(&self, expr: &Expr, schema: &DFSchema) -> SqlResult<Arc<dyn PhysicalExpr>> {
+        Ok(self.state.create_physical_expr(expr.clone(), schema)?)
+    }
+
+    fn finish(&mut self, p: Partial, output_schema: SchemaRef) -> usize {
+        let id = self.fragments.len();
+        self.fragments.push(FragmentSpec {
+            id,
+            single: p.single,
+            inputs: p.inputs,
+            chain: p.chain,
+            output_schema,
+        });
+        id
+    }
+
+    fn visit(&mut self, plan: &LogicalPlan) -> SqlResult<Partial> {
+        match plan {
+            LogicalPlan::TableScan(scan) => {
+                if scan.fetch.is_some() {
+                    return Err(SqlError::unsupported(
+                        "LIMIT in a materialized view is not supported yet",
+                    ));
+                }
+                let source_schema = scan.source.schema();
+                let full = Arc::new(DFSchema::try_from_qualified_schema(
+                    scan.table_name.clone(),
+                    &source_schema,
+                )?);
+                let mut p = Partial {
+                    inputs: vec![FragmentInput::Relation(scan.table_name.table().to_string())],
+                    chain: vec![],
+                    single: false,
+                    schema: full.clone(),
+                };
+                if let Some(pred) = scan.filters.iter().cloned().reduce(|a, b| a.and(b)) {
+                    let predicate = self.physical(&pred, &full)?;
+                    p.chain.push(OperatorSpec::Filter { predicate });
+                }
+                if let Some(proj) = &scan.projection {
+                    let exprs = proj
+                        .iter()
+                        .map(|&i| {
+                            Ok(Arc::new(datafusion::physical_expr::expressions::Column::new(
+                                source_schema.field(i).name(),
+                                i,
+                            )) as Arc<dyn PhysicalExpr>)
+                        })
+                        .collect::<SqlResult<Vec<_>>>()?;
+                    p.chain.push(OperatorSpec::Project {
+                        exprs,
+                        schema: nullable_schema(&scan.projected_schema),
+                    });
+                    p.schema = scan.projected_schema.clone();
+                }
+                Ok(p)
+            }
+            LogicalPlan::Projection(proj) => {
+                let mut p = self.visit(&proj.input)?;
+                let exprs = proj
+                    .expr
+                    .iter()
+                    .map(|e| self.physical(e, &p.schema))
+                    .collect::<SqlResult<Vec<_>>>()?;
+                p.chain.push(OperatorSpec::Project {
+                    exprs,
+                    schema: nullable_schema(&proj.schema),
+                });
+                p.schema = proj.schema.clone();
+                Ok(p)
+            }
+            LogicalPlan::Filter(f) => {
+                let mut p = self.visit(&f.input)?;
+                let predicate = self.physical(&f.predicate, &p.schema)?;
+                p.chain.push(OperatorSpec::Filter { predicate });
+                Ok(p)
+            }
+            LogicalPlan::SubqueryAlias(a) => {
+                let mut p = self.visit(&a.input)?;
+                p.schema = a.schema.clone();
+                Ok(p)
+            }
+            LogicalPlan::Sort(s) if s.fetch.is_none() => self.visit(&s.input),
+            LogicalPlan::Aggregate(agg) => {
+                let p = self.visit(&agg.input)?;
+                self.aggregate(p, &agg.group_expr, &agg.aggr_expr, &agg.schema)
+            }
+            LogicalPlan::Distinct(Distinct::All(input)) => {
+                let p = self.visit(input)?;
+                let schema = input.schema().clone();
+                let group: Vec<Expr> = schema.columns().into_iter().map(Expr::Column).collect();
+                self.aggregate(p, &group, &[], &schema)
+            }
+            LogicalPlan::Union(u) => {
+                let mut inputs = Vec::new();
+                for child in &u.inputs {
+                    let p = self.visit(child)?;
+                    if p.chain.is_empty() && !p.single {
+                        inputs.extend(p.inputs);
+                    } else {
+                        let schema = nullable_schema(&p.schema);
+                        let id = self.finish(p, schema);
+                        inputs.push(FragmentInput::Fragment {
+                            id,
+                            exchange: ExchangeKind::RoundRobin,
+                        });
+                    }
+                }
+                Ok(Partial {
+                    inputs,
+                    chain: vec![],
+                    single: false,
+                    schema: u.schema.clone(),
+                })
+            }
+            LogicalPlan::Join(_) => Err(SqlError::unsupported(
+                "joins in materialized views are not supported yet",
+            )),
+            LogicalPlan::Limit(_) | LogicalPlan::Sort(_) => Err(SqlError::unsupported(
+                "ORDER BY ... LIMIT (Top-N) in materialized views is not supported yet",
+            )),
+            LogicalPlan::Window(_) => Err(SqlError::unsupported(
+                "window functions in materialized views are not supported yet",
+            )),
+            LogicalPlan::Distinct(Distinct::On(_)) => Err(SqlError::unsupported(
+                "DISTINCT ON in materialized views is not supported yet",
+            )),
+            LogicalPlan::EmptyRelation(_) | LogicalPlan::Values(_) => Err(SqlError::unsupported(
+                "a materialized view must read at least one table or view",
+            )),
+            other => Err(SqlError::unsupported(format!(
+                "{} in materialized views is not supported yet",
+                other.display().to_string().split(':').next().unwrap_or("this plan node")
+            ))),
+        }
+    }
+
+    fn aggregate(
+        &mut self,
+        mut p: Partial,
+        group_expr: &[Expr],
+        aggr_expr: &[Expr],
+        out_schema: &DFSchemaRef,
+    ) -> SqlResult<Partial> {
+        let in_schema = p.schema.clone();
+        // Pre-aggregation projection: [group keys..., per call: argument, filter].
+        let mut pre_exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+        let mut pre_fields: Vec<Field> = Vec::new();
+        let mut push = |b: &Self, e: &Expr, name: String| -> SqlResult<(usize, DataType)> {
+            let t = e.get_type(&in_schema)?;
+            pre_exprs.push(b.physical(e, &in_schema)?);
+            pre_fields.push(Field::new(name, t.clone(), true));
+            Ok((pre_exprs.len() - 1, t))
+        };
+        let mut group_types = Vec::new();
+        for (i, g) in group_expr.iter().enumerate() {
+            if matches!(g, Expr::GroupingSet(_)) {
+                return Err(SqlError::unsupported(
+                    "GROUPING SETS, CUBE and ROLLUP in materialized views are not supported yet",
+                ));
+            }
+            let (_, t) = push(self, g, format!("_group{i}"))?;
+            group_types.push(t);
+        }
+        let mut calls = Vec::new();
+        let mut canonical = format!(
+            "groups[{}]",
+            group_expr
+                .iter()
+                .map(|g| g.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        for (j, a) in aggr_expr.iter().enumerate() {
+            let a = a.clone().unalias();
+            let Expr::AggregateFunction(AggregateFunction { func, params }) = &a else {
+                return Err(SqlError::unsupported(format!(
+                    "aggregate expression {a} is not supported in materialized views"
+                )));
+            };
+            if params.distinct {
+                return Err(SqlError::unsupported(format!(
+                    "{a}: DISTINCT aggregates mixed with other aggregates are not supported in materialized views yet"
+                )));
+            }
+            if !params.order_by.is_empty() {
+                return Err(SqlError::unsupported(format!(
+                    "{a}: ordered aggregates are not supported in materialized views yet"
+                )));
+            }
+            let name = func.name().to_ascii_lowercase();
+            let is_star = name == "count"
+                && params.args.len() == 1
+                && matches!(&params.args[0], Expr::Literal(v, _) if !v.is_null());
+            let kind = match name.as_str() {
+                "count" if is_star => AggKind::CountStar,
+                "count" => AggKind::Count,
+                "sum" => AggKind::Sum,
+                "avg" | "mean" => AggKind::Avg,
+                "min" => AggKind::Min,
+                "max" => AggKind::Max,
+                other => {
+                    return Err(SqlError::unsupported(format!(
+                        "aggregate function {other} is not supported in materialized views yet"
+                    )))
+                }
+            };
+            if params.args.len() != 1 {
+                return Err(SqlError::unsupported(format!(
+                    "{a}: aggregates with {} arguments are not supported",
+                    params.args.len()
+                )));
+            }
+            let (arg, arg_type) = if kind == AggKind::CountStar {
+                (None, None)
+            } else {
+                let (i, t) = push(self, &params.args[0], format!("_arg{j}"))?;
+                (Some(i), Some(t))
+            };
+            let filter = match &params.filter {
+                Some(f) => Some(push(self, f, format!("_filter{j}"))?.0),
+                None => None,
+            };
+            let output_type = out_schema.field(group_expr.len() + j).data_type().clone();
+            calls.push(AggCall {
+                kind,
+                arg,
+                arg_type,
+                filter,
+                output_type,
+            });
+            canonical.push_str(&format!(";{a}"));
+        }
+        let pre_schema = Arc::new(Schema::new(pre_fields));
+        p.chain.push(OperatorSpec::Project {
+            exprs: pre_exprs,
+            schema: pre_schema.clone(),
+        });
+        let single = group_expr.is_empty();
+        let upstream = self.finish(p, pre_schema);
+        let uid = format!(
+            "{}.hashagg.{:016x}",
+            self.view,
+            weir_storage::key_group::key_hash(canonical.as_bytes())
+        );
+        let spec = HashAggSpec {
+            uid,
+            group_types,
+            calls,
+            output_schema: nullable_schema(out_schema),
+        };
+        Ok(Partial {
+            inputs: vec![FragmentInput::Fragment {
+                id: upstream,
+                exchange: if single {
+                    ExchangeKind::Single
+                } else {
+                    ExchangeKind::Hash {
+                        keys: (0..group_expr.len()).collect(),
+                    }
+                },
+            }],
+            chain: vec![OperatorSpec::HashAgg(spec)],
+            single,
+            schema: out_schema.clone(),
+        })
+    }
+}
+

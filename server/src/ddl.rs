@@ -1,0 +1,459 @@
+//! CREATE / DROP of tables and materialized views, and their recovery at startup.
+
+use crate::catalog::{ColumnInfo, RelationEntry, RelationKind};
+use crate::database::{relation_name, Database};
+use crate::output::Output;
+use crate::query;
+use crate::session::Session;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::Constraint;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::sql::sqlparser::ast::{
+    ColumnOption, CreateTableOptions, Expr as SqlExpr, ObjectType, SqlOption, Statement, Value,
+};
+use std::collections::HashSet;
+use std::sync::Arc;
+use weir_executor::StreamChunk;
+use weir_planner::{explain_graph, plan_view, sqlstate, SqlError, SqlResult};
+
+/// The Postgres name of an Arrow type, for catalogs and `\d`.
+pub fn pg_type_name(t: &DataType) -> String {
+    match t {
+        DataType::Boolean => "boolean".into(),
+        DataType::Int16 | DataType::Int8 | DataType::UInt8 => "smallint".into(),
+        DataType::Int32 | DataType::UInt16 => "integer".into(),
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => "bigint".into(),
+        DataType::Float32 => "real".into(),
+        DataType::Float64 => "double precision".into(),
+        DataType::Decimal128(p, s) => format!("numeric({p},{s})"),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text".into(),
+        DataType::Date32 | DataType::Date64 => "date".into(),
+        DataType::Timestamp(_, None) => "timestamp without time zone".into(),
+        DataType::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
+        DataType::Interval(_) => "interval".into(),
+        DataType::Binary | DataType::LargeBinary => "bytea".into(),
+        other => other.to_string().to_ascii_lowercase(),
+    }
+}
+
+fn columns_of(schema: &Schema) -> Vec<ColumnInfo> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| ColumnInfo {
+            name: f.name().clone(),
+            pg_type: pg_type_name(f.data_type()),
+            nullable: f.is_nullable(),
+        })
+        .collect()
+}
+
+fn duplicate_relation(name: &str) -> SqlError {
+    SqlError::new(
+        sqlstate::DUPLICATE_TABLE,
+        format!("relation \"{name}\" already exists"),
+    )
+}
+
+/// Plans CREATE TABLE through DataFusion (types, NOT NULL, PRIMARY KEY).
+async fn table_schema(db: &Database, stmt: &Statement) -> SqlResult<(SchemaRef, Vec<usize>)> {
+    let Statement::CreateTable(ct) = stmt else {
+        return Err(SqlError::internal("not a CREATE TABLE"));
+    };
+    if ct.query.is_some() {
+        return Err(SqlError::unsupported("CREATE TABLE ... AS is not supported yet"));
+    }
+    for c in &ct.columns {
+        for o in &c.options {
+            match &o.option {
+                ColumnOption::Default(_) => {
+                    return Err(SqlError::unsupported(format!(
+                        "DEFAULT values (column \"{}\") are not supported yet",
+                        c.name.value
+                    )))
+                }
+                ColumnOption::Unique(_) => {
+                    return Err(SqlError::unsupported(
+                        "UNIQUE constraints other than PRIMARY KEY are not supported yet",
+                    ))
+                }
+                _ => {}
+            }
+        }
+    }
+    let ctx = query::planning_context(db)?;
+    let plan = query::plan_statement(&ctx.state(), stmt).await?;
+    let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) = plan else {
+        return Err(SqlError::unsupported("this form of CREATE TABLE is not supported"));
+    };
+    let mut pk = Vec::new();
+    for c in create.constraints.iter() {
+        match c {
+            Constraint::PrimaryKey(cols) => pk = cols.clone(),
+            Constraint::Unique(_) => {
+                return Err(SqlError::unsupported(
+                    "UNIQUE constraints other than PRIMARY KEY are not supported yet",
+                ))
+            }
+        }
+    }
+    let input_schema = create.input.schema().as_arrow().clone();
+    let mut seen = HashSet::new();
+    let fields: Vec<Field> = input_schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let nullable = f.is_nullable() && !pk.contains(&i);
+            Field::new(f.name(), f.data_type().clone(), nullable)
+        })
+        .collect();
+    for f in &fields {
+        if !seen.insert(f.name().clone()) {
+            return Err(SqlError::new(
+                sqlstate::DUPLICATE_COLUMN,
+                format!("column \"{}\" specified more than once", f.name()),
+            ));
+        }
+    }
+    Ok((Arc::new(Schema::new(fields)), pk))
+}
+
+pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResult<Output> {
+    let Statement::CreateTable(ct) = stmt else {
+        return Err(SqlError::internal("not a CREATE TABLE"));
+    };
+    let name = relation_name(&ct.name)?;
+    let _ddl = db.ddl_lock.lock().await;
+    if db.catalog.read().get(&name).is_some() {
+        if ct.if_not_exists {
+            return Ok(Output::command("CREATE TABLE"));
+        }
+        return Err(duplicate_relation(&name));
+    }
+    let (schema, pk) = table_schema(db, stmt).await?;
+    let id = db.catalog.write().allocate_id();
+    let log_path = db.table_log_path(id);
+    // A fresh table starts with a fresh log (ids are never reused).
+    let _ = std::fs::remove_file(&log_path);
+    let entry = RelationEntry {
+        id,
+        name: name.clone(),
+        kind: RelationKind::Table,
+        sql: sql.to_string(),
+        columns: columns_of(&schema),
+        depends_on: vec![],
+        primary_key: pk.clone(),
+        parallelism: 1,
+    };
+    {
+        let mut w = db.runtime().lock_writes().await;
+        db.runtime()
+            .create_table(&mut w, id, &name, schema.clone(), pk, &log_path)
+            .await
+            .map_err(SqlError::from)?;
+    }
+    commit_entry(db, entry, schema)?;
+    Ok(Output::command("CREATE TABLE"))
+}
+
+fn commit_entry(db: &Database, entry: RelationEntry, schema: SchemaRef) -> SqlResult<()> {
+    let mut cat = db.catalog.write();
+    db.schemas.write().push((entry.name.clone(), schema));
+    cat.relations.push(entry);
+    cat.save(&db.meta).map_err(SqlError::internal)
+}
+
+/// Re-creates a table at startup; returns its logged changes for replay.
+pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<Vec<StreamChunk>> {
+    let stmt = match weir_planner::parse_statement(&entry.sql)? {
+        weir_planner::WeirStatement::Sql(s) => s,
+        _ => return Err(SqlError::internal("stored table DDL is not CREATE TABLE")),
+    };
+    let (schema, pk) = table_schema(db, &stmt).await?;
+    let chunks = {
+        let mut w = db.runtime().lock_writes().await;
+        db.runtime()
+            .create_table(&mut w, entry.id, &entry.name, schema.clone(), pk, &db.table_log_path(entry.id))
+            .await
+            .map_err(SqlError::from)?
+    };
+    let mut cat = db.catalog.write();
+    db.schemas.write().push((entry.name.clone(), schema));
+    cat.relations.push(entry.clone());
+    Ok(chunks)
+}
+
+struct ViewPlan {
+    name: String,
+    graph: weir_executor::StreamGraph,
+    schema: SchemaRef,
+    parallelism: u32,
+}
+
+fn view_options(options: &CreateTableOptions) -> SqlResult<Option<u32>> {
+    let list = match options {
+        CreateTableOptions::None => return Ok(None),
+        CreateTableOptions::With(l) => l,
+        _ => return Err(SqlError::unsupported("view options other than WITH (...)")),
+    };
+    let mut parallelism = None;
+    for o in list {
+        let SqlOption::KeyValue { key, value } = o else {
+            return Err(SqlError::syntax("expected key = value in WITH (...)"));
+        };
+        match key.value.to_ascii_lowercase().as_str() {
+            "parallelism" | "parallelism.default" => {
+                let n = match value {
+                    SqlExpr::Value(v) => match &v.value {
+                        Value::Number(n, _) => n.parse::<u32>().ok(),
+                        Value::SingleQuotedString(s) => s.parse::<u32>().ok(),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                parallelism = Some(n.filter(|n| *n >= 1).ok_or_else(|| {
+                    SqlError::new(
+                        sqlstate::INVALID_PARAMETER_VALUE,
+                        format!("invalid parallelism: {value}"),
+                    )
+                })?);
+            }
+            other => {
+                return Err(SqlError::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!("unknown materialized view option \"{other}\""),
+                ))
+            }
+        }
+    }
+    Ok(parallelism)
+}
+
+async fn plan_create_view(db: &Database, session: Option<&Session>, stmt: &Statement) -> SqlResult<ViewPlan> {
+    let Statement::CreateView(cv) = stmt else {
+        return Err(SqlError::internal("not CREATE MATERIALIZED VIEW"));
+    };
+    if cv.or_replace {
+        return Err(SqlError::unsupported(
+            "CREATE OR REPLACE MATERIALIZED VIEW is not supported yet",
+        ));
+    }
+    let name = relation_name(&cv.name)?;
+    let parallelism = view_options(&cv.options)?
+        .or_else(|| session.and_then(|s| s.parallelism()))
+        .unwrap_or(db.config.parallelism);
+    if parallelism > db.config.max_parallelism {
+        return Err(SqlError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!(
+                "parallelism {parallelism} exceeds pipeline.max-parallelism {}",
+                db.config.max_parallelism
+            ),
+        ));
+    }
+    let ctx = query::planning_context(db)?;
+    let state = ctx.state();
+    let plan = query::plan_statement(&state, &Statement::Query(cv.query.clone())).await?;
+    let plan = state.optimize(&plan)?;
+    let planned = plan_view(&state, &plan, &name)?;
+    // Postgres names for the view's columns, or the names the user listed.
+    let mut names: Vec<String> = planned
+        .schema
+        .fields()
+        .iter()
+        .map(|f| weir_planner::naming::pg_column_name(f.name()))
+        .collect();
+    if !cv.columns.is_empty() {
+        if cv.columns.len() > names.len() {
+            return Err(SqlError::syntax(
+                "CREATE MATERIALIZED VIEW specifies more column names than columns",
+            ));
+        }
+        for (i, c) in cv.columns.iter().enumerate() {
+            names[i] = if c.name.quote_style.is_some() {
+                c.name.value.clone()
+            } else {
+                c.name.value.to_ascii_lowercase()
+            };
+        }
+    }
+    let mut seen = HashSet::new();
+    for n in &names {
+        if !seen.insert(n.clone()) {
+            return Err(SqlError::new(
+                sqlstate::DUPLICATE_COLUMN,
+                format!("column \"{n}\" specified more than once"),
+            ));
+        }
+    }
+    let schema = Arc::new(Schema::new(
+        planned
+            .schema
+            .fields()
+            .iter()
+            .zip(names)
+            .map(|(f, n)| Field::new(n, f.data_type().clone(), true))
+            .collect::<Vec<_>>(),
+    ));
+    Ok(ViewPlan {
+        name,
+        graph: planned.graph,
+        schema,
+        parallelism,
+    })
+}
+
+pub async fn create_view(db: &Database, session: &Session, stmt: &Statement, sql: &str) -> SqlResult<Output> {
+    let Statement::CreateView(cv) = stmt else {
+        return Err(SqlError::internal("not CREATE MATERIALIZED VIEW"));
+    };
+    let _ddl = db.ddl_lock.lock().await;
+    let name = relation_name(&cv.name)?;
+    if db.catalog.read().get(&name).is_some() {
+        if cv.if_not_exists {
+            return Ok(Output::command("CREATE_MATERIALIZED_VIEW"));
+        }
+        return Err(duplicate_relation(&name));
+    }
+    let plan = plan_create_view(db, Some(session), stmt).await?;
+    let id = db.catalog.write().allocate_id();
+    deploy(db, id, &plan).await?;
+    let entry = RelationEntry {
+        id,
+        name: plan.name.clone(),
+        kind: RelationKind::MaterializedView,
+        sql: sql.to_string(),
+        columns: columns_of(&plan.schema),
+        depends_on: plan.graph.upstream_relations(),
+        primary_key: vec![],
+        parallelism: plan.parallelism,
+    };
+    commit_entry(db, entry, plan.schema.clone())?;
+    Ok(Output::command("CREATE_MATERIALIZED_VIEW"))
+}
+
+/// Deploys under the write lock: flush (quiesce), deploy with backfill, flush again so
+/// the view is readable with its backfilled contents when the statement returns.
+async fn deploy(db: &Database, id: u64, plan: &ViewPlan) -> SqlResult<()> {
+    let rt = db.runtime();
+    let mut w = rt.lock_writes().await;
+    rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
+    rt.create_view(&mut w, id, &plan.name, plan.graph.clone(), plan.schema.clone(), plan.parallelism)
+        .await
+        .map_err(SqlError::from)?;
+    rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
+    Ok(())
+}
+
+pub async fn restore_view(db: &Database, entry: &RelationEntry) -> SqlResult<()> {
+    let stmt = match weir_planner::parse_statement(&entry.sql)? {
+        weir_planner::WeirStatement::Sql(s) => s,
+        _ => return Err(SqlError::internal("stored view DDL is not CREATE MATERIALIZED VIEW")),
+    };
+    let mut plan = plan_create_view(db, None, &stmt).await?;
+    if entry.parallelism > 0 {
+        plan.parallelism = entry.parallelism;
+    }
+    deploy(db, entry.id, &plan).await?;
+    let mut cat = db.catalog.write();
+    db.schemas.write().push((entry.name.clone(), plan.schema.clone()));
+    cat.relations.push(entry.clone());
+    Ok(())
+}
+
+pub async fn explain_create_view(db: &Database, session: &Session, stmt: &Statement) -> SqlResult<Output> {
+    let plan = plan_create_view(db, Some(session), stmt).await?;
+    let lines = explain_graph(&plan.name, &plan.graph, plan.parallelism, db.config.max_parallelism);
+    crate::show::text_rows("QUERY PLAN", lines)
+}
+
+pub async fn drop(db: &Database, stmt: &Statement) -> SqlResult<Output> {
+    let Statement::Drop {
+        object_type,
+        if_exists,
+        names,
+        cascade,
+        ..
+    } = stmt
+    else {
+        return Err(SqlError::internal("not DROP"));
+    };
+    let (kind, tag, what) = match object_type {
+        ObjectType::Table => (RelationKind::Table, "DROP TABLE", "table"),
+        ObjectType::MaterializedView => (
+            RelationKind::MaterializedView,
+            "DROP MATERIALIZED VIEW",
+            "materialized view",
+        ),
+        other => return Err(SqlError::unsupported(format!("DROP {other} is not supported"))),
+    };
+    let _ddl = db.ddl_lock.lock().await;
+    let mut order = Vec::new();
+    for n in names {
+        let name = relation_name(n)?;
+        let cat = db.catalog.read();
+        let Some(entry) = cat.get(&name) else {
+            if *if_exists {
+                continue;
+            }
+            return Err(SqlError::new(
+                sqlstate::UNDEFINED_TABLE,
+                format!("{what} \"{name}\" does not exist"),
+            ));
+        };
+        if entry.kind != kind {
+            return Err(SqlError::new(
+                sqlstate::WRONG_OBJECT_TYPE,
+                format!(
+                    "\"{name}\" is not a {what}; use DROP {}",
+                    if entry.kind == RelationKind::Table { "TABLE" } else { "MATERIALIZED VIEW" }
+                ),
+            ));
+        }
+        let dependents = cat.dependents(&name);
+        if !dependents.is_empty() && !*cascade {
+            return Err(SqlError::new(
+                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                format!(
+                    "cannot drop {what} {name} because other objects depend on it: materialized view {} depends on it (use DROP ... CASCADE to drop the dependent objects too)",
+                    dependents.join(", ")
+                ),
+            ));
+        }
+        for d in cat.drop_order(&name) {
+            if !order.contains(&d) {
+                order.push(d);
+            }
+        }
+    }
+    if order.is_empty() {
+        return Ok(Output::command(tag));
+    }
+    let rt = db.runtime();
+    let mut w = rt.lock_writes().await;
+    rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
+    let mut removed_logs = Vec::new();
+    {
+        let mut cat = db.catalog.write();
+        for name in &order {
+            let Some(entry) = cat.get(name).cloned() else { continue };
+            match entry.kind {
+                RelationKind::Table => {
+                    rt.drop_table(&mut w, name);
+                    removed_logs.push(db.table_log_path(entry.id));
+                }
+                RelationKind::MaterializedView => rt.drop_view(&mut w, name),
+            }
+            cat.remove(name);
+            db.schemas.write().retain(|(n, _)| n != name);
+        }
+        cat.save(&db.meta).map_err(SqlError::internal)?;
+    }
+    // The catalog no longer names these logs; removing them last means a crash in
+    // between leaves only an orphan file, never a table without its log.
+    for p in removed_logs {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(Output::command(tag))
+}

@@ -1,0 +1,288 @@
+//! INSERT, UPDATE and DELETE.
+//!
+//! Each statement computes its change chunk with DataFusion, then hands it to the
+//! table's writer, which checks constraints and makes it durable (one fsynced log entry
+//! per statement, so a statement is all-or-nothing across a crash) before it is
+//! acknowledged. UPDATE and DELETE evaluate against the table's latest contents under
+//! the write lock, so concurrent statements see each other's effects.
+
+use crate::catalog::RelationKind;
+use crate::database::{relation_name, Database};
+use crate::output::Output;
+use crate::query;
+use crate::session::Session;
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::{cast_with_options, CastOptions};
+use arrow::datatypes::SchemaRef;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::sqlparser::ast::{
+    AssignmentTarget, Delete, FromTable, Insert, Statement, TableFactor, TableObject, Update,
+};
+use std::collections::HashMap;
+use weir_executor::{Op, StreamChunk};
+use weir_planner::{sqlstate, SqlError, SqlResult};
+
+fn check_target(db: &Database, name: &str, verb: &str) -> SqlResult<SchemaRef> {
+    let cat = db.catalog.read();
+    match cat.get(name) {
+        None => Err(SqlError::new(
+            sqlstate::UNDEFINED_TABLE,
+            format!("relation \"{name}\" does not exist"),
+        )),
+        Some(e) if e.kind != RelationKind::Table => Err(SqlError::new(
+            sqlstate::WRONG_OBJECT_TYPE,
+            format!("cannot {verb} materialized view \"{name}\": it is maintained by Weir"),
+        )),
+        Some(_) => db
+            .relation_schema(name)
+            .ok_or_else(|| SqlError::internal(format!("no schema for {name}"))),
+    }
+}
+
+/// Casts query output to the table's types, erroring (not truncating) on values that
+/// do not fit, as Postgres does.
+fn conform(batch: &RecordBatch, schema: &SchemaRef, offset: usize) -> SqlResult<Vec<ArrayRef>> {
+    let opts = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let col = batch.column(offset + i);
+            if col.data_type() == f.data_type() {
+                Ok(col.clone())
+            } else {
+                cast_with_options(col, f.data_type(), &opts).map_err(|e| {
+                    SqlError::new(
+                        sqlstate::DATATYPE_MISMATCH,
+                        format!(
+                            "column \"{}\" is of type {} but the value cannot be converted: {e}",
+                            f.name(),
+                            crate::ddl::pg_type_name(f.data_type())
+                        ),
+                    )
+                })
+            }
+        })
+        .collect()
+}
+
+fn concat_rows(schema: &SchemaRef, batches: &[RecordBatch], offset: usize) -> SqlResult<RecordBatch> {
+    let parts = batches
+        .iter()
+        .filter(|b| b.num_rows() > 0)
+        .map(|b| RecordBatch::try_new(schema.clone(), conform(b, schema, offset)?).map_err(SqlError::from))
+        .collect::<SqlResult<Vec<_>>>()?;
+    Ok(arrow::compute::concat_batches(schema, &parts)?)
+}
+
+async fn write(db: &Database, session: &mut Session, table: &str, chunk: StreamChunk) -> SqlResult<()> {
+    let mut w = db.runtime().lock_writes().await;
+    let writer = w
+        .table(table)
+        .ok_or_else(|| SqlError::internal(format!("table {table} has no writer")))?;
+    writer.write(chunk, false).await.map_err(SqlError::from)?;
+    session.last_write_epoch = w.write_epoch();
+    Ok(())
+}
+
+pub async fn insert(db: &Database, session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
+    let Statement::Insert(Insert {
+        table, returning, on, ..
+    }) = stmt
+    else {
+        return Err(SqlError::internal("not INSERT"));
+    };
+    if returning.is_some() {
+        return Err(SqlError::unsupported("INSERT ... RETURNING is not supported yet"));
+    }
+    if on.is_some() {
+        return Err(SqlError::unsupported("INSERT ... ON CONFLICT is not supported yet"));
+    }
+    let TableObject::TableName(name) = table else {
+        return Err(SqlError::unsupported("INSERT into a table function"));
+    };
+    let name = relation_name(name)?;
+    let schema = check_target(db, &name, "insert into")?;
+    let ctx = query::snapshot_context(db, session, HashMap::new()).await?;
+    let plan = query::plan_statement(&ctx.state(), stmt).await?;
+    let LogicalPlan::Dml(dml) = plan else {
+        return Err(SqlError::internal("INSERT did not plan as DML"));
+    };
+    let batches = ctx
+        .execute_logical_plan(dml.input.as_ref().clone())
+        .await?
+        .collect()
+        .await?;
+    let rows = concat_rows(&schema, &batches, 0)?;
+    let n = rows.num_rows();
+    if n > 0 {
+        write(db, session, &name, StreamChunk::inserts(rows)).await?;
+    }
+    Ok(Output::rows("INSERT", n))
+}
+
+/// `(name, alias)` of the single target table of UPDATE / DELETE.
+fn target_table(factor: &TableFactor) -> SqlResult<(String, Option<String>)> {
+    match factor {
+        TableFactor::Table { name, alias, .. } => Ok((
+            relation_name(name)?,
+            alias.as_ref().map(|a| a.name.to_string()),
+        )),
+        _ => Err(SqlError::unsupported("UPDATE/DELETE target must be a table")),
+    }
+}
+
+async fn latest_context<'a>(
+    db: &'a Database,
+    session: &Session,
+    table: &str,
+) -> SqlResult<(tokio::sync::MutexGuard<'a, weir_executor::WriteState>, datafusion::prelude::SessionContext)> {
+    // This session's earlier writes to other tables become readable first (waiting for
+    // a barrier needs the write lock, so it happens before taking it).
+    db.runtime()
+        .ensure_committed(session.last_write_epoch)
+        .await
+        .map_err(SqlError::from)?;
+    let mut w = db.runtime().lock_writes().await;
+    let latest = w
+        .table(table)
+        .ok_or_else(|| SqlError::internal(format!("table {table} has no writer")))?
+        .latest_batch()
+        .map_err(SqlError::from)?;
+    let mut overrides = HashMap::new();
+    overrides.insert(table.to_string(), latest);
+    // Relations other than the target are read at the committed epoch (which includes
+    // this session's writes); the target at its latest state.
+    let ctx = query::snapshot_context_nowait(db, overrides)?;
+    Ok((w, ctx))
+}
+
+pub async fn update(db: &Database, session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
+    let Statement::Update(Update {
+        table,
+        assignments,
+        from,
+        selection,
+        returning,
+        ..
+    }) = stmt
+    else {
+        return Err(SqlError::internal("not UPDATE"));
+    };
+    if from.is_some() || !table.joins.is_empty() {
+        return Err(SqlError::unsupported("UPDATE ... FROM is not supported yet"));
+    }
+    if returning.is_some() {
+        return Err(SqlError::unsupported("UPDATE ... RETURNING is not supported yet"));
+    }
+    let (name, alias) = target_table(&table.relation)?;
+    let schema = check_target(db, &name, "update")?;
+    let mut new_values: HashMap<String, String> = HashMap::new();
+    for a in assignments {
+        let AssignmentTarget::ColumnName(col) = &a.target else {
+            return Err(SqlError::unsupported("tuple assignments in UPDATE"));
+        };
+        let col = relation_name(&datafusion::sql::sqlparser::ast::ObjectName(
+            col.0.last().cloned().into_iter().collect(),
+        ))?;
+        if schema.index_of(&col).is_err() {
+            return Err(SqlError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{col}\" of relation \"{name}\" does not exist"),
+            ));
+        }
+        if new_values.insert(col.clone(), a.value.to_string()).is_some() {
+            return Err(SqlError::syntax(format!("multiple assignments to same column \"{col}\"")));
+        }
+    }
+    let from_clause = format!(
+        "\"{}\"{}",
+        name.replace('"', "\"\""),
+        alias.map(|a| format!(" AS {a}")).unwrap_or_default()
+    );
+    let mut items: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| format!("\"{}\"", f.name().replace('"', "\"\"")))
+        .collect();
+    for (i, f) in schema.fields().iter().enumerate() {
+        let v = new_values
+            .get(f.name())
+            .cloned()
+            .unwrap_or_else(|| format!("\"{}\"", f.name().replace('"', "\"\"")));
+        items.push(format!("({v}) AS \"__weir_new_{i}\""));
+    }
+    let sql = format!(
+        "SELECT {} FROM {from_clause}{}",
+        items.join(", "),
+        selection.as_ref().map(|s| format!(" WHERE {s}")).unwrap_or_default()
+    );
+    let (mut w, ctx) = latest_context(db, session, &name).await?;
+    let batches: Vec<RecordBatch> = ctx.sql(&sql).await?.collect().await?;
+    let old = concat_rows(&schema, &batches, 0)?;
+    let new = concat_rows(&schema, &batches, schema.fields().len())?;
+    let n = old.num_rows();
+    if n > 0 {
+        let both = arrow::compute::concat_batches(&schema, [&old, &new])?;
+        let mut ops = vec![Op::Delete; n];
+        ops.extend(vec![Op::Insert; n]);
+        let writer = w.table(&name).expect("checked above");
+        writer
+            .write(StreamChunk::new(ops, both), false)
+            .await
+            .map_err(SqlError::from)?;
+        session.last_write_epoch = w.write_epoch();
+    }
+    Ok(Output::rows("UPDATE", n))
+}
+
+pub async fn delete(db: &Database, session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
+    let Statement::Delete(Delete {
+        from,
+        using,
+        selection,
+        returning,
+        tables,
+        ..
+    }) = stmt
+    else {
+        return Err(SqlError::internal("not DELETE"));
+    };
+    if using.is_some() || !tables.is_empty() {
+        return Err(SqlError::unsupported("DELETE ... USING is not supported yet"));
+    }
+    if returning.is_some() {
+        return Err(SqlError::unsupported("DELETE ... RETURNING is not supported yet"));
+    }
+    let list = match from {
+        FromTable::WithFromKeyword(l) | FromTable::WithoutKeyword(l) => l,
+    };
+    if list.len() != 1 || !list[0].joins.is_empty() {
+        return Err(SqlError::unsupported("DELETE from more than one table"));
+    }
+    let (name, alias) = target_table(&list[0].relation)?;
+    let schema = check_target(db, &name, "delete from")?;
+    let sql = format!(
+        "SELECT * FROM \"{}\"{}{}",
+        name.replace('"', "\"\""),
+        alias.map(|a| format!(" AS {a}")).unwrap_or_default(),
+        selection.as_ref().map(|s| format!(" WHERE {s}")).unwrap_or_default()
+    );
+    let (mut w, ctx) = latest_context(db, session, &name).await?;
+    let batches: Vec<RecordBatch> = ctx.sql(&sql).await?.collect().await?;
+    let old = concat_rows(&schema, &batches, 0)?;
+    let n = old.num_rows();
+    if n > 0 {
+        let writer = w.table(&name).expect("checked above");
+        writer
+            .write(StreamChunk::deletes(old), false)
+            .await
+            .map_err(SqlError::from)?;
+        session.last_write_epoch = w.write_epoch();
+    }
+    Ok(Output::rows("DELETE", n))
+}

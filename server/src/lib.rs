@@ -1,0 +1,29 @@
+//! The `weir` server.
+//!
+//! Module map:
+//! - [`config`]: `weir.toml` and defaults.
+//! - [`database`]: `Database`: recovery at startup and statement dispatch.
+//! - [`catalog`]: the persisted catalog of tables and views.
+//! - [`ddl`], [`dml`], [`query`], [`show`]: statement execution by kind.
+//! - [`pg_catalog`]: the system tables psql and drivers query.
+//! - [`pg`]: the Postgres wire protocol (pgwire): auth, handlers, encoding.
+//! - [`server`]: the TCP listener.
+//! - [`bench`]: `weir bench` subcommands.
+//! - [`session`], [`output`]: per-connection state and statement results.
+
+pub mod bench;
+pub mod catalog;
+pub mod config;
+pub mod database;
+pub mod ddl;
+pub mod dml;
+pub mod output;
+pub mod pg;
+pub mod pg_catalog;
+pub mod query;
+pub mod server;
+pub mod session;
+pub mod show;
+
+pub use config::Config;
+pub use database::Database;

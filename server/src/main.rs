@@ -1,0 +1,95 @@
+//! `weir`: start the server (`weir` or `weir serve`) or run a benchmark (`weir bench`).
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use weir_server::{bench, server, Config, Database};
+
+#[derive(Parser)]
+#[command(name = "weir", about = "Weir: a streaming SQL database", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(clap::Args, Clone, Default)]
+struct ServeArgs {
+    /// Address to listen on (default 127.0.0.1:6543).
+    #[arg(long, global = true)]
+    listen: Option<String>,
+    /// Data directory (default ./weir-data).
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+    /// Config file (default ./weir.toml if present).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Actors per parallel fragment (parallelism.default).
+    #[arg(long, global = true)]
+    parallelism: Option<u32>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the server (the default).
+    Serve,
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn load_config(args: &ServeArgs) -> Result<Config, String> {
+    let mut cfg = Config::load(args.config.as_deref())?;
+    if let Some(l) = &args.listen {
+        cfg.listen = l.clone();
+    }
+    if let Some(d) = &args.data_dir {
+        cfg.data_dir = d.clone();
+    }
+    if let Some(p) = args.parallelism {
+        if p == 0 || p > cfg.max_parallelism {
+            return Err(format!("--parallelism must be in 1..={}", cfg.max_parallelism));
+        }
+        cfg.parallelism = p;
+    }
+    Ok(cfg)
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let cfg = match load_config(&cli.serve) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            std::process::exit(2);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let result = rt.block_on(async move {
+        match cli.command {
+            Some(Command::Bench(b)) => bench::run(b, cfg).await,
+            None | Some(Command::Serve) => {
+                let listener = tokio::net::TcpListener::bind(&cfg.listen)
+                    .await
+                    .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
+                let db = Database::open(cfg.clone()).await?;
+                tracing::info!(listen = %cfg.listen, data_dir = %cfg.data_dir.display(), "weir is ready");
+                server::serve(db, listener).await.map_err(|e| e.to_string())
+            }
+        }
+    });
+    if let Err(e) = result {
+        eprintln!("weir: {e}");
+        std::process::exit(1);
+    }
+}

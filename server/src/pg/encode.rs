@@ -1,0 +1,179 @@
+//! Arrow values to Postgres wire values: type OIDs and text/binary encodings.
+//!
+//! Each column is first cast to one canonical Arrow type per Postgres type (for
+//! example every timestamp to microseconds, since Postgres has microsecond precision),
+//! then encoded with the Rust type whose wire encoding matches that Postgres type
+//! exactly (binary encodings are not checked by pgwire, so the pairing matters).
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, RecordBatch,
+};
+use arrow::compute::cast;
+use arrow::datatypes::{
+    DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type,
+    Int64Type, IntervalMonthDayNanoType, IntervalUnit, TimeUnit, TimestampMicrosecondType,
+};
+use chrono::{DateTime, NaiveDate, Utc};
+use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo};
+use pgwire::api::Type;
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::data::DataRow;
+use rust_decimal::Decimal;
+use std::sync::Arc;
+
+pub fn pg_type(t: &DataType) -> Type {
+    match t {
+        DataType::Boolean => Type::BOOL,
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 => Type::INT2,
+        DataType::Int32 | DataType::UInt16 => Type::INT4,
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => Type::INT8,
+        DataType::Float16 | DataType::Float32 => Type::FLOAT4,
+        DataType::Float64 => Type::FLOAT8,
+        DataType::Decimal128(..) | DataType::Decimal256(..) => Type::NUMERIC,
+        DataType::Date32 | DataType::Date64 => Type::DATE,
+        DataType::Timestamp(_, None) => Type::TIMESTAMP,
+        DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
+        DataType::Interval(_) => Type::INTERVAL,
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Type::BYTEA,
+        _ => Type::TEXT,
+    }
+}
+
+fn canonical(t: &DataType) -> DataType {
+    match t {
+        DataType::Int8 | DataType::UInt8 => DataType::Int16,
+        DataType::UInt16 => DataType::Int32,
+        DataType::UInt32 | DataType::UInt64 => DataType::Int64,
+        DataType::Float16 => DataType::Float32,
+        DataType::Date64 => DataType::Date32,
+        DataType::Decimal256(p, s) => DataType::Decimal128((*p).min(38), *s),
+        DataType::Timestamp(_, tz) => DataType::Timestamp(TimeUnit::Microsecond, tz.clone()),
+        DataType::Interval(_) => DataType::Interval(IntervalUnit::MonthDayNano),
+        DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+        DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
+        other => other.clone(),
+    }
+}
+
+pub fn field_infos(schema: &arrow::datatypes::Schema, format: impl Fn(usize) -> FieldFormat) -> Vec<FieldInfo> {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| FieldInfo::new(f.name().clone(), None, None, pg_type(f.data_type()), format(i)))
+        .collect()
+}
+
+fn encode_err(e: impl std::fmt::Display) -> PgWireError {
+    PgWireError::ApiError(Box::new(std::io::Error::other(e.to_string())))
+}
+
+/// Decimal from an unscaled Arrow value; values beyond rust_decimal's 96-bit mantissa
+/// are rounded to fit (Postgres clients then see the closest representable value).
+fn decimal(v: i128, scale: i8) -> PgWireResult<Decimal> {
+    if scale < 0 {
+        let factor = 10i128.checked_pow((-scale) as u32).ok_or_else(|| encode_err("decimal scale"))?;
+        return Decimal::try_from_i128_with_scale(v * factor, 0).map_err(encode_err);
+    }
+    let mut v = v;
+    let mut s = scale as u32;
+    loop {
+        match Decimal::try_from_i128_with_scale(v, s) {
+            Ok(d) => return Ok(d),
+            Err(_) if s > 0 => {
+                v /= 10;
+                s -= 1;
+            }
+            Err(e) => return Err(encode_err(e)),
+        }
+    }
+}
+
+/// Encodes every row of `batches` against `fields`.
+pub fn encode_rows(batches: &[RecordBatch], fields: Arc<Vec<FieldInfo>>) -> PgWireResult<Vec<DataRow>> {
+    let mut rows = Vec::new();
+    let mut enc = DataRowEncoder::new(fields.clone());
+    for batch in batches {
+        let cols: Vec<ArrayRef> = batch
+            .columns()
+            .iter()
+            .map(|c| {
+                let t = canonical(c.data_type());
+                if &t == c.data_type() {
+                    Ok(c.clone())
+                } else {
+                    cast(c, &t).map_err(encode_err)
+                }
+            })
+            .collect::<PgWireResult<_>>()?;
+        for r in 0..batch.num_rows() {
+            for col in &cols {
+                encode_value(&mut enc, col, r)?;
+            }
+            rows.push(enc.take_row());
+        }
+    }
+    Ok(rows)
+}
+
+fn encode_value(enc: &mut DataRowEncoder, col: &ArrayRef, r: usize) -> PgWireResult<()> {
+    let null = col.is_null(r);
+    macro_rules! prim {
+        ($t:ty) => {{
+            let a = col.as_primitive::<$t>();
+            enc.encode_field(&(!null).then(|| a.value(r)))
+        }};
+    }
+    match col.data_type() {
+        DataType::Boolean => enc.encode_field(&(!null).then(|| col.as_boolean().value(r))),
+        DataType::Int16 => prim!(Int16Type),
+        DataType::Int32 => prim!(Int32Type),
+        DataType::Int64 => prim!(Int64Type),
+        DataType::Float32 => prim!(Float32Type),
+        DataType::Float64 => prim!(Float64Type),
+        DataType::Decimal128(_, s) => {
+            let v = if null {
+                None
+            } else {
+                Some(decimal(col.as_primitive::<Decimal128Type>().value(r), *s)?)
+            };
+            enc.encode_field(&v)
+        }
+        DataType::Utf8 => enc.encode_field(&(!null).then(|| col.as_string::<i32>().value(r))),
+        DataType::Binary => enc.encode_field(&(!null).then(|| col.as_binary::<i32>().value(r))),
+        DataType::Date32 => {
+            let v = if null {
+                None
+            } else {
+                let days = col.as_primitive::<Date32Type>().value(r);
+                NaiveDate::from_ymd_opt(1970, 1, 1)
+                    .and_then(|d| d.checked_add_signed(chrono::Duration::days(days as i64)))
+            };
+            enc.encode_field(&v)
+        }
+        DataType::Timestamp(_, tz) => {
+            let micros = (!null).then(|| col.as_primitive::<TimestampMicrosecondType>().value(r));
+            let dt = micros.and_then(DateTime::<Utc>::from_timestamp_micros);
+            if tz.is_some() {
+                enc.encode_field(&dt)
+            } else {
+                enc.encode_field(&dt.map(|d| d.naive_utc()))
+            }
+        }
+        DataType::Interval(IntervalUnit::MonthDayNano) => {
+            let v = (!null).then(|| {
+                let i = col.as_primitive::<IntervalMonthDayNanoType>().value(r);
+                pg_interval::Interval::new(i.months, i.days, i.nanoseconds / 1000)
+            });
+            enc.encode_field(&v)
+        }
+        _ => {
+            let v = if null {
+                None
+            } else {
+                Some(arrow::util::display::array_value_to_string(col, r).map_err(encode_err)?)
+            };
+            enc.encode_field(&v)
+        }
+    }
+}

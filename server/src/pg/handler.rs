@@ -1,0 +1,259 @@
+//! One `Connection` per client: runs statements through the [`Database`] and turns
+//! outputs and errors into protocol responses.
+
+use super::encode::{encode_rows, field_infos};
+use super::params;
+use crate::database::Database;
+use crate::output::Output;
+use crate::query;
+use crate::session::Session;
+use arrow::datatypes::Schema;
+use async_trait::async_trait;
+use futures::{stream, Sink};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{
+    DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse,
+    Response, Tag,
+};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, Type};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use std::fmt::Debug;
+use std::sync::Arc;
+use weir_planner::{parse_statement, SqlError, WeirStatement};
+
+pub fn to_pg_error(e: SqlError) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".to_owned(),
+        e.code.to_owned(),
+        e.message,
+    )))
+}
+
+fn error_response(e: SqlError) -> Response {
+    Response::Error(Box::new(ErrorInfo::new("ERROR".to_owned(), e.code.to_owned(), e.message)))
+}
+
+fn to_response(out: Output, format: &dyn Fn(usize) -> FieldFormat) -> PgWireResult<Response> {
+    Ok(match out {
+        Output::Rows { schema, batches } => {
+            let fields = Arc::new(field_infos(&schema, format));
+            let rows = encode_rows(&batches, fields.clone())?;
+            Response::Query(QueryResponse::new(fields, stream::iter(rows.into_iter().map(Ok))))
+        }
+        Output::Command { tag, rows } => {
+            let mut t = Tag::new(&tag);
+            if tag == "INSERT" {
+                t = t.with_oid(0);
+            }
+            if let Some(n) = rows {
+                t = t.with_rows(n);
+            }
+            Response::Execution(t)
+        }
+        Output::TransactionStart(tag) => Response::TransactionStart(Tag::new(&tag)),
+        Output::TransactionEnd(tag) => Response::TransactionEnd(Tag::new(&tag)),
+        Output::Empty => Response::EmptyQuery,
+    })
+}
+
+/// A prepared statement: its SQL, parameter types and result columns.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    sql: String,
+    param_types: Vec<Type>,
+    schema: Option<Arc<Schema>>,
+}
+
+pub struct StatementParser {
+    db: Arc<Database>,
+}
+
+impl StatementParser {
+    async fn describe(&self, sql: &str, declared: &[Option<Type>]) -> Result<Prepared, SqlError> {
+        let sql = crate::pg_catalog::rewrite_psql_syntax(sql);
+        let n = params::count_placeholders(&sql);
+        let mut inferred: Vec<Option<Type>> = vec![None; n];
+        let mut schema = None;
+        match parse_statement(&sql)? {
+            WeirStatement::Sql(stmt) => {
+                use datafusion::sql::sqlparser::ast::Statement as S;
+                let plannable = matches!(
+                    stmt.as_ref(),
+                    S::Query(_) | S::Insert(_) | S::Update(_) | S::Delete(_)
+                );
+                if plannable {
+                    let ctx = query::planning_context(&self.db)?;
+                    let plan = query::plan_statement(&ctx.state(), &stmt).await?;
+                    if let Ok(types) = plan.get_parameter_types() {
+                        for (k, t) in types {
+                            let idx = k.trim_start_matches('$').parse::<usize>().unwrap_or(0);
+                            if idx >= 1 && idx <= n {
+                                inferred[idx - 1] = t.map(|t| super::encode::pg_type(&t));
+                            }
+                        }
+                    }
+                    if matches!(stmt.as_ref(), S::Query(_)) {
+                        schema = Some(query::pg_schema(plan.schema().as_arrow()));
+                    }
+                } else if n == 0 && returns_rows(&stmt) {
+                    schema = self.dry_run_schema(&sql).await?;
+                }
+            }
+            WeirStatement::Empty | WeirStatement::Flush => {}
+            _ if n == 0 => schema = self.dry_run_schema(&sql).await?,
+            _ => {}
+        }
+        let param_types = (0..n)
+            .map(|i| {
+                declared
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .or_else(|| inferred[i].clone())
+                    .unwrap_or(Type::TEXT)
+            })
+            .collect();
+        Ok(Prepared {
+            sql,
+            param_types,
+            schema,
+        })
+    }
+
+    /// SHOW and EXPLAIN have no side effects: run them to learn their columns.
+    async fn dry_run_schema(&self, sql: &str) -> Result<Option<Arc<Schema>>, SqlError> {
+        let mut s = Session::default();
+        Ok(match self.db.execute_one(&mut s, sql).await? {
+            Output::Rows { schema, .. } => Some(schema),
+            _ => None,
+        })
+    }
+}
+
+fn returns_rows(stmt: &datafusion::sql::sqlparser::ast::Statement) -> bool {
+    use datafusion::sql::sqlparser::ast::Statement as S;
+    match stmt {
+        S::ShowVariable { .. } => true,
+        S::Explain { statement, .. } => !matches!(statement.as_ref(), S::Insert(_) | S::Update(_) | S::Delete(_)),
+        _ => false,
+    }
+}
+
+#[async_trait]
+impl QueryParser for StatementParser {
+    type Statement = Prepared;
+
+    async fn parse_sql<C>(&self, _client: &C, sql: &str, types: &[Option<Type>]) -> PgWireResult<Option<Prepared>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        self.describe(sql, types).await.map(Some).map_err(to_pg_error)
+    }
+
+    fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
+        Ok(stmt.param_types.clone())
+    }
+
+    fn get_result_schema(&self, stmt: &Prepared, format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
+        Ok(match &stmt.schema {
+            Some(s) => field_infos(s, |i| format.map(|f| f.format_for(i)).unwrap_or(FieldFormat::Text)),
+            None => vec![],
+        })
+    }
+}
+
+pub struct Connection {
+    db: Arc<Database>,
+    session: tokio::sync::Mutex<Session>,
+    parser: Arc<StatementParser>,
+}
+
+impl Connection {
+    pub fn new(db: Arc<Database>) -> Self {
+        Self {
+            parser: Arc::new(StatementParser { db: db.clone() }),
+            db,
+            session: tokio::sync::Mutex::new(Session::default()),
+        }
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Connection {
+    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let sql = crate::pg_catalog::rewrite_psql_syntax(query);
+        let mut session = self.session.lock().await;
+        let results = self.db.execute(&mut session, &sql).await;
+        let mut responses = Vec::with_capacity(results.len());
+        for r in results {
+            match r {
+                Ok(out) => responses.push(to_response(out, &|_| FieldFormat::Text)?),
+                Err(e) => responses.push(error_response(e)),
+            }
+        }
+        Ok(responses)
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Connection {
+    type Statement = Prepared;
+    type QueryParser = StatementParser;
+
+    fn query_parser(&self) -> Arc<StatementParser> {
+        self.parser.clone()
+    }
+
+    async fn do_query<C>(&self, _client: &mut C, portal: &Portal<Prepared>, _max_rows: usize) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let stmt = &portal.statement.statement;
+        let sql = params::bind(&stmt.sql, portal, &stmt.param_types)?;
+        let mut session = self.session.lock().await;
+        let out = self.db.execute_one(&mut session, &sql).await.map_err(to_pg_error)?;
+        let format = portal.result_column_format.clone();
+        to_response(out, &|i| format.format_for(i))
+    }
+
+    async fn do_describe_statement<C>(&self, _client: &mut C, target: &StoredStatement<Prepared>) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let p = &target.statement;
+        let types = (0..p.param_types.len())
+            .map(|i| target.parameter_types.get(i).cloned().flatten().unwrap_or_else(|| p.param_types[i].clone()))
+            .collect();
+        let fields = self.parser.get_result_schema(p, None)?;
+        Ok(DescribeStatementResponse::new(types, fields))
+    }
+
+    async fn do_describe_portal<C>(&self, _client: &mut C, target: &Portal<Prepared>) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let fields = self
+            .parser
+            .get_result_schema(&target.statement.statement, Some(&target.result_column_format))?;
+        Ok(DescribePortalResponse::new(fields))
+    }
+}

@@ -1,0 +1,148 @@
+//! Extended-protocol parameters: inferring their types at Parse/Describe and binding
+//! their values at Execute.
+//!
+//! Values are bound by substituting typed SQL literals for `$n` placeholders, after
+//! decoding each parameter with its declared (or inferred) type in the format the
+//! client used. Every statement kind (SELECT, DML, DDL, SHOW) thus runs through the
+//! same path as the simple protocol.
+
+use pgwire::api::portal::Portal;
+use pgwire::api::Type;
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+
+/// Highest `$n` used in `sql` (outside quotes).
+pub fn count_placeholders(sql: &str) -> usize {
+    let mut max = 0;
+    for_each_placeholder(sql, |n, _, _| max = max.max(n));
+    max
+}
+
+fn for_each_placeholder(sql: &str, mut f: impl FnMut(usize, usize, usize)) {
+    let b = sql.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\'' | b'"' => {
+                let q = b[i];
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'$' => {
+                let start = i;
+                i += 1;
+                let ds = i;
+                while i < b.len() && b[i].is_ascii_digit() {
+                    i += 1;
+                }
+                if i > ds {
+                    if let Ok(n) = sql[ds..i].parse::<usize>() {
+                        f(n, start, i);
+                    }
+                }
+            }
+            _ => i += 1,
+        }
+    }
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+fn bad_param(i: usize, e: impl std::fmt::Display) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".into(),
+        "22P02".into(),
+        format!("invalid value for parameter ${}: {e}", i + 1),
+    )))
+}
+
+/// The SQL literal for parameter `i` of `portal`, read as `ty`.
+fn literal<S: Clone>(portal: &Portal<S>, i: usize, ty: &Type) -> PgWireResult<String> {
+    macro_rules! get {
+        ($t:ty) => {
+            portal.parameter::<$t>(i, ty).map_err(|e| bad_param(i, e))?
+        };
+    }
+    let lit = match *ty {
+        Type::BOOL => get!(bool).map(|v| if v { "TRUE".into() } else { "FALSE".into() }),
+        Type::INT2 => get!(i16).map(|v| v.to_string()),
+        Type::INT4 => get!(i32).map(|v| v.to_string()),
+        Type::INT8 => get!(i64).map(|v| v.to_string()),
+        Type::OID => get!(u32).map(|v| v.to_string()),
+        Type::FLOAT4 => get!(f32).map(|v| {
+            if v.is_finite() { format!("CAST({v:?} AS REAL)") } else { format!("CAST('{v}' AS REAL)") }
+        }),
+        Type::FLOAT8 => get!(f64).map(|v| {
+            if v.is_finite() { format!("CAST({v:?} AS DOUBLE PRECISION)") } else { format!("CAST('{v}' AS DOUBLE PRECISION)") }
+        }),
+        Type::NUMERIC => get!(rust_decimal::Decimal).map(|v| format!("CAST({} AS NUMERIC)", quote(&v.to_string()))),
+        Type::DATE => get!(chrono::NaiveDate).map(|v| format!("DATE {}", quote(&v.to_string()))),
+        Type::TIMESTAMP => get!(chrono::NaiveDateTime)
+            .map(|v| format!("TIMESTAMP {}", quote(&v.format("%Y-%m-%d %H:%M:%S%.f").to_string()))),
+        Type::TIMESTAMPTZ => get!(chrono::DateTime<chrono::FixedOffset>).map(|v| {
+            format!("CAST({} AS TIMESTAMPTZ)", quote(&v.with_timezone(&chrono::Utc).to_rfc3339()))
+        }),
+        _ => {
+            // Text and unknown types: the raw text, as a string literal; DataFusion
+            // coerces it where the context needs another type.
+            match portal.parameters.get(i).cloned().flatten() {
+                None => None,
+                Some(bytes) => Some(quote(
+                    std::str::from_utf8(&bytes).map_err(|e| bad_param(i, e))?,
+                )),
+            }
+        }
+    };
+    Ok(lit.unwrap_or_else(|| "NULL".into()))
+}
+
+/// `sql` with every `$n` replaced by the literal of parameter n.
+pub fn bind<S: Clone>(sql: &str, portal: &Portal<S>, types: &[Type]) -> PgWireResult<String> {
+    let mut literals = Vec::with_capacity(portal.parameter_len());
+    for i in 0..portal.parameter_len() {
+        let ty = portal
+            .statement
+            .parameter_types
+            .get(i)
+            .cloned()
+            .flatten()
+            .or_else(|| types.get(i).cloned())
+            .unwrap_or(Type::TEXT);
+        literals.push(literal(portal, i, &ty)?);
+    }
+    let mut out = String::with_capacity(sql.len());
+    let mut last = 0;
+    let mut err = None;
+    for_each_placeholder(sql, |n, start, end| {
+        out.push_str(&sql[last..start]);
+        match literals.get(n.wrapping_sub(1)) {
+            Some(l) => out.push_str(&format!("({l})")),
+            None => err = Some(n),
+        }
+        last = end;
+    });
+    out.push_str(&sql[last..]);
+    if let Some(n) = err {
+        return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+            "ERROR".into(),
+            "08P01".into(),
+            format!("there is no parameter ${n}"),
+        ))));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_outside_quotes_only() {
+        assert_eq!(count_placeholders("select $1, '$5', $2"), 2);
+        assert_eq!(count_placeholders("select 1"), 0);
+    }
+}

@@ -1,0 +1,125 @@
+//! SELECT serving: DataFusion over a consistent snapshot of every table and view.
+//!
+//! Each statement gets a fresh DataFusion context in which every relation is a
+//! `MemTable` holding its committed contents at one epoch (see
+//! `Runtime::snapshot`). DataFusion then runs any SQL it supports over them.
+
+use crate::database::Database;
+use crate::pg_catalog;
+use crate::session::Session;
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::catalog::MemTable;
+use datafusion::datasource::empty::EmptyTable;
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::Statement;
+use std::collections::HashMap;
+use std::sync::Arc;
+use weir_planner::naming::pg_column_name;
+use weir_planner::{SqlError, SqlResult};
+
+pub fn session_config() -> SessionConfig {
+    let mut cfg = SessionConfig::new()
+        .with_information_schema(true)
+        .with_target_partitions(1)
+        .with_default_catalog_and_schema("weir", "public");
+    let opts = cfg.options_mut();
+    // Plain Utf8 strings (not views) keep every operator and encoder on one type.
+    opts.sql_parser.map_string_types_to_utf8view = false;
+    opts.sql_parser.dialect = datafusion::common::config::Dialect::PostgreSQL;
+    // timestamptz columns are stored in UTC.
+    opts.execution.time_zone = Some("+00:00".to_string());
+    cfg
+}
+
+pub fn new_context() -> SessionContext {
+    let ctx = SessionContext::new_with_config(session_config());
+    pg_catalog::register_functions(&ctx);
+    ctx
+}
+
+/// A context where every relation is an empty table with the right schema: enough to
+/// plan (bind names and types) without reading any data.
+pub fn planning_context(db: &Database) -> SqlResult<SessionContext> {
+    let ctx = new_context();
+    for (name, schema) in db.relation_schemas() {
+        ctx.register_table(name.as_str(), Arc::new(EmptyTable::new(schema)))?;
+    }
+    pg_catalog::register_tables(&ctx, db)?;
+    Ok(ctx)
+}
+
+/// A context over the committed contents of every relation, after this session's own
+/// writes are visible. `overrides` replaces some relations (DML uses a table's latest
+/// contents).
+pub async fn snapshot_context(
+    db: &Database,
+    session: &Session,
+    overrides: HashMap<String, RecordBatch>,
+) -> SqlResult<SessionContext> {
+    db.runtime()
+        .ensure_committed(session.last_write_epoch)
+        .await
+        .map_err(SqlError::from)?;
+    snapshot_context_nowait(db, overrides)
+}
+
+/// Like [`snapshot_context`] without waiting for any epoch (used under the write lock,
+/// where waiting for a barrier would deadlock).
+pub fn snapshot_context_nowait(
+    db: &Database,
+    overrides: HashMap<String, RecordBatch>,
+) -> SqlResult<SessionContext> {
+    let names: Vec<String> = db
+        .relation_schemas()
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| !overrides.contains_key(n))
+        .collect();
+    let (_, batches) = db.runtime().snapshot(&names).map_err(SqlError::from)?;
+    let ctx = new_context();
+    for (name, batch) in batches.into_iter().chain(overrides) {
+        let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+        ctx.register_table(name.as_str(), Arc::new(table))?;
+    }
+    pg_catalog::register_tables(&ctx, db)?;
+    Ok(ctx)
+}
+
+pub async fn plan_statement(state: &SessionState, stmt: &Statement) -> SqlResult<LogicalPlan> {
+    Ok(state
+        .statement_to_plan(DFStatement::Statement(Box::new(stmt.clone())))
+        .await?)
+}
+
+/// Renames result columns the way Postgres names them.
+pub fn pg_schema(schema: &Schema) -> SchemaRef {
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| Field::new(pg_column_name(f.name()), f.data_type().clone(), true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+pub async fn run_query(ctx: &SessionContext, stmt: &Statement) -> SqlResult<(SchemaRef, Vec<RecordBatch>)> {
+    let plan = plan_statement(&ctx.state(), stmt).await?;
+    let df = ctx.execute_logical_plan(plan).await?;
+    let schema = pg_schema(df.schema().as_arrow());
+    let batches = df.collect().await?;
+    let batches = batches
+        .into_iter()
+        .map(|b| {
+            RecordBatch::try_new_with_options(
+                schema.clone(),
+                b.columns().to_vec(),
+                &arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows())),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((schema, batches))
+}

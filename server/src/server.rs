@@ -1,0 +1,46 @@
+//! The TCP listener: one pgwire connection task per client.
+
+use crate::database::Database;
+use crate::pg::auth::Authenticator;
+use crate::pg::handler::Connection;
+use pgwire::api::auth::StartupHandler;
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::PgWireServerHandlers;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+struct Handlers {
+    conn: Arc<Connection>,
+    auth: Arc<Authenticator>,
+}
+
+impl PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.conn.clone()
+    }
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.conn.clone()
+    }
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        self.auth.clone()
+    }
+}
+
+/// Accepts clients until the process ends. Each connection has its own session; a
+/// failing connection never affects the others.
+pub async fn serve(db: Arc<Database>, listener: TcpListener) -> std::io::Result<()> {
+    let auth = Arc::new(Authenticator::new(db.config.password.as_deref()));
+    loop {
+        let (socket, addr) = listener.accept().await?;
+        let _ = socket.set_nodelay(true);
+        let handlers = Handlers {
+            conn: Arc::new(Connection::new(db.clone())),
+            auth: auth.clone(),
+        };
+        tokio::spawn(async move {
+            if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                tracing::debug!(%addr, error = %e, "connection ended with an error");
+            }
+        });
+    }
+}

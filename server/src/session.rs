@@ -1,0 +1,25 @@
+//! Per-connection state.
+
+use std::collections::BTreeMap;
+use weir_executor::Epoch;
+
+#[derive(Debug, Default)]
+pub struct Session {
+    /// Epoch of this session's latest acknowledged write: its reads wait for it
+    /// (read-your-writes).
+    pub last_write_epoch: Epoch,
+    /// `SET` variables of this session.
+    pub settings: BTreeMap<String, String>,
+}
+
+impl Session {
+    /// Parallelism for views this session creates: `SET parallelism.default = n`
+    /// (or RisingWave's `streaming_parallelism`) overrides the server's default.
+    pub fn parallelism(&self) -> Option<u32> {
+        self.settings
+            .get("parallelism.default")
+            .or_else(|| self.settings.get("streaming_parallelism"))
+            .and_then(|v| v.trim_matches('\'').parse().ok())
+            .filter(|p| *p >= 1)
+    }
+}

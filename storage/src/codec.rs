@@ -1,0 +1,103 @@
+//! Arrow IPC encoding of a change batch: the rows plus one op code per row, stored as a
+//! trailing `__op` Int8 column so a whole change batch is one self-describing IPC stream.
+
+use crate::{Result, StorageError};
+use arrow::array::{Array, ArrayRef, Int8Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+use std::sync::Arc;
+
+const OP_COLUMN: &str = "__op";
+
+pub fn encode_changes(ops: &[i8], batch: &RecordBatch) -> Result<Vec<u8>> {
+    encode_change_batches(&[(ops, batch)])
+}
+
+/// Several change batches of one schema in one IPC stream: one atomic log entry for a
+/// statement that produced many batches.
+pub fn encode_change_batches(parts: &[(&[i8], &RecordBatch)]) -> Result<Vec<u8>> {
+    let Some((_, first)) = parts.first() else {
+        return Err(StorageError::Corrupt("no change batch to encode".into()));
+    };
+    let schema = with_op_schema(first);
+    let mut buf = Vec::new();
+    {
+        let mut w = StreamWriter::try_new(&mut buf, &schema)?;
+        for (ops, batch) in parts {
+            let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+            columns.push(Arc::new(Int8Array::from(ops.to_vec())));
+            w.write(&RecordBatch::try_new(schema.clone(), columns)?)?;
+        }
+        w.finish()?;
+    }
+    Ok(buf)
+}
+
+fn with_op_schema(batch: &RecordBatch) -> Arc<Schema> {
+    let mut fields: Vec<Arc<Field>> = batch.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(Field::new(OP_COLUMN, DataType::Int8, false)));
+    Arc::new(Schema::new(fields))
+}
+
+pub fn decode_changes(bytes: &[u8]) -> Result<(Vec<i8>, RecordBatch)> {
+    decode_change_batches(bytes)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| StorageError::Corrupt("empty change batch".into()))
+}
+
+pub fn decode_change_batches(bytes: &[u8]) -> Result<Vec<(Vec<i8>, RecordBatch)>> {
+    let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
+    reader
+        .map(|b| split_ops(b?))
+        .collect::<Result<Vec<_>>>()
+}
+
+fn split_ops(batch: RecordBatch) -> Result<(Vec<i8>, RecordBatch)> {
+    let n = batch.num_columns();
+    if n == 0 || batch.schema().field(n - 1).name() != OP_COLUMN {
+        return Err(StorageError::Corrupt("change batch without op column".into()));
+    }
+    let ops = batch
+        .column(n - 1)
+        .as_any()
+        .downcast_ref::<Int8Array>()
+        .ok_or_else(|| StorageError::Corrupt("op column is not Int8".into()))?;
+    let ops: Vec<i8> = (0..ops.len()).map(|i| ops.value(i)).collect();
+    let mut fields: Vec<Arc<Field>> = batch.schema().fields().iter().cloned().collect();
+    fields.pop();
+    let schema = Arc::new(Schema::new(fields));
+    let rows = RecordBatch::try_new_with_options(
+        schema,
+        batch.columns()[..n - 1].to_vec(),
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?;
+    Ok((ops, rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int32Array, StringArray};
+
+    #[test]
+    fn round_trip() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int32, true),
+            Field::new("b", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int32Array::from(vec![Some(1), None])),
+                Arc::new(StringArray::from(vec![Some("x"), Some("y")])),
+            ],
+        )
+        .unwrap();
+        let bytes = encode_changes(&[1, -1], &batch).unwrap();
+        let (ops, back) = decode_changes(&bytes).unwrap();
+        assert_eq!(ops, vec![1, -1]);
+        assert_eq!(back, batch);
+    }
+}

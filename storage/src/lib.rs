@@ -1,0 +1,41 @@
+//! Weir storage: durable bytes.
+//!
+//! Module map:
+//! - [`key_group`]: `KeyGroup`, the stable key hash and the key-group → actor assignment
+//!   (`key_group = hash(key) % max_parallelism`, `actor = kg * parallelism / max_parallelism`).
+//! - [`state_backend`]: the `StateBackend` trait (bytes under `(uid, key_group, key)`) and
+//!   the in-memory backend.
+//! - [`state_table`]: `StateTable`, the one state API operators use: a write-back cache
+//!   flushed into the backend as one write batch per barrier.
+//! - [`table_log`]: `TableLog`, the append-only, fsynced, checksummed log that makes a
+//!   table write durable before it is acknowledged, and replays it on recovery.
+//! - [`meta_store`]: atomic files under `meta/` (the catalog).
+//! - [`codec`]: Arrow IPC encoding of change batches used by the table log.
+
+pub mod codec;
+pub mod key_group;
+pub mod meta_store;
+pub mod state_backend;
+pub mod state_table;
+pub mod table_log;
+
+pub use key_group::{KeyGroup, KeyGroupRange};
+pub use state_backend::{MemoryStateBackend, StateBackend, StateKey, WriteBatch};
+pub use state_table::StateTable;
+pub use table_log::{LogOffset, TableLog};
+
+/// Errors of the storage layer. I/O and corruption are kept apart because recovery
+/// treats a torn tail (expected after `kill -9`) differently from an I/O failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+    #[error("arrow error: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    #[error("serialization error: {0}")]
+    Serde(#[from] serde_json::Error),
+}
+
+pub type Result<T> = std::result::Result<T, StorageError>;
