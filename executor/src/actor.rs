@@ -23,6 +23,23 @@ use tokio::sync::mpsc::{Receiver, UnboundedSender};
 
 pub type ActorId = u64;
 
+/// Runs an operator call, turning a panic into an error so that a bug in one operator
+/// fails its job (visibly) instead of silently killing the actor and stalling every
+/// epoch.
+fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(crate::error::ExecError::Internal(format!("operator panicked: {msg}")))
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct BarrierAck {
     pub epoch: u64,
@@ -163,7 +180,7 @@ impl Actor {
         for op in &mut self.chain {
             let mut next = Vec::new();
             for c in current {
-                op.process_chunk(c, &mut next)?;
+                guard(|| op.process_chunk(c, &mut next))?;
             }
             current = next;
             if current.is_empty() {
@@ -199,9 +216,9 @@ impl Actor {
         for op in &mut self.chain {
             let mut next = Vec::new();
             for c in carried {
-                op.process_chunk(c, &mut next)?;
+                guard(|| op.process_chunk(c, &mut next))?;
             }
-            op.on_barrier(barrier, &mut next)?;
+            guard(|| op.on_barrier(barrier, &mut next))?;
             carried = next;
         }
         for c in carried {

@@ -116,8 +116,24 @@ fn clean(msg: &str) -> String {
     s
 }
 
+/// Postgres's wording for an unknown relation, from DataFusion's
+/// "table 'weir.public.x' not found".
+fn undefined_relation(msg: &str) -> Option<SqlError> {
+    let start = msg.find("table '")? + 7;
+    let rest = &msg[start..];
+    let end = rest.find("' not found")?;
+    let name = rest[..end].rsplit('.').next().unwrap_or(&rest[..end]);
+    Some(SqlError::new(
+        sqlstate::UNDEFINED_TABLE,
+        format!("relation \"{name}\" does not exist"),
+    ))
+}
+
 impl From<DataFusionError> for SqlError {
     fn from(e: DataFusionError) -> Self {
+        if let Some(err) = undefined_relation(&e.to_string()) {
+            return err;
+        }
         let e = e.find_root().clone_shallow();
         match &e {
             DataFusionError::SQL(pe, _) => SqlError::syntax(format!("syntax error: {pe}")),

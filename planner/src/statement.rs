@@ -17,6 +17,8 @@ pub enum WeirStatement {
     ShowMaterializedViews,
     ShowCreateMaterializedView(String),
     ShowJobs,
+    /// `SHOW <name>`: a configuration key such as `pipeline.max-parallelism`.
+    ShowVariable(String),
     /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the streaming plan, not executed.
     ExplainCreateMaterializedView(Box<Statement>),
     /// Anything sqlparser parses; the server dispatches on its kind.
@@ -108,6 +110,9 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
         ["show", "create", "materialized", "view", _name] => {
             let raw = sql.split_whitespace().nth(4).unwrap_or_default();
             return Ok(WeirStatement::ShowCreateMaterializedView(normalize_ident(raw)));
+        }
+        ["show", name] if *name != "create" => {
+            return Ok(WeirStatement::ShowVariable(name.trim_matches('"').to_string()))
         }
         ["explain", "create", "materialized", ..] => {
             let inner = sql.trim_start()[7..].trim_start();

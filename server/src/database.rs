@@ -150,6 +150,7 @@ impl Database {
             }
             WeirStatement::ShowCreateMaterializedView(name) => show::show_create(self, &name),
             WeirStatement::ShowJobs => show::show_jobs(self),
+            WeirStatement::ShowVariable(name) => show::show_variable(self, session, &name),
             WeirStatement::ExplainCreateMaterializedView(stmt) => {
                 ddl::explain_create_view(self, session, &stmt).await
             }
@@ -191,7 +192,10 @@ impl Database {
                 Ok(Output::TransactionEnd("ROLLBACK".into()))
             }
             Statement::Set(_) => show::set(session, stmt),
-            Statement::ShowVariable { variable } => show::show_variable(self, session, variable),
+            Statement::ShowVariable { variable } => {
+                let name = variable.iter().map(|i| i.value.as_str()).collect::<Vec<_>>().join(" ");
+                show::show_variable(self, session, &name)
+            }
             Statement::Discard { .. } => Ok(Output::command("DISCARD ALL")),
             other => Err(SqlError::unsupported(format!(
                 "statement not supported: {}",

@@ -42,6 +42,14 @@ fn check_target(db: &Database, name: &str, verb: &str) -> SqlResult<SchemaRef> {
 /// Casts query output to the table's types, erroring (not truncating) on values that
 /// do not fit, as Postgres does.
 fn conform(batch: &RecordBatch, schema: &SchemaRef, offset: usize) -> SqlResult<Vec<ArrayRef>> {
+    for (i, f) in schema.fields().iter().enumerate() {
+        if !f.is_nullable() && batch.column(offset + i).null_count() > 0 {
+            return Err(SqlError::new(
+                sqlstate::NOT_NULL_VIOLATION,
+                format!("null value in column \"{}\" violates not-null constraint", f.name()),
+            ));
+        }
+    }
     let opts = CastOptions {
         safe: false,
         ..Default::default()

@@ -1,9 +1,10 @@
 //! Enough of `pg_catalog` for psql's backslash commands (`\dt`, `\dm`, `\dv`, `\d`,
 //! `\l`, `\dn`) and for drivers' metadata calls.
 //!
-//! The tables are generated from Weir's catalog for every statement and registered both
-//! as `pg_catalog.<name>` and unqualified (pg_catalog is always on Postgres's search
-//! path). psql-specific syntax that DataFusion does not parse is rewritten first.
+//! The tables are generated from Weir's catalog for every statement and registered as
+//! `pg_catalog.<name>` (they must be schema-qualified; unqualified names resolve in
+//! `public` only). psql-specific syntax that DataFusion does not parse is rewritten
+//! first.
 
 use crate::catalog::RelationKind;
 use crate::database::Database;
@@ -75,10 +76,7 @@ fn table(ctx: &SessionContext, name: &str, columns: Vec<(&str, ArrayRef)>) -> Sq
     ));
     let batch = RecordBatch::try_new(schema.clone(), columns.into_iter().map(|(_, a)| a).collect())?;
     let t = Arc::new(MemTable::try_new(schema, vec![vec![batch]])?);
-    ctx.register_table(format!("pg_catalog.{name}").as_str(), t.clone())?;
-    if !ctx.table_exist(name)? {
-        ctx.register_table(name, t)?;
-    }
+    ctx.register_table(format!("pg_catalog.{name}").as_str(), t)?;
     Ok(())
 }
 

@@ -82,7 +82,11 @@ pub fn snapshot_context_nowait(
     let (_, batches) = db.runtime().snapshot(&names).map_err(SqlError::from)?;
     let ctx = new_context();
     for (name, batch) in batches.into_iter().chain(overrides) {
-        let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+        // Registered all-nullable: NOT NULL is enforced by the table writer, with
+        // Postgres's error, not by DataFusion's INSERT planning.
+        let schema = weir_planner::nullable_schema(&datafusion::common::DFSchema::try_from(batch.schema())?);
+        let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?;
+        let table = MemTable::try_new(schema, vec![vec![batch]])?;
         ctx.register_table(name.as_str(), Arc::new(table))?;
     }
     pg_catalog::register_tables(&ctx, db)?;

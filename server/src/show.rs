@@ -6,7 +6,7 @@ use crate::output::Output;
 use crate::session::Session;
 use arrow::array::{RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
-use datafusion::sql::sqlparser::ast::{Expr, Ident, Set, Statement, Value};
+use datafusion::sql::sqlparser::ast::{Expr, Set, Statement, Value};
 use std::sync::Arc;
 use weir_planner::{sqlstate, SqlError, SqlResult};
 
@@ -148,12 +148,13 @@ fn default_variable(db: &Database, key: &str) -> Option<String> {
     })
 }
 
-pub fn show_variable(db: &Database, session: &Session, variable: &[Ident]) -> SqlResult<Output> {
-    let key = variable
-        .iter()
-        .map(|i| i.value.to_ascii_lowercase())
-        .collect::<Vec<_>>()
-        .join(".");
+pub fn show_variable(db: &Database, session: &Session, name: &str) -> SqlResult<Output> {
+    let key = name.to_ascii_lowercase();
+    let key = match key.as_str() {
+        "transaction isolation level" => "transaction_isolation".to_string(),
+        "time zone" => "timezone".to_string(),
+        _ => key,
+    };
     if key == "all" {
         let mut rows: Vec<Vec<String>> = session
             .settings

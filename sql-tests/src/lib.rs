@@ -1,1 +1,15 @@
+//! Test harness that drives a real `weir` server over the Postgres wire protocol.
+//!
+//! Module map:
+//! - [`process`]: `WeirProcess`: start a `weir` binary on a free port with its own
+//!   data dir, connect, kill it with SIGKILL, restart it.
+//! - [`slt`]: the sqllogictest `AsyncDB` over tokio-postgres, and record-level runs.
+//!
+//! Tests live in `tests/` (sqllogictest files in `slt/`, differential and crash tests);
+//! the conformance report over `../shared/conformance/` is `src/bin/conformance.rs`.
 
+pub mod process;
+pub mod slt;
+
+pub use process::WeirProcess;
+pub use slt::PgDb;

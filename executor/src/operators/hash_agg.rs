@@ -159,7 +159,13 @@ impl Operator for HashAggOperator {
     fn process_chunk(&mut self, chunk: StreamChunk, _out: &mut Vec<StreamChunk>) -> Result<()> {
         let k = self.spec.group_types.len();
         let cols = chunk.columns();
-        let keys = self.key_converter.convert_columns(&cols[..k])?;
+        // A global aggregate has no key columns: every row is in the one group, whose
+        // key is empty (a zero-column row batch would report zero rows).
+        let keys = if k == 0 {
+            None
+        } else {
+            Some(self.key_converter.convert_columns(&cols[..k])?)
+        };
         let prepared = self
             .calls
             .iter()
@@ -168,8 +174,8 @@ impl Operator for HashAggOperator {
         let nulls: Vec<Option<&ArrayRef>> =
             self.calls.iter().map(|c| c.call.arg.map(|a| &cols[a])).collect();
         for (i, op) in chunk.ops.iter().enumerate() {
-            let key = keys.row(i);
-            let key = key.as_ref();
+            let key_row = keys.as_ref().map(|k| k.row(i));
+            let key: &[u8] = key_row.as_ref().map(|r| r.as_ref()).unwrap_or(&[]);
             if !self.epoch_before.contains_key(key) {
                 let before = match self.state.get(key) {
                     Some(g) if self.visible(g) => Some(self.outputs(g)?),

@@ -107,13 +107,64 @@ pub fn encode_rows(batches: &[RecordBatch], fields: Arc<Vec<FieldInfo>>) -> PgWi
             })
             .collect::<PgWireResult<_>>()?;
         for r in 0..batch.num_rows() {
-            for col in &cols {
+            for (i, col) in cols.iter().enumerate() {
+                if fields[i].format() == FieldFormat::Text {
+                    if let Some(text) = postgres_text(col, r) {
+                        enc.encode_field_with_type_and_format(
+                            &text,
+                            fields[i].datatype(),
+                            FieldFormat::Text,
+                            &Default::default(),
+                        )?;
+                        continue;
+                    }
+                }
                 encode_value(&mut enc, col, r)?;
             }
             rows.push(enc.take_row());
         }
     }
     Ok(rows)
+}
+
+/// Text forms where Postgres prints differently from the Rust types' defaults:
+/// timestamps without trailing zero fractions, floats as `Infinity`/`NaN`.
+fn postgres_text(col: &ArrayRef, r: usize) -> Option<String> {
+    if col.is_null(r) {
+        return None;
+    }
+    match col.data_type() {
+        DataType::Timestamp(_, tz) => {
+            let micros = col.as_primitive::<TimestampMicrosecondType>().value(r);
+            let dt = DateTime::<Utc>::from_timestamp_micros(micros)?;
+            let mut s = dt.format("%Y-%m-%d %H:%M:%S").to_string();
+            let frac = micros.rem_euclid(1_000_000);
+            if frac != 0 {
+                let f = format!(".{frac:06}");
+                s.push_str(f.trim_end_matches('0'));
+            }
+            if tz.is_some() {
+                s.push_str("+00");
+            }
+            Some(s)
+        }
+        DataType::Float64 => Some(float_text(col.as_primitive::<Float64Type>().value(r))),
+        DataType::Float32 => {
+            let v = col.as_primitive::<Float32Type>().value(r);
+            Some(if v.is_finite() { format!("{v}") } else { float_text(v as f64) })
+        }
+        _ => None,
+    }
+}
+
+fn float_text(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "Infinity".into() } else { "-Infinity".into() }
+    } else {
+        format!("{v}")
+    }
 }
 
 fn encode_value(enc: &mut DataRowEncoder, col: &ArrayRef, r: usize) -> PgWireResult<()> {

@@ -1,0 +1,143 @@
+//! A `weir` server process for tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio_postgres::{Client, NoTls};
+
+/// The `weir` binary: `$WEIR_BIN`, or `weir` next to the test executable's `deps/`.
+pub fn weir_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("WEIR_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let bin = dir.join("weir");
+    assert!(
+        bin.exists(),
+        "weir binary not found at {} (run `cargo build --bin weir` first or set WEIR_BIN)",
+        bin.display()
+    );
+    bin
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+pub struct WeirProcess {
+    child: Option<Child>,
+    pub port: u16,
+    pub data_dir: PathBuf,
+    parallelism: u32,
+    extra_config: String,
+    log_path: PathBuf,
+}
+
+impl WeirProcess {
+    /// Starts a server on a fresh port over `data_dir` and waits until it accepts
+    /// connections.
+    pub async fn start(data_dir: &Path, parallelism: u32) -> WeirProcess {
+        Self::start_with_config(data_dir, parallelism, "").await
+    }
+
+    pub async fn start_with_config(data_dir: &Path, parallelism: u32, config: &str) -> WeirProcess {
+        let mut p = WeirProcess {
+            child: None,
+            port: 0,
+            data_dir: data_dir.to_path_buf(),
+            parallelism,
+            extra_config: config.to_string(),
+            log_path: data_dir.with_extension("log"),
+        };
+        p.spawn().await;
+        p
+    }
+
+    async fn spawn(&mut self) {
+        std::fs::create_dir_all(&self.data_dir).expect("data dir");
+        self.port = free_port();
+        let config_path = self.data_dir.with_extension("toml");
+        std::fs::write(&config_path, &self.extra_config).expect("config");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .expect("log file");
+        let child = Command::new(weir_binary())
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--parallelism")
+            .arg(self.parallelism.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn weir");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(c) = self.try_connect().await {
+                drop(c);
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().expect("wait") {
+                panic!(
+                    "weir exited with {status} during startup; log:\n{}",
+                    std::fs::read_to_string(&self.log_path).unwrap_or_default()
+                );
+            }
+            assert!(Instant::now() < deadline, "weir did not start in time");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn try_connect(&self) -> Result<Client, tokio_postgres::Error> {
+        let (client, conn) = tokio_postgres::connect(
+            &format!("host=127.0.0.1 port={} user=weir dbname=weir", self.port),
+            NoTls,
+        )
+        .await?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(client)
+    }
+
+    pub async fn connect(&self) -> Client {
+        self.try_connect().await.expect("connect to weir")
+    }
+
+    /// SIGKILL: no shutdown hook runs, exactly like a crash.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub async fn restart(&mut self) {
+        self.kill9();
+        self.spawn().await;
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for WeirProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

@@ -1,0 +1,77 @@
+//! sqllogictest over the wire: every statement goes through tokio-postgres's simple
+//! query protocol, exactly as psql sends it, and values are compared as the text the
+//! server returned.
+
+use sqllogictest::{DBOutput, DefaultColumnType};
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+pub struct PgDb {
+    pub client: Client,
+}
+
+#[derive(Debug)]
+pub struct PgError(pub tokio_postgres::Error);
+
+impl std::fmt::Display for PgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_db_error() {
+            Some(db) => write!(f, "{} (SQLSTATE {})", db.message(), db.code().code()),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+impl std::error::Error for PgError {}
+
+#[async_trait::async_trait]
+impl sqllogictest::AsyncDB for PgDb {
+    type Error = PgError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, PgError> {
+        let msgs = self.client.simple_query(sql).await.map_err(PgError)?;
+        let mut rows = Vec::new();
+        let mut columns = None;
+        let mut affected = 0;
+        for m in msgs {
+            match m {
+                SimpleQueryMessage::RowDescription(cols) => columns = Some(cols.len()),
+                SimpleQueryMessage::Row(row) => {
+                    columns.get_or_insert(row.len());
+                    rows.push(
+                        (0..row.len())
+                            .map(|i| match row.get(i) {
+                                None => "NULL".to_string(),
+                                Some("") => "(empty)".to_string(),
+                                Some(v) => v.to_string(),
+                            })
+                            .collect(),
+                    );
+                }
+                SimpleQueryMessage::CommandComplete(n) => affected = n,
+                _ => {}
+            }
+        }
+        match columns {
+            Some(n) => Ok(DBOutput::Rows {
+                types: vec![DefaultColumnType::Any; n],
+                rows,
+            }),
+            None => Ok(DBOutput::StatementComplete(affected)),
+        }
+    }
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        "weir"
+    }
+
+    async fn sleep(dur: std::time::Duration) {
+        tokio::time::sleep(dur).await
+    }
+
+    fn error_sql_state(err: &PgError) -> Option<String> {
+        err.0.as_db_error().map(|d| d.code().code().to_string())
+    }
+}

@@ -1,0 +1,245 @@
+//! Differential test: seeded random INSERT/UPDATE/DELETE sequences on two tables, with
+//! views covering aggregates with retraction, HAVING, DISTINCT, a global aggregate and
+//! views on views. After every batch of changes each view, read from a real `weir`
+//! server, must equal DataFusion's batch answer for the same query over the test's own
+//! copy of the tables (an oracle independent of Weir's storage and runtime).
+
+use datafusion::arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::util::display::array_value_to_string;
+use datafusion::datasource::MemTable;
+use datafusion::prelude::SessionContext;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio_postgres::{Client, SimpleQueryMessage};
+use weir_sql_tests::WeirProcess;
+
+/// (name, defining query). Views may read earlier views.
+const VIEWS: &[(&str, &str)] = &[
+    ("v_groups", "SELECT g, count(*) AS n, sum(v) AS total, min(v) AS lo, max(v) AS hi, count(s) AS ns FROM t1 GROUP BY g"),
+    ("v_having", "SELECT g, sum(v) AS total FROM t1 GROUP BY g HAVING count(*) > 2"),
+    ("v_distinct", "SELECT DISTINCT s FROM t1"),
+    ("v_filtered", "SELECT s, count(*) AS n, max(g) AS top FROM t1 WHERE v % 3 = 0 GROUP BY s"),
+    ("v_global", "SELECT count(*) AS n, sum(x) AS total, max(k) AS top, min(x) AS lo FROM t2"),
+    ("v_avg", "SELECT k, avg(x) AS mean, count(x) AS n FROM t2 GROUP BY k"),
+    ("v_proj", "SELECT id, v * 2 + g AS w, upper(s) AS us FROM t1 WHERE g < 3"),
+    ("v_on_view", "SELECT n, count(*) AS groups, sum(total) AS total FROM v_groups GROUP BY n"),
+    ("v_on_view2", "SELECT count(*) AS n FROM v_having WHERE total > 0"),
+];
+
+#[derive(Default)]
+struct Oracle {
+    t1: BTreeMap<i32, (i32, i64, Option<String>)>,
+    t2: BTreeMap<i32, (String, Option<i32>)>,
+}
+
+impl Oracle {
+    async fn context(&self) -> SessionContext {
+        let ctx = SessionContext::new();
+        let s1 = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int32, false),
+            Field::new("g", DataType::Int32, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let b1 = RecordBatch::try_new(
+            s1.clone(),
+            vec![
+                Arc::new(Int32Array::from(self.t1.keys().copied().collect::<Vec<_>>())) as ArrayRef,
+                Arc::new(Int32Array::from(self.t1.values().map(|r| r.0).collect::<Vec<_>>())),
+                Arc::new(Int64Array::from(self.t1.values().map(|r| r.1).collect::<Vec<_>>())),
+                Arc::new(StringArray::from(self.t1.values().map(|r| r.2.clone()).collect::<Vec<_>>())),
+            ],
+        )
+        .unwrap();
+        let s2 = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int32, false),
+            Field::new("k", DataType::Utf8, true),
+            Field::new("x", DataType::Int32, true),
+        ]));
+        let b2 = RecordBatch::try_new(
+            s2.clone(),
+            vec![
+                Arc::new(Int32Array::from(self.t2.keys().copied().collect::<Vec<_>>())) as ArrayRef,
+                Arc::new(StringArray::from(self.t2.values().map(|r| r.0.clone()).collect::<Vec<_>>())),
+                Arc::new(Int32Array::from(self.t2.values().map(|r| r.1).collect::<Vec<_>>())),
+            ],
+        )
+        .unwrap();
+        ctx.register_table("t1", Arc::new(MemTable::try_new(s1, vec![vec![b1]]).unwrap()))
+            .unwrap();
+        ctx.register_table("t2", Arc::new(MemTable::try_new(s2, vec![vec![b2]]).unwrap()))
+            .unwrap();
+        for (name, sql) in VIEWS {
+            ctx.sql(&format!("CREATE VIEW {name} AS {sql}")).await.unwrap();
+        }
+        ctx
+    }
+}
+
+/// Rows as sorted text, numbers normalized so that 2 and 2.0 compare equal.
+fn normalize(v: &str) -> String {
+    match v.parse::<f64>() {
+        Ok(f) if v != "NaN" => format!("{:.6}", f),
+        _ => v.to_string(),
+    }
+}
+
+async fn weir_rows(client: &Client, sql: &str) -> Vec<Vec<String>> {
+    let mut rows: Vec<Vec<String>> = client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| normalize(r.get(i).unwrap_or("NULL")))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+async fn oracle_rows(ctx: &SessionContext, sql: &str) -> Vec<Vec<String>> {
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let mut rows = Vec::new();
+    for b in batches {
+        for r in 0..b.num_rows() {
+            rows.push(
+                b.columns()
+                    .iter()
+                    .map(|c| {
+                        if c.is_null(r) {
+                            "NULL".to_string()
+                        } else {
+                            normalize(&array_value_to_string(c, r).unwrap())
+                        }
+                    })
+                    .collect(),
+            );
+        }
+    }
+    rows.sort();
+    rows
+}
+
+fn sql_text(s: &Option<String>) -> String {
+    s.as_ref().map(|s| format!("'{s}'")).unwrap_or_else(|| "NULL".into())
+}
+
+async fn run(seed: u64, parallelism: u32, steps: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = WeirProcess::start(&dir.path().join("data"), parallelism).await;
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t1 (id int PRIMARY KEY, g int, v bigint, s text);
+             CREATE TABLE t2 (id int PRIMARY KEY, k text, x int);",
+        )
+        .await
+        .unwrap();
+    // Some views exist before any data, some are created midway (backfill).
+    let (early, late) = VIEWS.split_at(5);
+    for (name, sql) in early {
+        client
+            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {sql}"))
+            .await
+            .unwrap();
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut oracle = Oracle::default();
+    let mut next_id = 0;
+    let words = ["ant", "bee", "cat", "dog"];
+    let mut created_late = false;
+    for step in 0..steps {
+        let op = rng.random_range(0..10);
+        let sql = if op < 4 || oracle.t1.len() < 3 {
+            // Multi-row insert into t1.
+            let n = rng.random_range(1..6);
+            let mut vals = Vec::new();
+            for _ in 0..n {
+                next_id += 1;
+                let g = rng.random_range(0..6);
+                let v = rng.random_range(-50..200i64);
+                let s = (rng.random_range(0..5) > 0).then(|| words[rng.random_range(0..4)].to_string());
+                vals.push(format!("({next_id}, {g}, {v}, {})", sql_text(&s)));
+                oracle.t1.insert(next_id, (g, v, s));
+            }
+            format!("INSERT INTO t1 VALUES {}", vals.join(", "))
+        } else if op < 6 {
+            let keys: Vec<i32> = oracle.t1.keys().copied().collect();
+            let id = keys[rng.random_range(0..keys.len())];
+            let g = rng.random_range(0..6);
+            let dv = rng.random_range(-20..20i64);
+            let row = oracle.t1.get_mut(&id).unwrap();
+            row.0 = g;
+            row.1 += dv;
+            format!("UPDATE t1 SET g = {g}, v = v + {dv} WHERE id = {id}")
+        } else if op < 7 {
+            let keys: Vec<i32> = oracle.t1.keys().copied().collect();
+            let lo = keys[rng.random_range(0..keys.len())];
+            let hi = lo + rng.random_range(0..3);
+            oracle.t1.retain(|k, _| *k < lo || *k > hi);
+            format!("DELETE FROM t1 WHERE id BETWEEN {lo} AND {hi}")
+        } else if op < 9 || oracle.t2.is_empty() {
+            next_id += 1;
+            let k = words[rng.random_range(0..4)].to_string();
+            let x = (rng.random_range(0..6) > 0).then(|| rng.random_range(-10..100));
+            oracle.t2.insert(next_id, (k.clone(), x));
+            format!(
+                "INSERT INTO t2 VALUES ({next_id}, '{k}', {})",
+                x.map(|x| x.to_string()).unwrap_or("NULL".into())
+            )
+        } else {
+            let keys: Vec<i32> = oracle.t2.keys().copied().collect();
+            let id = keys[rng.random_range(0..keys.len())];
+            oracle.t2.remove(&id);
+            format!("DELETE FROM t2 WHERE id = {id}")
+        };
+        client
+            .batch_execute(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("step {step}: {sql}: {e:?}"));
+        if !created_late && step == steps / 3 {
+            for (name, sql) in late {
+                client
+                    .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {sql}"))
+                    .await
+                    .unwrap();
+            }
+            created_late = true;
+        }
+        if step % 20 == 19 || step + 1 == steps {
+            let ctx = oracle.context().await;
+            let live: &[(&str, &str)] = if created_late { VIEWS } else { early };
+            for (name, sql) in live {
+                let got = weir_rows(&client, &format!("SELECT * FROM {name}")).await;
+                let want = oracle_rows(&ctx, sql).await;
+                assert_eq!(
+                    got, want,
+                    "view {name} differs from the batch answer (seed {seed}, parallelism {parallelism}, step {step})"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_equal_batch_answers_at_parallelism_1() {
+    for seed in [1, 2] {
+        run(seed, 1, 120).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_equal_batch_answers_at_parallelism_4() {
+    for seed in [3, 4] {
+        run(seed, 4, 120).await;
+    }
+}

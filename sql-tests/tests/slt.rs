@@ -1,0 +1,58 @@
+//! Runs every `.slt` file in `sql-tests/slt/` against its own real `weir` server, at
+//! parallelism 1 and 4 (`# parallelism: N` files pin one).
+
+use std::path::PathBuf;
+use weir_sql_tests::{PgDb, WeirProcess};
+
+async fn run_file(path: PathBuf, parallelism: u32) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let server = WeirProcess::start(&dir.path().join("data"), parallelism).await;
+    let port = server.port;
+    let mut runner = sqllogictest::Runner::new(move || async move {
+        let (client, conn) = tokio_postgres::connect(
+            &format!("host=127.0.0.1 port={port} user=weir dbname=weir"),
+            tokio_postgres::NoTls,
+        )
+        .await
+        .map_err(weir_sql_tests::slt::PgError)?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(PgDb { client })
+    });
+    if let Err(e) = runner.run_file_async(&path).await {
+        return Err(format!(
+            "{} at parallelism {parallelism} failed:\n{}\nserver log tail:\n{}",
+            path.display(),
+            e.display(false),
+            server.log().lines().rev().take(20).collect::<Vec<_>>().join("\n")
+        ));
+    }
+    Ok(())
+}
+
+fn slt_files() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("slt");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no .slt files in {}", dir.display());
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slt_files_at_parallelism_1_and_4() {
+    let mut failures = Vec::new();
+    for file in slt_files() {
+        for p in [1, 4] {
+            eprintln!("running {} at parallelism {p}", file.display());
+            if let Err(e) = run_file(file.clone(), p).await {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n\n"));
+}
