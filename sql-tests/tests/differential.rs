@@ -232,14 +232,14 @@ async fn run(seed: u64, parallelism: u32, steps: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn views_equal_batch_answers_at_parallelism_1() {
-    for seed in [1, 2] {
-        run(seed, 1, 120).await;
+    for seed in [1, 2, 5] {
+        run(seed, 1, 200).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn views_equal_batch_answers_at_parallelism_4() {
-    for seed in [3, 4] {
-        run(seed, 4, 120).await;
+    for seed in [3, 4, 6] {
+        run(seed, 4, 200).await;
     }
 }
