@@ -35,7 +35,9 @@ fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "unknown panic".into());
-            Err(crate::error::ExecError::Internal(format!("operator panicked: {msg}")))
+            Err(crate::error::ExecError::Internal(format!(
+                "operator panicked: {msg}"
+            )))
         }
     }
 }
@@ -201,7 +203,12 @@ impl Actor {
                 self.health.fail(e.to_string());
             }
         }
-        if self.output.send(Message::Barrier(barrier.clone())).await.is_err() {
+        if self
+            .output
+            .send(Message::Barrier(barrier.clone()))
+            .await
+            .is_err()
+        {
             tracing::debug!(actor = self.id, "downstream gone while forwarding barrier");
         }
         let _ = self.acks.send(BarrierAck {

@@ -52,8 +52,14 @@ pub struct AggCall {
 pub enum AccState {
     Count(i64),
     /// Integer or decimal sum (decimals as unscaled values at the input's scale).
-    SumInt { sum: i128, n: i64 },
-    SumFloat { sum: f64, n: i64 },
+    SumInt {
+        sum: i128,
+        n: i64,
+    },
+    SumFloat {
+        sum: f64,
+        n: i64,
+    },
     /// Multiset of row-encoded values, for min and max.
     Extreme(BTreeMap<Vec<u8>, i64>),
 }
@@ -134,7 +140,10 @@ impl CallRuntime {
                 } else if let DataType::Decimal128(_, s) = t {
                     let c = cast(&columns[a], &DataType::Decimal128(38, s))?;
                     PreparedArg::Decimal(
-                        c.as_any().downcast_ref::<Decimal128Array>().unwrap().clone(),
+                        c.as_any()
+                            .downcast_ref::<Decimal128Array>()
+                            .unwrap()
+                            .clone(),
                     )
                 } else {
                     let c = cast(&columns[a], &DataType::Int64)?;
@@ -223,9 +232,10 @@ impl CallRuntime {
                     avg_of_int(*sum, *n, self.call.arg_type.as_ref(), out)?
                 } else {
                     match out {
-                        DataType::Int64 => ScalarValue::Int64(Some(i64::try_from(*sum).map_err(
-                            |_| ExecError::Overflow("bigint out of range".into()),
-                        )?)),
+                        DataType::Int64 => ScalarValue::Int64(Some(
+                            i64::try_from(*sum)
+                                .map_err(|_| ExecError::Overflow("bigint out of range".into()))?,
+                        )),
                         DataType::Decimal128(p, s) => ScalarValue::Decimal128(Some(*sum), *p, *s),
                         other => ScalarValue::Int64(Some(*sum as i64)).cast_to(other)?,
                     }

@@ -154,9 +154,9 @@ pub(crate) async fn deploy_view(
             if gi == last {
                 chain.push(Box::new(MaterializeOperator::new(store.clone())));
             }
-            let output = outputs[gi][d]
-                .take()
-                .ok_or_else(|| ExecError::Internal(format!("fragment {} has no consumer", frag.id)))?;
+            let output = outputs[gi][d].take().ok_or_else(|| {
+                ExecError::Internal(format!("fragment {} has no consumer", frag.id))
+            })?;
             actors.push(Actor {
                 id: rt.next_actor_id(),
                 inputs: receivers[gi].pop().expect("receivers per actor"),

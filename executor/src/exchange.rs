@@ -11,8 +11,8 @@
 use crate::barrier::Message;
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
-use arrow::row::{RowConverter, SortField};
 use arrow::datatypes::DataType;
+use arrow::row::{RowConverter, SortField};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::mpsc::Sender;
 use weir_storage::key_group::{key_hash, KeyGroup};
@@ -54,7 +54,10 @@ impl Dispatcher {
             ExchangeKind::Hash { keys } if senders.len() > 1 => Route::Hash {
                 keys: keys.clone(),
                 converter: RowConverter::new(
-                    key_types.iter().map(|t| SortField::new(t.clone())).collect(),
+                    key_types
+                        .iter()
+                        .map(|t| SortField::new(t.clone()))
+                        .collect(),
                 )?,
                 max_parallelism,
             },

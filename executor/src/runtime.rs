@@ -299,7 +299,10 @@ impl Runtime {
     }
 
     pub fn job_failure(&self, name: &str) -> Option<String> {
-        self.relations.lock().get(name).and_then(|r| r.health.failure())
+        self.relations
+            .lock()
+            .get(name)
+            .and_then(|r| r.health.failure())
     }
 
     pub fn view_parallelism(&self, name: &str) -> Option<u32> {

@@ -149,7 +149,11 @@ impl TableWriter {
         chunk: &StreamChunk,
     ) -> Result<Option<(Vec<Box<[u8]>>, Vec<Box<[u8]>>)>> {
         let Some(pk) = &self.pk else { return Ok(None) };
-        let cols: Vec<_> = pk.columns.iter().map(|&i| chunk.columns()[i].clone()).collect();
+        let cols: Vec<_> = pk
+            .columns
+            .iter()
+            .map(|&i| chunk.columns()[i].clone())
+            .collect();
         let rows = pk.converter.convert_columns(&cols)?;
         let mut removed: HashSet<Box<[u8]>> = HashSet::new();
         let mut added: HashSet<Box<[u8]>> = HashSet::new();
@@ -189,6 +193,9 @@ impl TableWriter {
                 added.insert(k);
             }
         }
-        Ok(Some((removed.into_iter().collect(), added.into_iter().collect())))
+        Ok(Some((
+            removed.into_iter().collect(),
+            added.into_iter().collect(),
+        )))
     }
 }

@@ -67,7 +67,9 @@ pub type SqlResult<T> = std::result::Result<T, SqlError>;
 
 fn classify_message(msg: &str) -> &'static str {
     let m = msg.to_ascii_lowercase();
-    if m.contains("table") && (m.contains("not found") || m.contains("doesn't exist") || m.contains("does not exist")) {
+    if m.contains("table")
+        && (m.contains("not found") || m.contains("doesn't exist") || m.contains("does not exist"))
+    {
         sqlstate::UNDEFINED_TABLE
     } else if m.contains("no field named") || m.contains("column") && m.contains("not found") {
         sqlstate::UNDEFINED_COLUMN
@@ -77,11 +79,27 @@ fn classify_message(msg: &str) -> &'static str {
         sqlstate::DIVISION_BY_ZERO
     } else if m.contains("overflow") || m.contains("out of range") {
         sqlstate::NUMERIC_OUT_OF_RANGE
-    } else if m.contains("cannot cast") || m.contains("cast error") || m.contains("can't cast") || m.contains("error parsing") || m.contains("invalid") && m.contains("value") {
+    } else if m.contains("cannot cast")
+        || m.contains("cast error")
+        || m.contains("can't cast")
+        || m.contains("error parsing")
+        || m.contains("invalid") && m.contains("value")
+    {
         sqlstate::INVALID_TEXT_REPRESENTATION
-    } else if m.contains("coerc") || m.contains("type") && (m.contains("mismatch") || m.contains("cannot be") || m.contains("not supported for") || m.contains("unsupported argument")) || m.contains("no function matches") || m.contains("signature") {
+    } else if m.contains("coerc")
+        || m.contains("type")
+            && (m.contains("mismatch")
+                || m.contains("cannot be")
+                || m.contains("not supported for")
+                || m.contains("unsupported argument"))
+        || m.contains("no function matches")
+        || m.contains("signature")
+    {
         sqlstate::DATATYPE_MISMATCH
-    } else if m.contains("not implemented") || m.contains("unsupported") || m.contains("not supported") {
+    } else if m.contains("not implemented")
+        || m.contains("unsupported")
+        || m.contains("not supported")
+    {
         sqlstate::FEATURE_NOT_SUPPORTED
     } else {
         sqlstate::INTERNAL_ERROR
@@ -142,7 +160,11 @@ impl From<DataFusionError> for SqlError {
                 let msg = se.to_string();
                 let code = classify_message(&msg);
                 SqlError::new(
-                    if code == sqlstate::INTERNAL_ERROR { sqlstate::UNDEFINED_COLUMN } else { code },
+                    if code == sqlstate::INTERNAL_ERROR {
+                        sqlstate::UNDEFINED_COLUMN
+                    } else {
+                        code
+                    },
                     clean(&msg),
                 )
             }

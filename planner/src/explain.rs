@@ -4,7 +4,12 @@
 use weir_executor::exchange::ExchangeKind;
 use weir_executor::{FragmentInput, StreamGraph};
 
-pub fn explain_graph(view: &str, graph: &StreamGraph, parallelism: u32, max_parallelism: u32) -> Vec<String> {
+pub fn explain_graph(
+    view: &str,
+    graph: &StreamGraph,
+    parallelism: u32,
+    max_parallelism: u32,
+) -> Vec<String> {
     let mut lines = vec![format!(
         "StreamingJob: {view} (max_parallelism={max_parallelism})"
     )];
@@ -20,9 +25,13 @@ pub fn explain_graph(view: &str, graph: &StreamGraph, parallelism: u32, max_para
                 }
                 FragmentInput::Fragment { id, exchange } => {
                     let kind = match exchange {
-                        ExchangeKind::Hash { keys } => format!("hash exchange on columns {keys:?} by key group"),
+                        ExchangeKind::Hash { keys } => {
+                            format!("hash exchange on columns {keys:?} by key group")
+                        }
                         ExchangeKind::RoundRobin => "round-robin exchange".to_string(),
-                        ExchangeKind::Single => "single exchange (all rows to one actor)".to_string(),
+                        ExchangeKind::Single => {
+                            "single exchange (all rows to one actor)".to_string()
+                        }
                     };
                     lines.push(format!("  input: fragment {id} ({kind})"));
                 }

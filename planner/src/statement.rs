@@ -109,10 +109,14 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
         ["show", "jobs"] => return Ok(WeirStatement::ShowJobs),
         ["show", "create", "materialized", "view", _name] => {
             let raw = sql.split_whitespace().nth(4).unwrap_or_default();
-            return Ok(WeirStatement::ShowCreateMaterializedView(normalize_ident(raw)));
+            return Ok(WeirStatement::ShowCreateMaterializedView(normalize_ident(
+                raw,
+            )));
         }
         ["show", name] if *name != "create" => {
-            return Ok(WeirStatement::ShowVariable(name.trim_matches('"').to_string()))
+            return Ok(WeirStatement::ShowVariable(
+                name.trim_matches('"').to_string(),
+            ))
         }
         ["explain", "create", "materialized", ..] => {
             let inner = sql.trim_start()[7..].trim_start();
@@ -125,8 +129,12 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
 }
 
 fn parse_sqlparser(sql: &str) -> SqlResult<Statement> {
-    let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql)
-        .map_err(|e| SqlError::syntax(format!("syntax error: {}", strip_parser_prefix(&e.to_string()))))?;
+    let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
+        SqlError::syntax(format!(
+            "syntax error: {}",
+            strip_parser_prefix(&e.to_string())
+        ))
+    })?;
     match stmts.len() {
         0 => Err(SqlError::syntax("empty statement")),
         1 => Ok(stmts.remove(0)),
@@ -150,7 +158,10 @@ mod tests {
 
     #[test]
     fn recognises_weir_statements() {
-        assert!(matches!(parse_statement("FLUSH").unwrap(), WeirStatement::Flush));
+        assert!(matches!(
+            parse_statement("FLUSH").unwrap(),
+            WeirStatement::Flush
+        ));
         assert!(matches!(
             parse_statement("show create materialized view \"V1\"").unwrap(),
             WeirStatement::ShowCreateMaterializedView(n) if n == "V1"

@@ -117,10 +117,12 @@ impl Builder<'_> {
                     let exprs = proj
                         .iter()
                         .map(|&i| {
-                            Ok(Arc::new(datafusion::physical_expr::expressions::Column::new(
-                                source_schema.field(i).name(),
-                                i,
-                            )) as Arc<dyn PhysicalExpr>)
+                            Ok(
+                                Arc::new(datafusion::physical_expr::expressions::Column::new(
+                                    source_schema.field(i).name(),
+                                    i,
+                                )) as Arc<dyn PhysicalExpr>,
+                            )
                         })
                         .collect::<SqlResult<Vec<_>>>()?;
                     p.chain.push(OperatorSpec::Project {
@@ -206,7 +208,12 @@ impl Builder<'_> {
             )),
             other => Err(SqlError::unsupported(format!(
                 "{} in materialized views is not supported yet",
-                other.display().to_string().split(':').next().unwrap_or("this plan node")
+                other
+                    .display()
+                    .to_string()
+                    .split(':')
+                    .next()
+                    .unwrap_or("this plan node")
             ))),
         }
     }
@@ -342,4 +349,3 @@ impl Builder<'_> {
         })
     }
 }
-

@@ -55,7 +55,9 @@ pub async fn run(cmd: BenchCommand, mut cfg: Config) -> Result<(), String> {
             exec(
                 &db,
                 &mut s,
-                &format!("INSERT INTO t SELECT i % {groups}, i FROM generate_series(1, {rows}) AS g(i)"),
+                &format!(
+                    "INSERT INTO t SELECT i % {groups}, i FROM generate_series(1, {rows}) AS g(i)"
+                ),
             )
             .await?;
             let inserted = start.elapsed();

@@ -50,7 +50,9 @@ impl Catalog {
                 next_id: 1,
                 relations: vec![],
             }),
-            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| format!("corrupt catalog: {e}")),
+            Some(bytes) => {
+                serde_json::from_slice(&bytes).map_err(|e| format!("corrupt catalog: {e}"))
+            }
         }
     }
 
@@ -120,7 +122,11 @@ mod tests {
     fn drop_order_puts_dependents_first() {
         let c = Catalog {
             next_id: 4,
-            relations: vec![entry(1, "t", &[]), entry(2, "v1", &["t"]), entry(3, "v2", &["v1"])],
+            relations: vec![
+                entry(1, "t", &[]),
+                entry(2, "v1", &["t"]),
+                entry(3, "v2", &["v1"]),
+            ],
         };
         assert_eq!(c.drop_order("t"), vec!["v2", "v1", "t"]);
         assert_eq!(c.dependents("t"), vec!["v1"]);

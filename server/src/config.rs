@@ -95,17 +95,18 @@ impl Config {
                 as u32;
         }
         if let Some(x) = lookup(&v, "pipeline.max-parallelism") {
-            cfg.max_parallelism = x
-                .as_integer()
-                .filter(|n| *n >= 1 && *n <= 32768)
-                .ok_or("pipeline.max-parallelism must be in 1..=32768")?
-                as u32;
+            cfg.max_parallelism =
+                x.as_integer()
+                    .filter(|n| *n >= 1 && *n <= 32768)
+                    .ok_or("pipeline.max-parallelism must be in 1..=32768")? as u32;
         }
         if let Some(x) = lookup(&v, "barrier.interval") {
             cfg.barrier_interval = match x {
                 toml::Value::Integer(n) if *n > 0 => Duration::from_millis(*n as u64),
                 toml::Value::String(s) => parse_duration(s)?,
-                _ => return Err("barrier.interval must be milliseconds or a duration string".into()),
+                _ => {
+                    return Err("barrier.interval must be milliseconds or a duration string".into())
+                }
             };
         }
         if cfg.parallelism > cfg.max_parallelism {

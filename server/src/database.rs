@@ -63,15 +63,15 @@ impl Database {
         for entry in &stored.relations {
             match entry.kind {
                 RelationKind::Table => {
-                    let chunks = ddl::restore_table(self, entry)
-                        .await
-                        .map_err(|e| format!("cannot restore table {}: {}", entry.name, e.message))?;
+                    let chunks = ddl::restore_table(self, entry).await.map_err(|e| {
+                        format!("cannot restore table {}: {}", entry.name, e.message)
+                    })?;
                     replays.push((entry.name.clone(), chunks));
                 }
                 RelationKind::MaterializedView => {
-                    ddl::restore_view(self, entry)
-                        .await
-                        .map_err(|e| format!("cannot restore view {}: {}", entry.name, e.message))?;
+                    ddl::restore_view(self, entry).await.map_err(|e| {
+                        format!("cannot restore view {}: {}", entry.name, e.message)
+                    })?;
                 }
             }
         }
@@ -106,7 +106,10 @@ impl Database {
     }
 
     pub fn table_log_path(&self, id: u64) -> PathBuf {
-        self.config.data_dir.join("tables").join(format!("{id}.log"))
+        self.config
+            .data_dir
+            .join("tables")
+            .join(format!("{id}.log"))
     }
 
     pub fn relation_schemas(&self) -> Vec<(String, SchemaRef)> {
@@ -158,16 +161,19 @@ impl Database {
         }
     }
 
-    async fn execute_sql(&self, session: &mut Session, stmt: &Statement, sql: &str) -> SqlResult<Output> {
+    async fn execute_sql(
+        &self,
+        session: &mut Session,
+        stmt: &Statement,
+        sql: &str,
+    ) -> SqlResult<Output> {
         match stmt {
             Statement::Query(_) => {
                 let ctx = query::snapshot_context(self, session, Default::default()).await?;
                 let (schema, batches) = query::run_query(&ctx, stmt).await?;
                 Ok(Output::Rows { schema, batches })
             }
-            Statement::Explain { statement, .. }
-                if matches!(statement.as_ref(), Statement::CreateView(v) if v.materialized) =>
-            {
+            Statement::Explain { statement, .. } if matches!(statement.as_ref(), Statement::CreateView(v) if v.materialized) => {
                 ddl::explain_create_view(self, session, statement).await
             }
             Statement::Explain { .. } => {
@@ -188,18 +194,27 @@ impl Database {
             Statement::Drop { .. } => ddl::drop(self, stmt).await,
             Statement::StartTransaction { .. } => Ok(Output::TransactionStart("BEGIN".into())),
             Statement::Commit { .. } => Ok(Output::TransactionEnd("COMMIT".into())),
-            Statement::Rollback { savepoint: None, .. } => {
-                Ok(Output::TransactionEnd("ROLLBACK".into()))
-            }
+            Statement::Rollback {
+                savepoint: None, ..
+            } => Ok(Output::TransactionEnd("ROLLBACK".into())),
             Statement::Set(_) => show::set(session, stmt),
             Statement::ShowVariable { variable } => {
-                let name = variable.iter().map(|i| i.value.as_str()).collect::<Vec<_>>().join(" ");
+                let name = variable
+                    .iter()
+                    .map(|i| i.value.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 show::show_variable(self, session, &name)
             }
             Statement::Discard { .. } => Ok(Output::command("DISCARD ALL")),
             other => Err(SqlError::unsupported(format!(
                 "statement not supported: {}",
-                other.to_string().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+                other
+                    .to_string()
+                    .split_whitespace()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" ")
             ))),
         }
     }
@@ -210,7 +225,9 @@ impl Database {
 pub fn relation_name(name: &ObjectName) -> SqlResult<String> {
     let parts = &name.0;
     if parts.len() > 2 {
-        return Err(SqlError::unsupported(format!("cross-database reference: {name}")));
+        return Err(SqlError::unsupported(format!(
+            "cross-database reference: {name}"
+        )));
     }
     if parts.len() == 2 {
         let schema = parts[0]

@@ -61,7 +61,9 @@ async fn table_schema(db: &Database, stmt: &Statement) -> SqlResult<(SchemaRef, 
         return Err(SqlError::internal("not a CREATE TABLE"));
     };
     if ct.query.is_some() {
-        return Err(SqlError::unsupported("CREATE TABLE ... AS is not supported yet"));
+        return Err(SqlError::unsupported(
+            "CREATE TABLE ... AS is not supported yet",
+        ));
     }
     for c in &ct.columns {
         for o in &c.options {
@@ -84,7 +86,9 @@ async fn table_schema(db: &Database, stmt: &Statement) -> SqlResult<(SchemaRef, 
     let ctx = query::planning_context(db)?;
     let plan = query::plan_statement(&ctx.state(), stmt).await?;
     let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) = plan else {
-        return Err(SqlError::unsupported("this form of CREATE TABLE is not supported"));
+        return Err(SqlError::unsupported(
+            "this form of CREATE TABLE is not supported",
+        ));
     };
     let mut pk = Vec::new();
     for c in create.constraints.iter() {
@@ -174,7 +178,14 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<Ve
     let chunks = {
         let mut w = db.runtime().lock_writes().await;
         db.runtime()
-            .create_table(&mut w, entry.id, &entry.name, schema.clone(), pk, &db.table_log_path(entry.id))
+            .create_table(
+                &mut w,
+                entry.id,
+                &entry.name,
+                schema.clone(),
+                pk,
+                &db.table_log_path(entry.id),
+            )
             .await
             .map_err(SqlError::from)?
     };
@@ -230,7 +241,11 @@ fn view_options(options: &CreateTableOptions) -> SqlResult<Option<u32>> {
     Ok(parallelism)
 }
 
-async fn plan_create_view(db: &Database, session: Option<&Session>, stmt: &Statement) -> SqlResult<ViewPlan> {
+async fn plan_create_view(
+    db: &Database,
+    session: Option<&Session>,
+    stmt: &Statement,
+) -> SqlResult<ViewPlan> {
     let Statement::CreateView(cv) = stmt else {
         return Err(SqlError::internal("not CREATE MATERIALIZED VIEW"));
     };
@@ -304,7 +319,12 @@ async fn plan_create_view(db: &Database, session: Option<&Session>, stmt: &State
     })
 }
 
-pub async fn create_view(db: &Database, session: &Session, stmt: &Statement, sql: &str) -> SqlResult<Output> {
+pub async fn create_view(
+    db: &Database,
+    session: &Session,
+    stmt: &Statement,
+    sql: &str,
+) -> SqlResult<Output> {
     let Statement::CreateView(cv) = stmt else {
         return Err(SqlError::internal("not CREATE MATERIALIZED VIEW"));
     };
@@ -339,9 +359,16 @@ async fn deploy(db: &Database, id: u64, plan: &ViewPlan) -> SqlResult<()> {
     let rt = db.runtime();
     let mut w = rt.lock_writes().await;
     rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
-    rt.create_view(&mut w, id, &plan.name, plan.graph.clone(), plan.schema.clone(), plan.parallelism)
-        .await
-        .map_err(SqlError::from)?;
+    rt.create_view(
+        &mut w,
+        id,
+        &plan.name,
+        plan.graph.clone(),
+        plan.schema.clone(),
+        plan.parallelism,
+    )
+    .await
+    .map_err(SqlError::from)?;
     rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
     Ok(())
 }
@@ -349,7 +376,11 @@ async fn deploy(db: &Database, id: u64, plan: &ViewPlan) -> SqlResult<()> {
 pub async fn restore_view(db: &Database, entry: &RelationEntry) -> SqlResult<()> {
     let stmt = match weir_planner::parse_statement(&entry.sql)? {
         weir_planner::WeirStatement::Sql(s) => s,
-        _ => return Err(SqlError::internal("stored view DDL is not CREATE MATERIALIZED VIEW")),
+        _ => {
+            return Err(SqlError::internal(
+                "stored view DDL is not CREATE MATERIALIZED VIEW",
+            ))
+        }
     };
     let mut plan = plan_create_view(db, None, &stmt).await?;
     if entry.parallelism > 0 {
@@ -357,14 +388,25 @@ pub async fn restore_view(db: &Database, entry: &RelationEntry) -> SqlResult<()>
     }
     deploy(db, entry.id, &plan).await?;
     let mut cat = db.catalog.write();
-    db.schemas.write().push((entry.name.clone(), plan.schema.clone()));
+    db.schemas
+        .write()
+        .push((entry.name.clone(), plan.schema.clone()));
     cat.relations.push(entry.clone());
     Ok(())
 }
 
-pub async fn explain_create_view(db: &Database, session: &Session, stmt: &Statement) -> SqlResult<Output> {
+pub async fn explain_create_view(
+    db: &Database,
+    session: &Session,
+    stmt: &Statement,
+) -> SqlResult<Output> {
     let plan = plan_create_view(db, Some(session), stmt).await?;
-    let lines = explain_graph(&plan.name, &plan.graph, plan.parallelism, db.config.max_parallelism);
+    let lines = explain_graph(
+        &plan.name,
+        &plan.graph,
+        plan.parallelism,
+        db.config.max_parallelism,
+    );
     crate::show::text_rows("QUERY PLAN", lines)
 }
 
@@ -386,7 +428,11 @@ pub async fn drop(db: &Database, stmt: &Statement) -> SqlResult<Output> {
             "DROP MATERIALIZED VIEW",
             "materialized view",
         ),
-        other => return Err(SqlError::unsupported(format!("DROP {other} is not supported"))),
+        other => {
+            return Err(SqlError::unsupported(format!(
+                "DROP {other} is not supported"
+            )))
+        }
     };
     let _ddl = db.ddl_lock.lock().await;
     let mut order = Vec::new();
@@ -407,7 +453,11 @@ pub async fn drop(db: &Database, stmt: &Statement) -> SqlResult<Output> {
                 sqlstate::WRONG_OBJECT_TYPE,
                 format!(
                     "\"{name}\" is not a {what}; use DROP {}",
-                    if entry.kind == RelationKind::Table { "TABLE" } else { "MATERIALIZED VIEW" }
+                    if entry.kind == RelationKind::Table {
+                        "TABLE"
+                    } else {
+                        "MATERIALIZED VIEW"
+                    }
                 ),
             ));
         }
@@ -437,7 +487,9 @@ pub async fn drop(db: &Database, stmt: &Statement) -> SqlResult<Output> {
     {
         let mut cat = db.catalog.write();
         for name in &order {
-            let Some(entry) = cat.get(name).cloned() else { continue };
+            let Some(entry) = cat.get(name).cloned() else {
+                continue;
+            };
             match entry.kind {
                 RelationKind::Table => {
                     rt.drop_table(&mut w, name);

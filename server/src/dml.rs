@@ -46,7 +46,10 @@ fn conform(batch: &RecordBatch, schema: &SchemaRef, offset: usize) -> SqlResult<
         if !f.is_nullable() && batch.column(offset + i).null_count() > 0 {
             return Err(SqlError::new(
                 sqlstate::NOT_NULL_VIOLATION,
-                format!("null value in column \"{}\" violates not-null constraint", f.name()),
+                format!(
+                    "null value in column \"{}\" violates not-null constraint",
+                    f.name()
+                ),
             ));
         }
     }
@@ -78,16 +81,28 @@ fn conform(batch: &RecordBatch, schema: &SchemaRef, offset: usize) -> SqlResult<
         .collect()
 }
 
-fn concat_rows(schema: &SchemaRef, batches: &[RecordBatch], offset: usize) -> SqlResult<RecordBatch> {
+fn concat_rows(
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    offset: usize,
+) -> SqlResult<RecordBatch> {
     let parts = batches
         .iter()
         .filter(|b| b.num_rows() > 0)
-        .map(|b| RecordBatch::try_new(schema.clone(), conform(b, schema, offset)?).map_err(SqlError::from))
+        .map(|b| {
+            RecordBatch::try_new(schema.clone(), conform(b, schema, offset)?)
+                .map_err(SqlError::from)
+        })
         .collect::<SqlResult<Vec<_>>>()?;
     Ok(arrow::compute::concat_batches(schema, &parts)?)
 }
 
-async fn write(db: &Database, session: &mut Session, table: &str, chunk: StreamChunk) -> SqlResult<()> {
+async fn write(
+    db: &Database,
+    session: &mut Session,
+    table: &str,
+    chunk: StreamChunk,
+) -> SqlResult<()> {
     let mut w = db.runtime().lock_writes().await;
     let writer = w
         .table(table)
@@ -99,16 +114,23 @@ async fn write(db: &Database, session: &mut Session, table: &str, chunk: StreamC
 
 pub async fn insert(db: &Database, session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
     let Statement::Insert(Insert {
-        table, returning, on, ..
+        table,
+        returning,
+        on,
+        ..
     }) = stmt
     else {
         return Err(SqlError::internal("not INSERT"));
     };
     if returning.is_some() {
-        return Err(SqlError::unsupported("INSERT ... RETURNING is not supported yet"));
+        return Err(SqlError::unsupported(
+            "INSERT ... RETURNING is not supported yet",
+        ));
     }
     if on.is_some() {
-        return Err(SqlError::unsupported("INSERT ... ON CONFLICT is not supported yet"));
+        return Err(SqlError::unsupported(
+            "INSERT ... ON CONFLICT is not supported yet",
+        ));
     }
     let TableObject::TableName(name) = table else {
         return Err(SqlError::unsupported("INSERT into a table function"));
@@ -140,7 +162,9 @@ fn target_table(factor: &TableFactor) -> SqlResult<(String, Option<String>)> {
             relation_name(name)?,
             alias.as_ref().map(|a| a.name.to_string()),
         )),
-        _ => Err(SqlError::unsupported("UPDATE/DELETE target must be a table")),
+        _ => Err(SqlError::unsupported(
+            "UPDATE/DELETE target must be a table",
+        )),
     }
 }
 
@@ -148,7 +172,10 @@ async fn latest_context<'a>(
     db: &'a Database,
     session: &Session,
     table: &str,
-) -> SqlResult<(tokio::sync::MutexGuard<'a, weir_executor::WriteState>, datafusion::prelude::SessionContext)> {
+) -> SqlResult<(
+    tokio::sync::MutexGuard<'a, weir_executor::WriteState>,
+    datafusion::prelude::SessionContext,
+)> {
     // This session's earlier writes to other tables become readable first (waiting for
     // a barrier needs the write lock, so it happens before taking it).
     db.runtime()
@@ -182,10 +209,14 @@ pub async fn update(db: &Database, session: &mut Session, stmt: &Statement) -> S
         return Err(SqlError::internal("not UPDATE"));
     };
     if from.is_some() || !table.joins.is_empty() {
-        return Err(SqlError::unsupported("UPDATE ... FROM is not supported yet"));
+        return Err(SqlError::unsupported(
+            "UPDATE ... FROM is not supported yet",
+        ));
     }
     if returning.is_some() {
-        return Err(SqlError::unsupported("UPDATE ... RETURNING is not supported yet"));
+        return Err(SqlError::unsupported(
+            "UPDATE ... RETURNING is not supported yet",
+        ));
     }
     let (name, alias) = target_table(&table.relation)?;
     let schema = check_target(db, &name, "update")?;
@@ -203,8 +234,13 @@ pub async fn update(db: &Database, session: &mut Session, stmt: &Statement) -> S
                 format!("column \"{col}\" of relation \"{name}\" does not exist"),
             ));
         }
-        if new_values.insert(col.clone(), a.value.to_string()).is_some() {
-            return Err(SqlError::syntax(format!("multiple assignments to same column \"{col}\"")));
+        if new_values
+            .insert(col.clone(), a.value.to_string())
+            .is_some()
+        {
+            return Err(SqlError::syntax(format!(
+                "multiple assignments to same column \"{col}\""
+            )));
         }
     }
     let from_clause = format!(
@@ -227,7 +263,10 @@ pub async fn update(db: &Database, session: &mut Session, stmt: &Statement) -> S
     let sql = format!(
         "SELECT {} FROM {from_clause}{}",
         items.join(", "),
-        selection.as_ref().map(|s| format!(" WHERE {s}")).unwrap_or_default()
+        selection
+            .as_ref()
+            .map(|s| format!(" WHERE {s}"))
+            .unwrap_or_default()
     );
     let (mut w, ctx) = latest_context(db, session, &name).await?;
     let batches: Vec<RecordBatch> = ctx.sql(&sql).await?.collect().await?;
@@ -261,10 +300,14 @@ pub async fn delete(db: &Database, session: &mut Session, stmt: &Statement) -> S
         return Err(SqlError::internal("not DELETE"));
     };
     if using.is_some() || !tables.is_empty() {
-        return Err(SqlError::unsupported("DELETE ... USING is not supported yet"));
+        return Err(SqlError::unsupported(
+            "DELETE ... USING is not supported yet",
+        ));
     }
     if returning.is_some() {
-        return Err(SqlError::unsupported("DELETE ... RETURNING is not supported yet"));
+        return Err(SqlError::unsupported(
+            "DELETE ... RETURNING is not supported yet",
+        ));
     }
     let list = match from {
         FromTable::WithFromKeyword(l) | FromTable::WithoutKeyword(l) => l,
@@ -278,7 +321,10 @@ pub async fn delete(db: &Database, session: &mut Session, stmt: &Statement) -> S
         "SELECT * FROM \"{}\"{}{}",
         name.replace('"', "\"\""),
         alias.map(|a| format!(" AS {a}")).unwrap_or_default(),
-        selection.as_ref().map(|s| format!(" WHERE {s}")).unwrap_or_default()
+        selection
+            .as_ref()
+            .map(|s| format!(" WHERE {s}"))
+            .unwrap_or_default()
     );
     let (mut w, ctx) = latest_context(db, session, &name).await?;
     let batches: Vec<RecordBatch> = ctx.sql(&sql).await?.collect().await?;

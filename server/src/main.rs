@@ -48,7 +48,10 @@ fn load_config(args: &ServeArgs) -> Result<Config, String> {
     }
     if let Some(p) = args.parallelism {
         if p == 0 || p > cfg.max_parallelism {
-            return Err(format!("--parallelism must be in 1..={}", cfg.max_parallelism));
+            return Err(format!(
+                "--parallelism must be in 1..={}",
+                cfg.max_parallelism
+            ));
         }
         cfg.parallelism = p;
     }

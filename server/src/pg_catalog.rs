@@ -8,11 +8,13 @@
 
 use crate::catalog::RelationKind;
 use crate::database::Database;
-use arrow::array::{ArrayRef, BooleanArray, Int16Array, Int32Array, RecordBatch, StringArray, UInt32Array};
+use arrow::array::{
+    ArrayRef, BooleanArray, Int16Array, Int32Array, RecordBatch, StringArray, UInt32Array,
+};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::catalog::{MemTable, MemorySchemaProvider};
-use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
 use datafusion::common::ScalarValue;
+use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
 use datafusion::prelude::SessionContext;
 use std::sync::Arc;
 use weir_planner::SqlResult;
@@ -39,7 +41,13 @@ pub fn rewrite_psql_syntax(sql: &str) -> String {
     s
 }
 
-fn const_udf(ctx: &SessionContext, name: &str, args: Vec<DataType>, ret: DataType, value: ScalarValue) {
+fn const_udf(
+    ctx: &SessionContext,
+    name: &str,
+    args: Vec<DataType>,
+    ret: DataType,
+    value: ScalarValue,
+) {
     let v = value.clone();
     ctx.register_udf(create_udf(
         name,
@@ -52,15 +60,69 @@ fn const_udf(ctx: &SessionContext, name: &str, args: Vec<DataType>, ret: DataTyp
 
 pub fn register_functions(ctx: &SessionContext) {
     let owner = ScalarValue::Utf8(Some("weir".into()));
-    const_udf(ctx, "pg_get_userbyid", vec![DataType::UInt32], DataType::Utf8, owner);
-    const_udf(ctx, "pg_table_is_visible", vec![DataType::UInt32], DataType::Boolean, ScalarValue::Boolean(Some(true)));
-    const_udf(ctx, "pg_encoding_to_char", vec![DataType::Int32], DataType::Utf8, ScalarValue::Utf8(Some("UTF8".into())));
-    const_udf(ctx, "current_database", vec![], DataType::Utf8, ScalarValue::Utf8(Some("weir".into())));
-    const_udf(ctx, "current_schema", vec![], DataType::Utf8, ScalarValue::Utf8(Some("public".into())));
-    const_udf(ctx, "current_user", vec![], DataType::Utf8, ScalarValue::Utf8(Some("weir".into())));
-    const_udf(ctx, "obj_description", vec![DataType::UInt32, DataType::Utf8], DataType::Utf8, ScalarValue::Utf8(None));
-    const_udf(ctx, "pg_get_expr", vec![DataType::Utf8, DataType::UInt32], DataType::Utf8, ScalarValue::Utf8(None));
-    const_udf(ctx, "has_schema_privilege", vec![DataType::Utf8, DataType::Utf8], DataType::Boolean, ScalarValue::Boolean(Some(true)));
+    const_udf(
+        ctx,
+        "pg_get_userbyid",
+        vec![DataType::UInt32],
+        DataType::Utf8,
+        owner,
+    );
+    const_udf(
+        ctx,
+        "pg_table_is_visible",
+        vec![DataType::UInt32],
+        DataType::Boolean,
+        ScalarValue::Boolean(Some(true)),
+    );
+    const_udf(
+        ctx,
+        "pg_encoding_to_char",
+        vec![DataType::Int32],
+        DataType::Utf8,
+        ScalarValue::Utf8(Some("UTF8".into())),
+    );
+    const_udf(
+        ctx,
+        "current_database",
+        vec![],
+        DataType::Utf8,
+        ScalarValue::Utf8(Some("weir".into())),
+    );
+    const_udf(
+        ctx,
+        "current_schema",
+        vec![],
+        DataType::Utf8,
+        ScalarValue::Utf8(Some("public".into())),
+    );
+    const_udf(
+        ctx,
+        "current_user",
+        vec![],
+        DataType::Utf8,
+        ScalarValue::Utf8(Some("weir".into())),
+    );
+    const_udf(
+        ctx,
+        "obj_description",
+        vec![DataType::UInt32, DataType::Utf8],
+        DataType::Utf8,
+        ScalarValue::Utf8(None),
+    );
+    const_udf(
+        ctx,
+        "pg_get_expr",
+        vec![DataType::Utf8, DataType::UInt32],
+        DataType::Utf8,
+        ScalarValue::Utf8(None),
+    );
+    const_udf(
+        ctx,
+        "has_schema_privilege",
+        vec![DataType::Utf8, DataType::Utf8],
+        DataType::Boolean,
+        ScalarValue::Boolean(Some(true)),
+    );
 }
 
 fn strings(v: Vec<String>) -> ArrayRef {
@@ -74,7 +136,10 @@ fn table(ctx: &SessionContext, name: &str, columns: Vec<(&str, ArrayRef)>) -> Sq
             .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
             .collect::<Vec<_>>(),
     ));
-    let batch = RecordBatch::try_new(schema.clone(), columns.into_iter().map(|(_, a)| a).collect())?;
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        columns.into_iter().map(|(_, a)| a).collect(),
+    )?;
     let t = Arc::new(MemTable::try_new(schema, vec![vec![batch]])?);
     ctx.register_table(format!("pg_catalog.{name}").as_str(), t)?;
     Ok(())
@@ -110,10 +175,27 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
         ctx,
         "pg_namespace",
         vec![
-            ("oid", Arc::new(UInt32Array::from(vec![NAMESPACE_PG_CATALOG, NAMESPACE_PUBLIC, NAMESPACE_INFORMATION_SCHEMA]))),
-            ("nspname", strings(vec!["pg_catalog".into(), "public".into(), "information_schema".into()])),
+            (
+                "oid",
+                Arc::new(UInt32Array::from(vec![
+                    NAMESPACE_PG_CATALOG,
+                    NAMESPACE_PUBLIC,
+                    NAMESPACE_INFORMATION_SCHEMA,
+                ])),
+            ),
+            (
+                "nspname",
+                strings(vec![
+                    "pg_catalog".into(),
+                    "public".into(),
+                    "information_schema".into(),
+                ]),
+            ),
             ("nspowner", Arc::new(UInt32Array::from(vec![10, 10, 10]))),
-            ("nspacl", strings(vec![String::new(), String::new(), String::new()])),
+            (
+                "nspacl",
+                strings(vec![String::new(), String::new(), String::new()]),
+            ),
         ],
     )?;
     table(
@@ -147,23 +229,84 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
         ctx,
         "pg_class",
         vec![
-            ("oid", Arc::new(UInt32Array::from(rels.iter().map(|r| RELATION_OID_BASE + r.id as u32).collect::<Vec<_>>()))),
-            ("relname", strings(rels.iter().map(|r| r.name.clone()).collect())),
-            ("relnamespace", Arc::new(UInt32Array::from(vec![NAMESPACE_PUBLIC; rels.len()]))),
-            ("relkind", strings(rels.iter().map(|r| if r.kind == RelationKind::Table { "r" } else { "m" }.to_string()).collect())),
-            ("relowner", Arc::new(UInt32Array::from(vec![10u32; rels.len()]))),
+            (
+                "oid",
+                Arc::new(UInt32Array::from(
+                    rels.iter()
+                        .map(|r| RELATION_OID_BASE + r.id as u32)
+                        .collect::<Vec<_>>(),
+                )),
+            ),
+            (
+                "relname",
+                strings(rels.iter().map(|r| r.name.clone()).collect()),
+            ),
+            (
+                "relnamespace",
+                Arc::new(UInt32Array::from(vec![NAMESPACE_PUBLIC; rels.len()])),
+            ),
+            (
+                "relkind",
+                strings(
+                    rels.iter()
+                        .map(|r| {
+                            if r.kind == RelationKind::Table {
+                                "r"
+                            } else {
+                                "m"
+                            }
+                            .to_string()
+                        })
+                        .collect(),
+                ),
+            ),
+            (
+                "relowner",
+                Arc::new(UInt32Array::from(vec![10u32; rels.len()])),
+            ),
             ("relam", Arc::new(UInt32Array::from(vec![2u32; rels.len()]))),
             ("relpersistence", strings(vec!["p".into(); rels.len()])),
-            ("relhasindex", Arc::new(BooleanArray::from(rels.iter().map(|r| !r.primary_key.is_empty()).collect::<Vec<_>>()))),
-            ("relispartition", Arc::new(BooleanArray::from(vec![false; rels.len()]))),
-            ("reltablespace", Arc::new(UInt32Array::from(vec![0u32; rels.len()]))),
-            ("relchecks", Arc::new(Int16Array::from(vec![0i16; rels.len()]))),
-            ("relhasrules", Arc::new(BooleanArray::from(vec![false; rels.len()]))),
-            ("relhastriggers", Arc::new(BooleanArray::from(vec![false; rels.len()]))),
-            ("relrowsecurity", Arc::new(BooleanArray::from(vec![false; rels.len()]))),
-            ("relforcerowsecurity", Arc::new(BooleanArray::from(vec![false; rels.len()]))),
+            (
+                "relhasindex",
+                Arc::new(BooleanArray::from(
+                    rels.iter()
+                        .map(|r| !r.primary_key.is_empty())
+                        .collect::<Vec<_>>(),
+                )),
+            ),
+            (
+                "relispartition",
+                Arc::new(BooleanArray::from(vec![false; rels.len()])),
+            ),
+            (
+                "reltablespace",
+                Arc::new(UInt32Array::from(vec![0u32; rels.len()])),
+            ),
+            (
+                "relchecks",
+                Arc::new(Int16Array::from(vec![0i16; rels.len()])),
+            ),
+            (
+                "relhasrules",
+                Arc::new(BooleanArray::from(vec![false; rels.len()])),
+            ),
+            (
+                "relhastriggers",
+                Arc::new(BooleanArray::from(vec![false; rels.len()])),
+            ),
+            (
+                "relrowsecurity",
+                Arc::new(BooleanArray::from(vec![false; rels.len()])),
+            ),
+            (
+                "relforcerowsecurity",
+                Arc::new(BooleanArray::from(vec![false; rels.len()])),
+            ),
             ("relreplident", strings(vec!["d".into(); rels.len()])),
-            ("reloftype", Arc::new(UInt32Array::from(vec![0u32; rels.len()]))),
+            (
+                "reloftype",
+                Arc::new(UInt32Array::from(vec![0u32; rels.len()])),
+            ),
             ("reloptions", strings(vec![String::new(); rels.len()])),
         ],
     )?;
@@ -207,39 +350,76 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
             ("format_type", strings(typname)),
         ],
     )?;
-    let views: Vec<_> = rels.iter().filter(|r| r.kind == RelationKind::MaterializedView).collect();
+    let views: Vec<_> = rels
+        .iter()
+        .filter(|r| r.kind == RelationKind::MaterializedView)
+        .collect();
     table(
         ctx,
         "pg_matviews",
         vec![
             ("schemaname", strings(vec!["public".into(); views.len()])),
-            ("matviewname", strings(views.iter().map(|r| r.name.clone()).collect())),
+            (
+                "matviewname",
+                strings(views.iter().map(|r| r.name.clone()).collect()),
+            ),
             ("matviewowner", strings(vec!["weir".into(); views.len()])),
-            ("definition", strings(views.iter().map(|r| r.sql.clone()).collect())),
+            (
+                "definition",
+                strings(views.iter().map(|r| r.sql.clone()).collect()),
+            ),
         ],
     )?;
-    let tables: Vec<_> = rels.iter().filter(|r| r.kind == RelationKind::Table).collect();
+    let tables: Vec<_> = rels
+        .iter()
+        .filter(|r| r.kind == RelationKind::Table)
+        .collect();
     table(
         ctx,
         "pg_tables",
         vec![
             ("schemaname", strings(vec!["public".into(); tables.len()])),
-            ("tablename", strings(tables.iter().map(|r| r.name.clone()).collect())),
+            (
+                "tablename",
+                strings(tables.iter().map(|r| r.name.clone()).collect()),
+            ),
             ("tableowner", strings(vec!["weir".into(); tables.len()])),
         ],
     )?;
     let types: Vec<(u32, &str)> = vec![
-        (16, "bool"), (17, "bytea"), (20, "int8"), (21, "int2"), (23, "int4"), (25, "text"),
-        (700, "float4"), (701, "float8"), (1043, "varchar"), (1082, "date"), (1114, "timestamp"),
-        (1184, "timestamptz"), (1186, "interval"), (1700, "numeric"),
+        (16, "bool"),
+        (17, "bytea"),
+        (20, "int8"),
+        (21, "int2"),
+        (23, "int4"),
+        (25, "text"),
+        (700, "float4"),
+        (701, "float8"),
+        (1043, "varchar"),
+        (1082, "date"),
+        (1114, "timestamp"),
+        (1184, "timestamptz"),
+        (1186, "interval"),
+        (1700, "numeric"),
     ];
     table(
         ctx,
         "pg_type",
         vec![
-            ("oid", Arc::new(UInt32Array::from(types.iter().map(|t| t.0).collect::<Vec<_>>()))),
-            ("typname", strings(types.iter().map(|t| t.1.to_string()).collect())),
-            ("typnamespace", Arc::new(UInt32Array::from(vec![NAMESPACE_PG_CATALOG; types.len()]))),
+            (
+                "oid",
+                Arc::new(UInt32Array::from(
+                    types.iter().map(|t| t.0).collect::<Vec<_>>(),
+                )),
+            ),
+            (
+                "typname",
+                strings(types.iter().map(|t| t.1.to_string()).collect()),
+            ),
+            (
+                "typnamespace",
+                Arc::new(UInt32Array::from(vec![NAMESPACE_PG_CATALOG; types.len()])),
+            ),
         ],
     )?;
     Ok(())
@@ -254,6 +434,9 @@ mod tests {
         let s = rewrite_psql_syntax(
             "WHERE c.relname OPERATOR(pg_catalog.~) '^(t)$' COLLATE pg_catalog.default AND pg_catalog.pg_table_is_visible(c.oid)",
         );
-        assert_eq!(s, "WHERE c.relname ~ '^(t)$' AND pg_table_is_visible(c.oid)");
+        assert_eq!(
+            s,
+            "WHERE c.relname ~ '^(t)$' AND pg_table_is_visible(c.oid)"
+        );
     }
 }

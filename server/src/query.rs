@@ -84,7 +84,8 @@ pub fn snapshot_context_nowait(
     for (name, batch) in batches.into_iter().chain(overrides) {
         // Registered all-nullable: NOT NULL is enforced by the table writer, with
         // Postgres's error, not by DataFusion's INSERT planning.
-        let schema = weir_planner::nullable_schema(&datafusion::common::DFSchema::try_from(batch.schema())?);
+        let schema =
+            weir_planner::nullable_schema(&datafusion::common::DFSchema::try_from(batch.schema())?);
         let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?;
         let table = MemTable::try_new(schema, vec![vec![batch]])?;
         ctx.register_table(name.as_str(), Arc::new(table))?;
@@ -110,7 +111,10 @@ pub fn pg_schema(schema: &Schema) -> SchemaRef {
     ))
 }
 
-pub async fn run_query(ctx: &SessionContext, stmt: &Statement) -> SqlResult<(SchemaRef, Vec<RecordBatch>)> {
+pub async fn run_query(
+    ctx: &SessionContext,
+    stmt: &Statement,
+) -> SqlResult<(SchemaRef, Vec<RecordBatch>)> {
     let plan = plan_statement(&ctx.state(), stmt).await?;
     let df = ctx.execute_logical_plan(plan).await?;
     let schema = pg_schema(df.schema().as_arrow());

@@ -52,9 +52,10 @@ pub fn show_relations(db: &Database, kind: RelationKind) -> SqlResult<Output> {
 pub fn show_create(db: &Database, name: &str) -> SqlResult<Output> {
     let cat = db.catalog.read();
     match cat.get(name) {
-        Some(e) if e.kind == RelationKind::MaterializedView => {
-            text_table(&["Name", "Create Sql"], vec![vec![e.name.clone(), e.sql.clone()]])
-        }
+        Some(e) if e.kind == RelationKind::MaterializedView => text_table(
+            &["Name", "Create Sql"],
+            vec![vec![e.name.clone(), e.sql.clone()]],
+        ),
         Some(_) => Err(SqlError::new(
             sqlstate::WRONG_OBJECT_TYPE,
             format!("\"{name}\" is not a materialized view"),
@@ -76,7 +77,12 @@ pub fn show_jobs(db: &Database) -> SqlResult<Output> {
             let failure = db.runtime().job_failure(&r.name);
             vec![
                 r.name.clone(),
-                if failure.is_some() { "FAILED" } else { "RUNNING" }.to_string(),
+                if failure.is_some() {
+                    "FAILED"
+                } else {
+                    "RUNNING"
+                }
+                .to_string(),
                 db.runtime()
                     .view_parallelism(&r.name)
                     .map(|p| p.to_string())
@@ -120,7 +126,9 @@ pub fn set(session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
             session.settings.insert(key, value);
         }
         Set::SetTimeZone { value, .. } => {
-            session.settings.insert("timezone".into(), value_text(value));
+            session
+                .settings
+                .insert("timezone".into(), value_text(value));
         }
         // Other SET forms (roles, names, transaction characteristics) are accepted as
         // no-ops: drivers send them at connect time.

@@ -88,7 +88,10 @@ async fn check(server: &WeirProcess, acked: &Acked) {
                 let in_flight_update = acked
                     .in_flight
                     .is_some_and(|(f, _)| f % 10 == 9 && f - 5 == *id);
-                assert!(in_flight_update, "row {id}: acknowledged g={g}, recovered g={got}");
+                assert!(
+                    in_flight_update,
+                    "row {id}: acknowledged g={g}, recovered g={got}"
+                );
             }
             None => panic!("acknowledged row {id} lost after kill -9"),
         }
@@ -132,12 +135,19 @@ async fn kill_9_during_acknowledged_inserts_loses_nothing() {
         .unwrap();
     let acked = Arc::new(Mutex::new(Acked::default()));
     for round in 0..2i64 {
-        let writer = tokio::spawn(stream_writes(server.port, 1 + round * 1_000_000, acked.clone()));
+        let writer = tokio::spawn(stream_writes(
+            server.port,
+            1 + round * 1_000_000,
+            acked.clone(),
+        ));
         tokio::time::sleep(Duration::from_millis(1500)).await;
         server.kill9();
         writer.await.unwrap();
         let n = acked.lock().unwrap().rows.len();
-        assert!(n > 10, "round {round}: only {n} writes were acknowledged before the kill");
+        assert!(
+            n > 10,
+            "round {round}: only {n} writes were acknowledged before the kill"
+        );
         server.restart().await;
         let snapshot = {
             let a = acked.lock().unwrap();

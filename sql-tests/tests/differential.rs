@@ -47,10 +47,18 @@ impl Oracle {
         let b1 = RecordBatch::try_new(
             s1.clone(),
             vec![
-                Arc::new(Int32Array::from(self.t1.keys().copied().collect::<Vec<_>>())) as ArrayRef,
-                Arc::new(Int32Array::from(self.t1.values().map(|r| r.0).collect::<Vec<_>>())),
-                Arc::new(Int64Array::from(self.t1.values().map(|r| r.1).collect::<Vec<_>>())),
-                Arc::new(StringArray::from(self.t1.values().map(|r| r.2.clone()).collect::<Vec<_>>())),
+                Arc::new(Int32Array::from(
+                    self.t1.keys().copied().collect::<Vec<_>>(),
+                )) as ArrayRef,
+                Arc::new(Int32Array::from(
+                    self.t1.values().map(|r| r.0).collect::<Vec<_>>(),
+                )),
+                Arc::new(Int64Array::from(
+                    self.t1.values().map(|r| r.1).collect::<Vec<_>>(),
+                )),
+                Arc::new(StringArray::from(
+                    self.t1.values().map(|r| r.2.clone()).collect::<Vec<_>>(),
+                )),
             ],
         )
         .unwrap();
@@ -62,18 +70,32 @@ impl Oracle {
         let b2 = RecordBatch::try_new(
             s2.clone(),
             vec![
-                Arc::new(Int32Array::from(self.t2.keys().copied().collect::<Vec<_>>())) as ArrayRef,
-                Arc::new(StringArray::from(self.t2.values().map(|r| r.0.clone()).collect::<Vec<_>>())),
-                Arc::new(Int32Array::from(self.t2.values().map(|r| r.1).collect::<Vec<_>>())),
+                Arc::new(Int32Array::from(
+                    self.t2.keys().copied().collect::<Vec<_>>(),
+                )) as ArrayRef,
+                Arc::new(StringArray::from(
+                    self.t2.values().map(|r| r.0.clone()).collect::<Vec<_>>(),
+                )),
+                Arc::new(Int32Array::from(
+                    self.t2.values().map(|r| r.1).collect::<Vec<_>>(),
+                )),
             ],
         )
         .unwrap();
-        ctx.register_table("t1", Arc::new(MemTable::try_new(s1, vec![vec![b1]]).unwrap()))
-            .unwrap();
-        ctx.register_table("t2", Arc::new(MemTable::try_new(s2, vec![vec![b2]]).unwrap()))
-            .unwrap();
+        ctx.register_table(
+            "t1",
+            Arc::new(MemTable::try_new(s1, vec![vec![b1]]).unwrap()),
+        )
+        .unwrap();
+        ctx.register_table(
+            "t2",
+            Arc::new(MemTable::try_new(s2, vec![vec![b2]]).unwrap()),
+        )
+        .unwrap();
         for (name, sql) in VIEWS {
-            ctx.sql(&format!("CREATE VIEW {name} AS {sql}")).await.unwrap();
+            ctx.sql(&format!("CREATE VIEW {name} AS {sql}"))
+                .await
+                .unwrap();
         }
         ctx
     }
@@ -130,7 +152,9 @@ async fn oracle_rows(ctx: &SessionContext, sql: &str) -> Vec<Vec<String>> {
 }
 
 fn sql_text(s: &Option<String>) -> String {
-    s.as_ref().map(|s| format!("'{s}'")).unwrap_or_else(|| "NULL".into())
+    s.as_ref()
+        .map(|s| format!("'{s}'"))
+        .unwrap_or_else(|| "NULL".into())
 }
 
 async fn run(seed: u64, parallelism: u32, steps: usize) {
@@ -167,7 +191,8 @@ async fn run(seed: u64, parallelism: u32, steps: usize) {
                 next_id += 1;
                 let g = rng.random_range(0..6);
                 let v = rng.random_range(-50..200i64);
-                let s = (rng.random_range(0..5) > 0).then(|| words[rng.random_range(0..4)].to_string());
+                let s =
+                    (rng.random_range(0..5) > 0).then(|| words[rng.random_range(0..4)].to_string());
                 vals.push(format!("({next_id}, {g}, {v}, {})", sql_text(&s)));
                 oracle.t1.insert(next_id, (g, v, s));
             }

@@ -25,7 +25,13 @@ async fn run_file(path: PathBuf, parallelism: u32) -> Result<(), String> {
             "{} at parallelism {parallelism} failed:\n{}\nserver log tail:\n{}",
             path.display(),
             e.display(false),
-            server.log().lines().rev().take(20).collect::<Vec<_>>().join("\n")
+            server
+                .log()
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .join("\n")
         ));
     }
     Ok(())
@@ -54,5 +60,10 @@ async fn slt_files_at_parallelism_1_and_4() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }

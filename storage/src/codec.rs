@@ -49,15 +49,15 @@ pub fn decode_changes(bytes: &[u8]) -> Result<(Vec<i8>, RecordBatch)> {
 
 pub fn decode_change_batches(bytes: &[u8]) -> Result<Vec<(Vec<i8>, RecordBatch)>> {
     let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
-    reader
-        .map(|b| split_ops(b?))
-        .collect::<Result<Vec<_>>>()
+    reader.map(|b| split_ops(b?)).collect::<Result<Vec<_>>>()
 }
 
 fn split_ops(batch: RecordBatch) -> Result<(Vec<i8>, RecordBatch)> {
     let n = batch.num_columns();
     if n == 0 || batch.schema().field(n - 1).name() != OP_COLUMN {
-        return Err(StorageError::Corrupt("change batch without op column".into()));
+        return Err(StorageError::Corrupt(
+            "change batch without op column".into(),
+        ));
     }
     let ops = batch
         .column(n - 1)

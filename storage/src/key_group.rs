@@ -45,8 +45,7 @@ impl KeyGroupRange {
     /// The range assigned to `actor` out of `parallelism` (inverse of [`KeyGroup::actor`]).
     pub fn for_actor(actor: u32, parallelism: u32, max_parallelism: u32) -> KeyGroupRange {
         let start = (actor as u64 * max_parallelism as u64).div_ceil(parallelism as u64) as u32;
-        let end =
-            ((actor as u64 + 1) * max_parallelism as u64).div_ceil(parallelism as u64) as u32;
+        let end = ((actor as u64 + 1) * max_parallelism as u64).div_ceil(parallelism as u64) as u32;
         KeyGroupRange { start, end }
     }
 

@@ -124,7 +124,11 @@ mod tests {
         let mut t: StateTable<i64> = StateTable::new("agg", 16, backend.clone());
         *t.get_or_insert_with(b"k1", || 0) += 5;
         *t.get_or_insert_with(b"k2", || 0) += 7;
-        assert_eq!(backend.len(), 0, "nothing reaches the backend before the barrier");
+        assert_eq!(
+            backend.len(),
+            0,
+            "nothing reaches the backend before the barrier"
+        );
         assert_eq!(t.flush(), 2);
         assert_eq!(t.flush(), 0);
         t.remove(b"k1");

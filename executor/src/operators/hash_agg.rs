@@ -119,7 +119,12 @@ impl HashAggOperator {
         }
     }
 
-    fn build_output(&self, keys: Vec<Vec<u8>>, ops: Vec<Op>, values: Vec<Vec<ScalarValue>>) -> Result<StreamChunk> {
+    fn build_output(
+        &self,
+        keys: Vec<Vec<u8>>,
+        ops: Vec<Op>,
+        values: Vec<Vec<ScalarValue>>,
+    ) -> Result<StreamChunk> {
         let n = ops.len();
         let mut columns: Vec<ArrayRef> = if self.is_global() {
             vec![]
@@ -171,8 +176,11 @@ impl Operator for HashAggOperator {
             .iter()
             .map(|c| c.prepare(cols))
             .collect::<Result<Vec<_>>>()?;
-        let nulls: Vec<Option<&ArrayRef>> =
-            self.calls.iter().map(|c| c.call.arg.map(|a| &cols[a])).collect();
+        let nulls: Vec<Option<&ArrayRef>> = self
+            .calls
+            .iter()
+            .map(|c| c.call.arg.map(|a| &cols[a]))
+            .collect();
         for (i, op) in chunk.ops.iter().enumerate() {
             let key_row = keys.as_ref().map(|k| k.row(i));
             let key: &[u8] = key_row.as_ref().map(|r| r.as_ref()).unwrap_or(&[]);

@@ -6,8 +6,8 @@ use futures::Sink;
 use pgwire::api::auth::mechanism::AuthMechanismFactory;
 use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth, SCRAM_ITERATIONS};
 use pgwire::api::auth::{
-    protocol_negotiation, save_startup_parameters_to_metadata, AuthDriver, AuthOutcome,
-    AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+    protocol_negotiation, save_startup_parameters_to_metadata, AuthDriver, AuthOutcome, AuthSource,
+    DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
 };
 use pgwire::api::ClientInfo;
 use pgwire::error::{PgWireError, PgWireResult};
@@ -55,7 +55,11 @@ impl Authenticator {
 
 #[async_trait]
 impl StartupHandler for Authenticator {
-    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
@@ -77,7 +81,9 @@ impl StartupHandler for Authenticator {
                 if let AuthOutcome::Authenticated { final_message, .. } =
                     self.driver.advance_authentication(client, msg).await?
                 {
-                    self.driver.complete_authentication(client, final_message).await?;
+                    self.driver
+                        .complete_authentication(client, final_message)
+                        .await?;
                 }
                 Ok(())
             }

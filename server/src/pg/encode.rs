@@ -5,9 +5,7 @@
 //! then encoded with the Rust type whose wire encoding matches that Postgres type
 //! exactly (binary encodings are not checked by pgwire, so the pairing matters).
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, RecordBatch,
-};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{
     DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type,
@@ -55,12 +53,23 @@ fn canonical(t: &DataType) -> DataType {
     }
 }
 
-pub fn field_infos(schema: &arrow::datatypes::Schema, format: impl Fn(usize) -> FieldFormat) -> Vec<FieldInfo> {
+pub fn field_infos(
+    schema: &arrow::datatypes::Schema,
+    format: impl Fn(usize) -> FieldFormat,
+) -> Vec<FieldInfo> {
     schema
         .fields()
         .iter()
         .enumerate()
-        .map(|(i, f)| FieldInfo::new(f.name().clone(), None, None, pg_type(f.data_type()), format(i)))
+        .map(|(i, f)| {
+            FieldInfo::new(
+                f.name().clone(),
+                None,
+                None,
+                pg_type(f.data_type()),
+                format(i),
+            )
+        })
         .collect()
 }
 
@@ -72,7 +81,9 @@ fn encode_err(e: impl std::fmt::Display) -> PgWireError {
 /// are rounded to fit (Postgres clients then see the closest representable value).
 fn decimal(v: i128, scale: i8) -> PgWireResult<Decimal> {
     if scale < 0 {
-        let factor = 10i128.checked_pow((-scale) as u32).ok_or_else(|| encode_err("decimal scale"))?;
+        let factor = 10i128
+            .checked_pow((-scale) as u32)
+            .ok_or_else(|| encode_err("decimal scale"))?;
         return Decimal::try_from_i128_with_scale(v * factor, 0).map_err(encode_err);
     }
     let mut v = v;
@@ -90,7 +101,10 @@ fn decimal(v: i128, scale: i8) -> PgWireResult<Decimal> {
 }
 
 /// Encodes every row of `batches` against `fields`.
-pub fn encode_rows(batches: &[RecordBatch], fields: Arc<Vec<FieldInfo>>) -> PgWireResult<Vec<DataRow>> {
+pub fn encode_rows(
+    batches: &[RecordBatch],
+    fields: Arc<Vec<FieldInfo>>,
+) -> PgWireResult<Vec<DataRow>> {
     let mut rows = Vec::new();
     let mut enc = DataRowEncoder::new(fields.clone());
     for batch in batches {
@@ -151,7 +165,11 @@ fn postgres_text(col: &ArrayRef, r: usize) -> Option<String> {
         DataType::Float64 => Some(float_text(col.as_primitive::<Float64Type>().value(r))),
         DataType::Float32 => {
             let v = col.as_primitive::<Float32Type>().value(r);
-            Some(if v.is_finite() { format!("{v}") } else { float_text(v as f64) })
+            Some(if v.is_finite() {
+                format!("{v}")
+            } else {
+                float_text(v as f64)
+            })
         }
         _ => None,
     }
@@ -161,7 +179,11 @@ fn float_text(v: f64) -> String {
     if v.is_nan() {
         "NaN".into()
     } else if v.is_infinite() {
-        if v > 0.0 { "Infinity".into() } else { "-Infinity".into() }
+        if v > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        }
     } else {
         format!("{v}")
     }

@@ -34,7 +34,11 @@ pub fn to_pg_error(e: SqlError) -> PgWireError {
 }
 
 fn error_response(e: SqlError) -> Response {
-    Response::Error(Box::new(ErrorInfo::new("ERROR".to_owned(), e.code.to_owned(), e.message)))
+    Response::Error(Box::new(ErrorInfo::new(
+        "ERROR".to_owned(),
+        e.code.to_owned(),
+        e.message,
+    )))
 }
 
 fn to_response(out: Output, format: &dyn Fn(usize) -> FieldFormat) -> PgWireResult<Response> {
@@ -42,7 +46,10 @@ fn to_response(out: Output, format: &dyn Fn(usize) -> FieldFormat) -> PgWireResu
         Output::Rows { schema, batches } => {
             let fields = Arc::new(field_infos(&schema, format));
             let rows = encode_rows(&batches, fields.clone())?;
-            Response::Query(QueryResponse::new(fields, stream::iter(rows.into_iter().map(Ok))))
+            Response::Query(QueryResponse::new(
+                fields,
+                stream::iter(rows.into_iter().map(Ok)),
+            ))
         }
         Output::Command { tag, rows } => {
             let mut t = Tag::new(&tag);
@@ -138,7 +145,10 @@ fn returns_rows(stmt: &datafusion::sql::sqlparser::ast::Statement) -> bool {
     use datafusion::sql::sqlparser::ast::Statement as S;
     match stmt {
         S::ShowVariable { .. } => true,
-        S::Explain { statement, .. } => !matches!(statement.as_ref(), S::Insert(_) | S::Update(_) | S::Delete(_)),
+        S::Explain { statement, .. } => !matches!(
+            statement.as_ref(),
+            S::Insert(_) | S::Update(_) | S::Delete(_)
+        ),
         _ => false,
     }
 }
@@ -147,20 +157,34 @@ fn returns_rows(stmt: &datafusion::sql::sqlparser::ast::Statement) -> bool {
 impl QueryParser for StatementParser {
     type Statement = Prepared;
 
-    async fn parse_sql<C>(&self, _client: &C, sql: &str, types: &[Option<Type>]) -> PgWireResult<Option<Prepared>>
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        types: &[Option<Type>],
+    ) -> PgWireResult<Option<Prepared>>
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        self.describe(sql, types).await.map(Some).map_err(to_pg_error)
+        self.describe(sql, types)
+            .await
+            .map(Some)
+            .map_err(to_pg_error)
     }
 
     fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
         Ok(stmt.param_types.clone())
     }
 
-    fn get_result_schema(&self, stmt: &Prepared, format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
+    fn get_result_schema(
+        &self,
+        stmt: &Prepared,
+        format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
         Ok(match &stmt.schema {
-            Some(s) => field_infos(s, |i| format.map(|f| f.format_for(i)).unwrap_or(FieldFormat::Text)),
+            Some(s) => field_infos(s, |i| {
+                format.map(|f| f.format_for(i)).unwrap_or(FieldFormat::Text)
+            }),
             None => vec![],
         })
     }
@@ -214,7 +238,12 @@ impl ExtendedQueryHandler for Connection {
         self.parser.clone()
     }
 
-    async fn do_query<C>(&self, _client: &mut C, portal: &Portal<Prepared>, _max_rows: usize) -> PgWireResult<Response>
+    async fn do_query<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<Prepared>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Self::Statement>,
@@ -224,12 +253,20 @@ impl ExtendedQueryHandler for Connection {
         let stmt = &portal.statement.statement;
         let sql = params::bind(&stmt.sql, portal, &stmt.param_types)?;
         let mut session = self.session.lock().await;
-        let out = self.db.execute_one(&mut session, &sql).await.map_err(to_pg_error)?;
+        let out = self
+            .db
+            .execute_one(&mut session, &sql)
+            .await
+            .map_err(to_pg_error)?;
         let format = portal.result_column_format.clone();
         to_response(out, &|i| format.format_for(i))
     }
 
-    async fn do_describe_statement<C>(&self, _client: &mut C, target: &StoredStatement<Prepared>) -> PgWireResult<DescribeStatementResponse>
+    async fn do_describe_statement<C>(
+        &self,
+        _client: &mut C,
+        target: &StoredStatement<Prepared>,
+    ) -> PgWireResult<DescribeStatementResponse>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Self::Statement>,
@@ -238,22 +275,34 @@ impl ExtendedQueryHandler for Connection {
     {
         let p = &target.statement;
         let types = (0..p.param_types.len())
-            .map(|i| target.parameter_types.get(i).cloned().flatten().unwrap_or_else(|| p.param_types[i].clone()))
+            .map(|i| {
+                target
+                    .parameter_types
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .unwrap_or_else(|| p.param_types[i].clone())
+            })
             .collect();
         let fields = self.parser.get_result_schema(p, None)?;
         Ok(DescribeStatementResponse::new(types, fields))
     }
 
-    async fn do_describe_portal<C>(&self, _client: &mut C, target: &Portal<Prepared>) -> PgWireResult<DescribePortalResponse>
+    async fn do_describe_portal<C>(
+        &self,
+        _client: &mut C,
+        target: &Portal<Prepared>,
+    ) -> PgWireResult<DescribePortalResponse>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Self::Statement>,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let fields = self
-            .parser
-            .get_result_schema(&target.statement.statement, Some(&target.result_column_format))?;
+        let fields = self.parser.get_result_schema(
+            &target.statement.statement,
+            Some(&target.result_column_format),
+        )?;
         Ok(DescribePortalResponse::new(fields))
     }
 }

@@ -74,17 +74,33 @@ fn literal<S: Clone>(portal: &Portal<S>, i: usize, ty: &Type) -> PgWireResult<St
         Type::INT8 => get!(i64).map(|v| v.to_string()),
         Type::OID => get!(u32).map(|v| v.to_string()),
         Type::FLOAT4 => get!(f32).map(|v| {
-            if v.is_finite() { format!("CAST({v:?} AS REAL)") } else { format!("CAST('{v}' AS REAL)") }
+            if v.is_finite() {
+                format!("CAST({v:?} AS REAL)")
+            } else {
+                format!("CAST('{v}' AS REAL)")
+            }
         }),
         Type::FLOAT8 => get!(f64).map(|v| {
-            if v.is_finite() { format!("CAST({v:?} AS DOUBLE PRECISION)") } else { format!("CAST('{v}' AS DOUBLE PRECISION)") }
+            if v.is_finite() {
+                format!("CAST({v:?} AS DOUBLE PRECISION)")
+            } else {
+                format!("CAST('{v}' AS DOUBLE PRECISION)")
+            }
         }),
-        Type::NUMERIC => get!(rust_decimal::Decimal).map(|v| format!("CAST({} AS NUMERIC)", quote(&v.to_string()))),
+        Type::NUMERIC => get!(rust_decimal::Decimal)
+            .map(|v| format!("CAST({} AS NUMERIC)", quote(&v.to_string()))),
         Type::DATE => get!(chrono::NaiveDate).map(|v| format!("DATE {}", quote(&v.to_string()))),
-        Type::TIMESTAMP => get!(chrono::NaiveDateTime)
-            .map(|v| format!("TIMESTAMP {}", quote(&v.format("%Y-%m-%d %H:%M:%S%.f").to_string()))),
+        Type::TIMESTAMP => get!(chrono::NaiveDateTime).map(|v| {
+            format!(
+                "TIMESTAMP {}",
+                quote(&v.format("%Y-%m-%d %H:%M:%S%.f").to_string())
+            )
+        }),
         Type::TIMESTAMPTZ => get!(chrono::DateTime<chrono::FixedOffset>).map(|v| {
-            format!("CAST({} AS TIMESTAMPTZ)", quote(&v.with_timezone(&chrono::Utc).to_rfc3339()))
+            format!(
+                "CAST({} AS TIMESTAMPTZ)",
+                quote(&v.with_timezone(&chrono::Utc).to_rfc3339())
+            )
         }),
         _ => {
             // Text and unknown types: the raw text, as a string literal; DataFusion

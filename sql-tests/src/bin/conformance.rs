@@ -16,7 +16,10 @@ const SKIP: &[(&str, &str)] = &[
     ("tumble(", "window TVFs (TUMBLE) are not supported yet"),
     ("hop(", "window TVFs (HOP) are not supported yet"),
     ("session(", "window TVFs (SESSION) are not supported yet"),
-    ("emit on window close", "EMIT ON WINDOW CLOSE is not supported yet"),
+    (
+        "emit on window close",
+        "EMIT ON WINDOW CLOSE is not supported yet",
+    ),
     ("create source", "CREATE SOURCE is not supported yet"),
     ("create sink", "CREATE SINK is not supported yet"),
     ("watermark for", "watermarks are not supported yet"),
@@ -42,7 +45,11 @@ async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
     let source = if is_sqlite {
         let copy = tmp.join(path.file_name().unwrap());
         let text = std::fs::read_to_string(path).unwrap();
-        std::fs::write(&copy, format!("hash-threshold 8\n\ncontrol resultmode valuewise\n\n{text}")).unwrap();
+        std::fs::write(
+            &copy,
+            format!("hash-threshold 8\n\ncontrol resultmode valuewise\n\n{text}"),
+        )
+        .unwrap();
         copy
     } else {
         path.to_path_buf()
@@ -76,7 +83,18 @@ async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
     };
     for record in records {
         let (sql, loc) = match &record {
-            Record::Statement { sql, loc, conditions, .. } | Record::Query { sql, loc, conditions, .. } => {
+            Record::Statement {
+                sql,
+                loc,
+                conditions,
+                ..
+            }
+            | Record::Query {
+                sql,
+                loc,
+                conditions,
+                ..
+            } => {
                 // `skipif postgresql` / `onlyif mysql` records are not meant for a
                 // Postgres-compatible engine: they are not part of the count.
                 let skipped_by_condition = conditions.iter().any(|c| match c {
@@ -103,7 +121,15 @@ async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
                 Err(e) => {
                     res.failed += 1;
                     if res.first_failures.len() < 5 {
-                        res.first_failures.push(format!("{loc}: {}", e.display(false).to_string().lines().take(3).collect::<Vec<_>>().join(" | ")));
+                        res.first_failures.push(format!(
+                            "{loc}: {}",
+                            e.display(false)
+                                .to_string()
+                                .lines()
+                                .take(3)
+                                .collect::<Vec<_>>()
+                                .join(" | ")
+                        ));
                     }
                 }
             }
@@ -113,7 +139,10 @@ async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
 }
 
 fn files(dir: &Path, base: &Path, out: &mut Vec<(PathBuf, String)>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     entries.sort();
     for p in entries {
         if p.is_dir() {
@@ -128,10 +157,9 @@ fn files(dir: &Path, base: &Path, out: &mut Vec<(PathBuf, String)>) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let dir = args
-        .get(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance"));
+    let dir = args.get(1).map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance")
+    });
     let filter = args.get(2).cloned().unwrap_or_default();
     let mut list = Vec::new();
     files(&dir, &dir, &mut list);
@@ -162,7 +190,11 @@ async fn main() {
         f += r.failed;
         s += r.skipped.len();
     }
-    println!("| **total** | {p} | {f} | {s} | {} | {:.1} |", p + f + s, 100.0 * p as f64 / (p + f + s).max(1) as f64);
+    println!(
+        "| **total** | {p} | {f} | {s} | {} | {:.1} |",
+        p + f + s,
+        100.0 * p as f64 / (p + f + s).max(1) as f64
+    );
     println!("\nSkipped records:");
     for r in &results {
         for (loc, reason) in &r.skipped {
