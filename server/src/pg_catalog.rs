@@ -30,9 +30,37 @@ pub fn rewrite_psql_syntax(sql: &str) -> String {
     if !sql.contains("pg_catalog") {
         return sql.to_string();
     }
+    // Follow-up queries of `\d name` about objects Weir does not have (policies,
+    // extended statistics, publications, inheritance, triggers, rules) use syntax
+    // DataFusion cannot run (`array(subquery)`, `= any(...)`); their honest answer is
+    // "none", so they get an empty result.
+    const ABSENT: &[&str] = &[
+        "pg_catalog.pg_policy",
+        "pg_catalog.pg_statistic_ext",
+        "pg_catalog.pg_publication",
+        "pg_catalog.pg_inherits",
+        "pg_catalog.pg_trigger",
+        "pg_catalog.pg_rewrite",
+    ];
+    if ABSENT.iter().any(|t| sql.contains(t)) {
+        return "SELECT CAST(NULL AS TEXT) AS none WHERE false".to_string();
+    }
+    // `\d name` asks for column defaults and collations through correlated scalar
+    // subqueries DataFusion cannot run; Weir has neither, so both are NULL.
+    let defaults = regex::Regex::new(
+        r"(?s)\(SELECT pg_catalog\.pg_get_expr\(d\.adbin.*?a\.atthasdef\)",
+    )
+    .expect("valid regex");
+    let collations = regex::Regex::new(
+        r"(?s)\(SELECT c\.collname FROM pg_catalog\.pg_collation c.*?t\.typcollation\)",
+    )
+    .expect("valid regex");
+    let sql = defaults.replace_all(sql, "CAST(NULL AS TEXT)");
+    let sql = collations.replace_all(&sql, "CAST(NULL AS TEXT)");
     let mut s = sql
         .replace("OPERATOR(pg_catalog.~)", "~")
         .replace(" COLLATE pg_catalog.default", "")
+        .replace("::pg_catalog.regtype::pg_catalog.text", "")
         .replace("::pg_catalog.regclass::pg_catalog.text", "")
         .replace("::pg_catalog.regclass", "")
         .replace("::pg_catalog.text", "");
@@ -58,7 +86,49 @@ fn const_udf(
     ));
 }
 
+/// `format_type(type_oid, typmod)`: the type's SQL name.
+fn register_format_type(ctx: &SessionContext) {
+    ctx.register_udf(create_udf(
+        "format_type",
+        vec![DataType::UInt32, DataType::Int32],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let oids = arrow::compute::cast(&arrays[0], &DataType::UInt32)?;
+            let oids = oids
+                .as_any()
+                .downcast_ref::<UInt32Array>()
+                .expect("cast to UInt32");
+            let names: StringArray = oids
+                .iter()
+                .map(|o| o.map(type_name_of_oid))
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(names)))
+        }),
+    ));
+}
+
+fn type_name_of_oid(oid: u32) -> &'static str {
+    match oid {
+        16 => "boolean",
+        17 => "bytea",
+        20 => "bigint",
+        21 => "smallint",
+        23 => "integer",
+        700 => "real",
+        701 => "double precision",
+        1082 => "date",
+        1114 => "timestamp without time zone",
+        1184 => "timestamp with time zone",
+        1186 => "interval",
+        1700 => "numeric",
+        _ => "text",
+    }
+}
+
 pub fn register_functions(ctx: &SessionContext) {
+    register_format_type(ctx);
     let owner = ScalarValue::Utf8(Some("weir".into()));
     const_udf(
         ctx,
@@ -112,7 +182,7 @@ pub fn register_functions(ctx: &SessionContext) {
     const_udf(
         ctx,
         "pg_get_expr",
-        vec![DataType::Utf8, DataType::UInt32],
+        vec![DataType::Utf8, DataType::UInt32, DataType::Boolean],
         DataType::Utf8,
         ScalarValue::Utf8(None),
     );
@@ -211,7 +281,10 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
             ("datctype", strings(vec!["C.UTF-8".into()])),
             ("daticulocale", strings(vec![String::new()])),
             ("daticurules", strings(vec![String::new()])),
-            ("datacl", strings(vec![String::new()])),
+            ("datacl", Arc::new(arrow::array::ListArray::new_null(
+                Arc::new(Field::new("item", DataType::Utf8, true)),
+                1,
+            ))),
             ("datistemplate", Arc::new(BooleanArray::from(vec![false]))),
             ("datallowconn", Arc::new(BooleanArray::from(vec![true]))),
         ],
@@ -266,11 +339,12 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
             ),
             ("relam", Arc::new(UInt32Array::from(vec![2u32; rels.len()]))),
             ("relpersistence", strings(vec!["p".into(); rels.len()])),
+            // No separate index objects: a primary key is enforced by the table writer.
             (
                 "relhasindex",
                 Arc::new(BooleanArray::from(
                     rels.iter()
-                        .map(|r| !r.primary_key.is_empty())
+                        .map(|_| false)
                         .collect::<Vec<_>>(),
                 )),
             ),
@@ -308,6 +382,8 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
                 Arc::new(UInt32Array::from(vec![0u32; rels.len()])),
             ),
             ("reloptions", strings(vec![String::new(); rels.len()])),
+            ("reltoastrelid", Arc::new(UInt32Array::from(vec![0u32; rels.len()]))),
+            ("relpartbound", strings(vec![String::new(); rels.len()])),
         ],
     )?;
     let mut attrelid = Vec::new();
@@ -347,7 +423,48 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
             ("attidentity", strings(vec![String::new(); n])),
             ("attgenerated", strings(vec![String::new(); n])),
             ("attcollation", Arc::new(UInt32Array::from(vec![0u32; n]))),
-            ("format_type", strings(typname)),
+        ],
+    )?;
+    let _ = typname;
+    table(
+        ctx,
+        "pg_attrdef",
+        vec![
+            ("adrelid", Arc::new(UInt32Array::from(Vec::<u32>::new()))),
+            ("adnum", Arc::new(Int16Array::from(Vec::<i16>::new()))),
+            ("adbin", strings(vec![])),
+        ],
+    )?;
+    // Empty catalogs psql's `\d name` consults (row security, inheritance,
+    // statistics, publications): Weir has none of these objects.
+    table(
+        ctx,
+        "pg_policy",
+        vec![
+            ("polname", strings(vec![])),
+            ("polpermissive", Arc::new(BooleanArray::from(Vec::<bool>::new()))),
+            ("polroles", strings(vec![])),
+            ("polqual", strings(vec![])),
+            ("polwithcheck", strings(vec![])),
+            ("polcmd", strings(vec![])),
+            ("polrelid", Arc::new(UInt32Array::from(Vec::<u32>::new()))),
+        ],
+    )?;
+    table(
+        ctx,
+        "pg_inherits",
+        vec![
+            ("inhrelid", Arc::new(UInt32Array::from(Vec::<u32>::new()))),
+            ("inhparent", Arc::new(UInt32Array::from(Vec::<u32>::new()))),
+            ("inhseqno", Arc::new(Int32Array::from(Vec::<i32>::new()))),
+        ],
+    )?;
+    table(
+        ctx,
+        "pg_collation",
+        vec![
+            ("oid", Arc::new(UInt32Array::from(vec![100u32]))),
+            ("collname", strings(vec!["default".into()])),
         ],
     )?;
     let views: Vec<_> = rels
@@ -419,6 +536,10 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
             (
                 "typnamespace",
                 Arc::new(UInt32Array::from(vec![NAMESPACE_PG_CATALOG; types.len()])),
+            ),
+            (
+                "typcollation",
+                Arc::new(UInt32Array::from(vec![0u32; types.len()])),
             ),
         ],
     )?;

@@ -100,15 +100,46 @@ pub async fn plan_statement(state: &SessionState, stmt: &Statement) -> SqlResult
         .await?)
 }
 
-/// Renames result columns the way Postgres names them.
+/// Renames result columns the way Postgres names them. Explicit aliases (`AS "x y"`)
+/// are kept as written.
 pub fn pg_schema(schema: &Schema) -> SchemaRef {
+    pg_schema_with_aliases(schema, &[])
+}
+
+pub fn pg_schema_with_aliases(schema: &Schema, aliases: &[String]) -> SchemaRef {
     Arc::new(Schema::new(
         schema
             .fields()
             .iter()
-            .map(|f| Field::new(pg_column_name(f.name()), f.data_type().clone(), true))
+            .map(|f| {
+                let name = if aliases.iter().any(|a| a == f.name()) {
+                    f.name().clone()
+                } else {
+                    pg_column_name(f.name())
+                };
+                Field::new(name, f.data_type().clone(), true)
+            })
             .collect::<Vec<_>>(),
     ))
+}
+
+/// Aliases given explicitly in the top-level SELECT list.
+pub fn select_aliases(stmt: &Statement) -> Vec<String> {
+    use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr};
+    let Statement::Query(q) = stmt else { return vec![] };
+    let SetExpr::Select(select) = q.body.as_ref() else { return vec![] };
+    select
+        .projection
+        .iter()
+        .filter_map(|item| match item {
+            SelectItem::ExprWithAlias { alias, .. } => Some(if alias.quote_style.is_some() {
+                alias.value.clone()
+            } else {
+                alias.value.to_ascii_lowercase()
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 pub async fn run_query(
@@ -117,7 +148,7 @@ pub async fn run_query(
 ) -> SqlResult<(SchemaRef, Vec<RecordBatch>)> {
     let plan = plan_statement(&ctx.state(), stmt).await?;
     let df = ctx.execute_logical_plan(plan).await?;
-    let schema = pg_schema(df.schema().as_arrow());
+    let schema = pg_schema_with_aliases(df.schema().as_arrow(), &select_aliases(stmt));
     let batches = df.collect().await?;
     let batches = batches
         .into_iter()

@@ -87,8 +87,9 @@ impl WeirProcess {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            if let Ok(c) = self.try_connect().await {
-                drop(c);
+            // Ready once the port accepts connections (works with and without a
+            // configured password).
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
                 return;
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().expect("wait") {

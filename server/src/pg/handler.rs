@@ -104,7 +104,10 @@ impl StatementParser {
                         }
                     }
                     if matches!(stmt.as_ref(), S::Query(_)) {
-                        schema = Some(query::pg_schema(plan.schema().as_arrow()));
+                        schema = Some(query::pg_schema_with_aliases(
+                            plan.schema().as_arrow(),
+                            &query::select_aliases(&stmt),
+                        ));
                     }
                 } else if n == 0 && returns_rows(&stmt) {
                     schema = self.dry_run_schema(&sql).await?;
