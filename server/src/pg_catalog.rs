@@ -100,9 +100,23 @@ fn register_format_type(ctx: &SessionContext) {
                 .as_any()
                 .downcast_ref::<UInt32Array>()
                 .expect("cast to UInt32");
+            let mods = arrow::compute::cast(&arrays[1], &DataType::Int32)?;
+            let mods = mods
+                .as_any()
+                .downcast_ref::<Int32Array>()
+                .expect("cast to Int32");
             let names: StringArray = oids
                 .iter()
-                .map(|o| o.map(type_name_of_oid))
+                .zip(mods.iter())
+                .map(|(o, m)| {
+                    o.map(|o| match (o, m) {
+                        // numeric's typmod is ((precision << 16) | scale) + 4.
+                        (1700, Some(m)) if m >= 4 => {
+                            format!("numeric({},{})", (m - 4) >> 16, (m - 4) & 0xffff)
+                        }
+                        _ => type_name_of_oid(o).to_string(),
+                    })
+                })
                 .collect();
             Ok(ColumnarValue::Array(Arc::new(names)))
         }),
@@ -391,6 +405,7 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
     let mut atttypid = Vec::new();
     let mut attnum = Vec::new();
     let mut attnotnull = Vec::new();
+    let mut atttypmod = Vec::new();
     let mut typname = Vec::new();
     for r in &rels {
         let schema = db.relation_schema(&r.name);
@@ -402,6 +417,11 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
                 .and_then(|s| s.fields().get(i).map(|f| type_oid(f.data_type())))
                 .unwrap_or(25);
             atttypid.push(t);
+            let typmod = match schema.as_ref().and_then(|s| s.fields().get(i).map(|f| f.data_type().clone())) {
+                Some(DataType::Decimal128(p, sc)) => ((p as i32) << 16 | sc as i32) + 4,
+                _ => -1,
+            };
+            atttypmod.push(typmod);
             attnum.push(i as i16 + 1);
             attnotnull.push(!c.nullable);
             typname.push(c.pg_type.clone());
@@ -418,7 +438,7 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
             ("attnum", Arc::new(Int16Array::from(attnum))),
             ("attnotnull", Arc::new(BooleanArray::from(attnotnull))),
             ("attisdropped", Arc::new(BooleanArray::from(vec![false; n]))),
-            ("atttypmod", Arc::new(Int32Array::from(vec![-1; n]))),
+            ("atttypmod", Arc::new(Int32Array::from(atttypmod))),
             ("atthasdef", Arc::new(BooleanArray::from(vec![false; n]))),
             ("attidentity", strings(vec![String::new(); n])),
             ("attgenerated", strings(vec![String::new(); n])),

@@ -46,6 +46,8 @@ async fn psql_catalog_commands() {
     assert!(dmv.contains("Materialized view \"public.by_name\"") && dmv.contains("bigint"), "{dmv}");
     // psql's own printing of values.
     psql(server.port, "INSERT INTO items VALUES (1, 'a', 2.50), (2, 'a', NULL)");
+    // Another session sees the write after the next barrier; FLUSH makes it visible now.
+    psql(server.port, "FLUSH");
     let sel = psql(server.port, "SELECT name, n FROM by_name");
     assert!(sel.contains(" a    | 2") || sel.contains("a    |"), "{sel}");
 }
