@@ -21,6 +21,8 @@ pub enum AggKind {
     Avg,
     Min,
     Max,
+    /// `count(DISTINCT x)`: keeps the multiset of values, like min/max.
+    CountDistinct,
 }
 
 impl AggKind {
@@ -32,6 +34,7 @@ impl AggKind {
             AggKind::Avg => "avg",
             AggKind::Min => "min",
             AggKind::Max => "max",
+            AggKind::CountDistinct => "count(distinct)",
         }
     }
 }
@@ -85,7 +88,9 @@ impl AccState {
                     )));
                 }
             }
-            AggKind::Min | AggKind::Max => AccState::Extreme(BTreeMap::new()),
+            AggKind::Min | AggKind::Max | AggKind::CountDistinct => {
+                AccState::Extreme(BTreeMap::new())
+            }
         })
     }
 }
@@ -110,7 +115,7 @@ pub struct CallRuntime {
 impl CallRuntime {
     pub fn new(call: AggCall) -> Result<Self> {
         let converter = match call.kind {
-            AggKind::Min | AggKind::Max => Some(RowConverter::new(vec![SortField::new(
+            AggKind::Min | AggKind::Max | AggKind::CountDistinct => Some(RowConverter::new(vec![SortField::new(
                 call.arg_type.clone().expect("min/max has an argument"),
             )])?),
             _ => None,
@@ -150,7 +155,7 @@ impl CallRuntime {
                     PreparedArg::Int(c.as_any().downcast_ref::<Int64Array>().unwrap().clone())
                 }
             }
-            (AggKind::Min | AggKind::Max, Some(a)) => {
+            (AggKind::Min | AggKind::Max | AggKind::CountDistinct, Some(a)) => {
                 let rows = self
                     .converter
                     .as_ref()
@@ -249,6 +254,9 @@ impl CallRuntime {
                 } else {
                     ScalarValue::Float64(Some(*sum)).cast_to(out)?
                 }
+            }
+            AccState::Extreme(values) if self.call.kind == AggKind::CountDistinct => {
+                ScalarValue::Int64(Some(values.values().filter(|c| **c > 0).count() as i64))
             }
             AccState::Extreme(values) => {
                 let picked = match self.call.kind {

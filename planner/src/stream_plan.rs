@@ -261,9 +261,10 @@ impl Builder<'_> {
                     "aggregate expression {a} is not supported in materialized views"
                 )));
             };
-            if params.distinct {
+            let name = func.name().to_ascii_lowercase();
+            if params.distinct && name != "count" {
                 return Err(SqlError::unsupported(format!(
-                    "{a}: DISTINCT aggregates mixed with other aggregates are not supported in materialized views yet"
+                    "{a}: DISTINCT aggregates other than count(DISTINCT ...) are not supported in materialized views yet"
                 )));
             }
             if !params.order_by.is_empty() {
@@ -271,11 +272,12 @@ impl Builder<'_> {
                     "{a}: ordered aggregates are not supported in materialized views yet"
                 )));
             }
-            let name = func.name().to_ascii_lowercase();
-            let is_star = name == "count"
+            let is_star = !params.distinct
+                && name == "count"
                 && params.args.len() == 1
                 && matches!(&params.args[0], Expr::Literal(v, _) if !v.is_null());
             let kind = match name.as_str() {
+                "count" if params.distinct => AggKind::CountDistinct,
                 "count" if is_star => AggKind::CountStar,
                 "count" => AggKind::Count,
                 "sum" => AggKind::Sum,

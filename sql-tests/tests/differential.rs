@@ -27,6 +27,7 @@ const VIEWS: &[(&str, &str)] = &[
     ("v_proj", "SELECT id, v * 2 + g AS w, upper(s) AS us FROM t1 WHERE g < 3"),
     ("v_on_view", "SELECT n, count(*) AS groups, sum(total) AS total FROM v_groups GROUP BY n"),
     ("v_on_view2", "SELECT count(*) AS n FROM v_having WHERE total > 0"),
+    ("v_count_distinct", "SELECT g, count(DISTINCT s) AS ds, count(*) FILTER (WHERE v > 50) AS big FROM t1 GROUP BY g"),
 ];
 
 #[derive(Default)]
