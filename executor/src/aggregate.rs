@@ -115,9 +115,11 @@ pub struct CallRuntime {
 impl CallRuntime {
     pub fn new(call: AggCall) -> Result<Self> {
         let converter = match call.kind {
-            AggKind::Min | AggKind::Max | AggKind::CountDistinct => Some(RowConverter::new(vec![SortField::new(
-                call.arg_type.clone().expect("min/max has an argument"),
-            )])?),
+            AggKind::Min | AggKind::Max | AggKind::CountDistinct => {
+                Some(RowConverter::new(vec![SortField::new(
+                    call.arg_type.clone().expect("min/max has an argument"),
+                )])?)
+            }
             _ => None,
         };
         Ok(Self { call, converter })

@@ -24,6 +24,19 @@ use tokio::sync::mpsc::{self, Receiver, Sender};
 /// Rows per chunk when backfilling a new view from existing contents.
 const BACKFILL_CHUNK_ROWS: usize = 4096;
 
+/// One new channel to each downstream actor: returns the senders, and adds each
+/// receiver to its actor's inputs.
+fn connect_to_all(downstream_inputs: &mut [Vec<Receiver<Message>>]) -> Vec<Sender<Message>> {
+    downstream_inputs
+        .iter_mut()
+        .map(|inputs| {
+            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+            inputs.push(rx);
+            tx
+        })
+        .collect()
+}
+
 fn build_operator(rt: &Runtime, spec: &OperatorSpec) -> Result<Box<dyn Operator>> {
     Ok(match spec {
         OperatorSpec::Filter { predicate } => Box::new(FilterOperator::new(predicate.clone())),
@@ -72,7 +85,6 @@ pub(crate) async fn deploy_view(
     let mut upstream_names = Vec::new();
 
     for (gi, frag) in frags.iter().enumerate() {
-        let n_down = counts[gi];
         for input in &frag.inputs {
             match input {
                 FragmentInput::Fragment { id, exchange } => {
@@ -86,14 +98,9 @@ pub(crate) async fn deploy_view(
                             .collect(),
                         _ => vec![],
                     };
-                    for u in 0..counts[fi] {
-                        let mut senders = Vec::with_capacity(n_down);
-                        for d in 0..n_down {
-                            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-                            senders.push(tx);
-                            receivers[gi][d].push(rx);
-                        }
-                        outputs[fi][u] = Some(ActorOutput::Exchange(Dispatcher::new(
+                    for out in outputs[fi].iter_mut() {
+                        let senders = connect_to_all(&mut receivers[gi]);
+                        *out = Some(ActorOutput::Exchange(Dispatcher::new(
                             exchange, &key_types, senders, max_p,
                         )?));
                     }
@@ -109,12 +116,7 @@ pub(crate) async fn deploy_view(
                     let mut per_upstream = Vec::with_capacity(publishers);
                     let mut first = Vec::new();
                     for u in 0..publishers {
-                        let mut senders = Vec::with_capacity(n_down);
-                        for d in 0..n_down {
-                            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-                            senders.push(tx);
-                            receivers[gi][d].push(rx);
-                        }
+                        let senders = connect_to_all(&mut receivers[gi]);
                         if u == 0 {
                             first = senders.clone();
                         }

@@ -47,10 +47,9 @@ pub fn rewrite_psql_syntax(sql: &str) -> String {
     }
     // `\d name` asks for column defaults and collations through correlated scalar
     // subqueries DataFusion cannot run; Weir has neither, so both are NULL.
-    let defaults = regex::Regex::new(
-        r"(?s)\(SELECT pg_catalog\.pg_get_expr\(d\.adbin.*?a\.atthasdef\)",
-    )
-    .expect("valid regex");
+    let defaults =
+        regex::Regex::new(r"(?s)\(SELECT pg_catalog\.pg_get_expr\(d\.adbin.*?a\.atthasdef\)")
+            .expect("valid regex");
     let collations = regex::Regex::new(
         r"(?s)\(SELECT c\.collname FROM pg_catalog\.pg_collation c.*?t\.typcollation\)",
     )
@@ -295,10 +294,13 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
             ("datctype", strings(vec!["C.UTF-8".into()])),
             ("daticulocale", strings(vec![String::new()])),
             ("daticurules", strings(vec![String::new()])),
-            ("datacl", Arc::new(arrow::array::ListArray::new_null(
-                Arc::new(Field::new("item", DataType::Utf8, true)),
-                1,
-            ))),
+            (
+                "datacl",
+                Arc::new(arrow::array::ListArray::new_null(
+                    Arc::new(Field::new("item", DataType::Utf8, true)),
+                    1,
+                )),
+            ),
             ("datistemplate", Arc::new(BooleanArray::from(vec![false]))),
             ("datallowconn", Arc::new(BooleanArray::from(vec![true]))),
         ],
@@ -357,9 +359,7 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
             (
                 "relhasindex",
                 Arc::new(BooleanArray::from(
-                    rels.iter()
-                        .map(|_| false)
-                        .collect::<Vec<_>>(),
+                    rels.iter().map(|_| false).collect::<Vec<_>>(),
                 )),
             ),
             (
@@ -396,7 +396,10 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
                 Arc::new(UInt32Array::from(vec![0u32; rels.len()])),
             ),
             ("reloptions", strings(vec![String::new(); rels.len()])),
-            ("reltoastrelid", Arc::new(UInt32Array::from(vec![0u32; rels.len()]))),
+            (
+                "reltoastrelid",
+                Arc::new(UInt32Array::from(vec![0u32; rels.len()])),
+            ),
             ("relpartbound", strings(vec![String::new(); rels.len()])),
         ],
     )?;
@@ -417,7 +420,10 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
                 .and_then(|s| s.fields().get(i).map(|f| type_oid(f.data_type())))
                 .unwrap_or(25);
             atttypid.push(t);
-            let typmod = match schema.as_ref().and_then(|s| s.fields().get(i).map(|f| f.data_type().clone())) {
+            let typmod = match schema
+                .as_ref()
+                .and_then(|s| s.fields().get(i).map(|f| f.data_type().clone()))
+            {
                 Some(DataType::Decimal128(p, sc)) => ((p as i32) << 16 | sc as i32) + 4,
                 _ => -1,
             };
@@ -462,7 +468,10 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
         "pg_policy",
         vec![
             ("polname", strings(vec![])),
-            ("polpermissive", Arc::new(BooleanArray::from(Vec::<bool>::new()))),
+            (
+                "polpermissive",
+                Arc::new(BooleanArray::from(Vec::<bool>::new())),
+            ),
             ("polroles", strings(vec![])),
             ("polqual", strings(vec![])),
             ("polwithcheck", strings(vec![])),

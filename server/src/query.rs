@@ -126,8 +126,12 @@ pub fn pg_schema_with_aliases(schema: &Schema, aliases: &[String]) -> SchemaRef 
 /// Aliases given explicitly in the top-level SELECT list.
 pub fn select_aliases(stmt: &Statement) -> Vec<String> {
     use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr};
-    let Statement::Query(q) = stmt else { return vec![] };
-    let SetExpr::Select(select) = q.body.as_ref() else { return vec![] };
+    let Statement::Query(q) = stmt else {
+        return vec![];
+    };
+    let SetExpr::Select(select) = q.body.as_ref() else {
+        return vec![];
+    };
     select
         .projection
         .iter()

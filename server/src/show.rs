@@ -115,13 +115,12 @@ pub fn set(session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
         } => {
             let key = variable.to_string().to_ascii_lowercase().replace('"', "");
             let value = values.iter().map(value_text).collect::<Vec<_>>().join(", ");
-            if key == "parallelism.default" || key == "streaming_parallelism" {
-                if value.parse::<u32>().ok().filter(|p| *p >= 1).is_none() {
-                    return Err(SqlError::new(
-                        sqlstate::INVALID_PARAMETER_VALUE,
-                        format!("invalid value for {key}: {value}"),
-                    ));
-                }
+            let is_parallelism = key == "parallelism.default" || key == "streaming_parallelism";
+            if is_parallelism && value.parse::<u32>().ok().filter(|p| *p >= 1).is_none() {
+                return Err(SqlError::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!("invalid value for {key}: {value}"),
+                ));
             }
             session.settings.insert(key, value);
         }

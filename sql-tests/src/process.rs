@@ -89,7 +89,10 @@ impl WeirProcess {
         loop {
             // Ready once the port accepts connections (works with and without a
             // configured password).
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+            {
                 return;
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().expect("wait") {

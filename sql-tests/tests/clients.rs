@@ -6,7 +6,19 @@ use weir_sql_tests::WeirProcess;
 
 fn psql(port: u16, command: &str) -> String {
     let out = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "weir", "-d", "weir", "-X", "-c", command])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "weir",
+            "-d",
+            "weir",
+            "-X",
+            "-c",
+            command,
+        ])
         .output()
         .expect("psql must be installed (Debian package postgresql-client)");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -32,20 +44,35 @@ async fn psql_catalog_commands() {
         .await
         .unwrap();
     let dt = psql(server.port, "\\dt");
-    assert!(dt.contains("items") && dt.contains("table") && !dt.contains("by_name"), "{dt}");
+    assert!(
+        dt.contains("items") && dt.contains("table") && !dt.contains("by_name"),
+        "{dt}"
+    );
     let dm = psql(server.port, "\\dm");
-    assert!(dm.contains("by_name") && dm.contains("materialized view"), "{dm}");
+    assert!(
+        dm.contains("by_name") && dm.contains("materialized view"),
+        "{dm}"
+    );
     assert!(psql(server.port, "\\dv").contains("Did not find any relations"));
     assert!(psql(server.port, "\\l").contains("weir"));
     assert!(psql(server.port, "\\dn").contains("public"));
     let d = psql(server.port, "\\d items");
     assert!(d.contains("Table \"public.items\""), "{d}");
-    assert!(d.contains("id") && d.contains("integer") && d.contains("not null"), "{d}");
+    assert!(
+        d.contains("id") && d.contains("integer") && d.contains("not null"),
+        "{d}"
+    );
     assert!(d.contains("numeric(8,2)"), "{d}");
     let dmv = psql(server.port, "\\d by_name");
-    assert!(dmv.contains("Materialized view \"public.by_name\"") && dmv.contains("bigint"), "{dmv}");
+    assert!(
+        dmv.contains("Materialized view \"public.by_name\"") && dmv.contains("bigint"),
+        "{dmv}"
+    );
     // psql's own printing of values.
-    psql(server.port, "INSERT INTO items VALUES (1, 'a', 2.50), (2, 'a', NULL)");
+    psql(
+        server.port,
+        "INSERT INTO items VALUES (1, 'a', 2.50), (2, 'a', NULL)",
+    );
     // Another session sees the write after the next barrier; FLUSH makes it visible now.
     psql(server.port, "FLUSH");
     let sel = psql(server.port, "SELECT name, n FROM by_name");
@@ -73,14 +100,20 @@ async fn extended_protocol_with_typed_parameters() {
     for i in 0..5i64 {
         let name = format!("it's {i}");
         let n = client
-            .execute(&insert, &[&i, &name, &(i as f64 * 1.5), &(i % 2 == 0), &day, &ts])
+            .execute(
+                &insert,
+                &[&i, &name, &(i as f64 * 1.5), &(i % 2 == 0), &day, &ts],
+            )
             .await
             .unwrap();
         assert_eq!(n, 1);
     }
     // Binary results with exact types, and a parameter in WHERE.
     let rows = client
-        .query("SELECT id, name, score, ok, d, ts FROM m WHERE id >= $1 ORDER BY id", &[&3i64])
+        .query(
+            "SELECT id, name, score, ok, d, ts FROM m WHERE id >= $1 ORDER BY id",
+            &[&3i64],
+        )
         .await
         .unwrap();
     assert_eq!(rows.len(), 2);
@@ -90,17 +123,30 @@ async fn extended_protocol_with_typed_parameters() {
     let ok: bool = rows[0].get(3);
     let d: chrono::NaiveDate = rows[0].get(4);
     let t: chrono::NaiveDateTime = rows[0].get(5);
-    assert_eq!((id, name.as_str(), score, ok, d, t), (3, "it's 3", 4.5, false, day, ts));
+    assert_eq!(
+        (id, name.as_str(), score, ok, d, t),
+        (3, "it's 3", 4.5, false, day, ts)
+    );
     let view = client
         .query("SELECT ok, n, total FROM s ORDER BY ok", &[])
         .await
         .unwrap();
-    let summary: Vec<(bool, i64, f64)> = view.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    let summary: Vec<(bool, i64, f64)> = view
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
     assert_eq!(summary, vec![(false, 2, 6.0), (true, 3, 9.0)]);
     // An error in the extended protocol is a Postgres error, and the session goes on.
-    let err = client.query("SELECT * FROM missing WHERE x = $1", &[&1i32]).await.unwrap_err();
+    let err = client
+        .query("SELECT * FROM missing WHERE x = $1", &[&1i32])
+        .await
+        .unwrap_err();
     assert_eq!(err.as_db_error().unwrap().code().code(), "42P01");
-    let n: i64 = client.query_one("SELECT count(*) FROM m", &[]).await.unwrap().get(0);
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM m", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(n, 5);
 }
 
@@ -114,13 +160,19 @@ async fn password_is_enforced_with_scram_when_configured() {
     )
     .await;
     let ok = tokio_postgres::connect(
-        &format!("host=127.0.0.1 port={} user=alice dbname=any password=s3cret", server.port),
+        &format!(
+            "host=127.0.0.1 port={} user=alice dbname=any password=s3cret",
+            server.port
+        ),
         tokio_postgres::NoTls,
     )
     .await;
     assert!(ok.is_ok(), "correct password must be accepted");
     let bad = tokio_postgres::connect(
-        &format!("host=127.0.0.1 port={} user=alice dbname=any password=wrong", server.port),
+        &format!(
+            "host=127.0.0.1 port={} user=alice dbname=any password=wrong",
+            server.port
+        ),
         tokio_postgres::NoTls,
     )
     .await;

@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 /// Byte offset of an entry in the log: the position a source rewinds to.
 pub type LogOffset = u64;
 
+/// One valid entry read back from the log: its offset and payload.
+pub type LogEntry = (LogOffset, Vec<u8>);
+
 pub struct TableLog {
     path: PathBuf,
     file: File,
@@ -26,7 +29,7 @@ const HEADER: usize = 8;
 
 impl TableLog {
     /// Opens (creating if needed) the log and returns it with every valid entry's payload.
-    pub fn open(path: &Path) -> Result<(TableLog, Vec<(LogOffset, Vec<u8>)>)> {
+    pub fn open(path: &Path) -> Result<(TableLog, Vec<LogEntry>)> {
         let mut file = OpenOptions::new()
             .read(true)
             .append(true)
