@@ -196,6 +196,36 @@ async fn latest_context<'a>(
     Ok((w, ctx))
 }
 
+/// Runs `sql` over the target table's latest contents under the write lock, builds
+/// the change chunk from its result and writes it, all under the same lock so that no
+/// other write can interleave. Returns the number of affected rows.
+async fn rewrite_rows(
+    db: &Database,
+    session: &mut Session,
+    table: &str,
+    sql: &str,
+    build: impl FnOnce(Vec<RecordBatch>) -> SqlResult<(usize, StreamChunk)>,
+) -> SqlResult<usize> {
+    let (mut w, ctx) = latest_context(db, session, table).await?;
+    let batches: Vec<RecordBatch> = ctx.sql(sql).await?.collect().await?;
+    let (n, chunk) = build(batches)?;
+    if n > 0 {
+        let writer = w
+            .table(table)
+            .ok_or_else(|| SqlError::internal(format!("table {table} has no writer")))?;
+        writer.write(chunk, false).await.map_err(SqlError::from)?;
+        session.last_write_epoch = w.write_epoch();
+    }
+    Ok(n)
+}
+
+fn where_clause(selection: &Option<datafusion::sql::sqlparser::ast::Expr>) -> String {
+    selection
+        .as_ref()
+        .map(|s| format!(" WHERE {s}"))
+        .unwrap_or_default()
+}
+
 pub async fn update(db: &Database, session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
     let Statement::Update(Update {
         table,
@@ -263,27 +293,18 @@ pub async fn update(db: &Database, session: &mut Session, stmt: &Statement) -> S
     let sql = format!(
         "SELECT {} FROM {from_clause}{}",
         items.join(", "),
-        selection
-            .as_ref()
-            .map(|s| format!(" WHERE {s}"))
-            .unwrap_or_default()
+        where_clause(selection)
     );
-    let (mut w, ctx) = latest_context(db, session, &name).await?;
-    let batches: Vec<RecordBatch> = ctx.sql(&sql).await?.collect().await?;
-    let old = concat_rows(&schema, &batches, 0)?;
-    let new = concat_rows(&schema, &batches, schema.fields().len())?;
-    let n = old.num_rows();
-    if n > 0 {
+    let n = rewrite_rows(db, session, &name, &sql, |batches| {
+        let old = concat_rows(&schema, &batches, 0)?;
+        let new = concat_rows(&schema, &batches, schema.fields().len())?;
+        let n = old.num_rows();
         let both = arrow::compute::concat_batches(&schema, [&old, &new])?;
         let mut ops = vec![Op::Delete; n];
         ops.extend(vec![Op::Insert; n]);
-        let writer = w.table(&name).expect("checked above");
-        writer
-            .write(StreamChunk::new(ops, both), false)
-            .await
-            .map_err(SqlError::from)?;
-        session.last_write_epoch = w.write_epoch();
-    }
+        Ok((n, StreamChunk::new(ops, both)))
+    })
+    .await?;
     Ok(Output::rows("UPDATE", n))
 }
 
@@ -321,22 +342,12 @@ pub async fn delete(db: &Database, session: &mut Session, stmt: &Statement) -> S
         "SELECT * FROM \"{}\"{}{}",
         name.replace('"', "\"\""),
         alias.map(|a| format!(" AS {a}")).unwrap_or_default(),
-        selection
-            .as_ref()
-            .map(|s| format!(" WHERE {s}"))
-            .unwrap_or_default()
+        where_clause(selection)
     );
-    let (mut w, ctx) = latest_context(db, session, &name).await?;
-    let batches: Vec<RecordBatch> = ctx.sql(&sql).await?.collect().await?;
-    let old = concat_rows(&schema, &batches, 0)?;
-    let n = old.num_rows();
-    if n > 0 {
-        let writer = w.table(&name).expect("checked above");
-        writer
-            .write(StreamChunk::deletes(old), false)
-            .await
-            .map_err(SqlError::from)?;
-        session.last_write_epoch = w.write_epoch();
-    }
+    let n = rewrite_rows(db, session, &name, &sql, |batches| {
+        let old = concat_rows(&schema, &batches, 0)?;
+        Ok((old.num_rows(), StreamChunk::deletes(old)))
+    })
+    .await?;
     Ok(Output::rows("DELETE", n))
 }

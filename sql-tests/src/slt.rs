@@ -9,6 +9,20 @@ pub struct PgDb {
     pub client: Client,
 }
 
+/// A new connection to the server on `port`, as sqllogictest's connection factory.
+pub async fn connect(port: u16) -> Result<PgDb, PgError> {
+    let (client, conn) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=weir dbname=weir"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .map_err(PgError)?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(PgDb { client })
+}
+
 #[derive(Debug)]
 pub struct PgError(pub tokio_postgres::Error);
 

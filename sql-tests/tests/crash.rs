@@ -73,13 +73,18 @@ async fn stream_writes(port: u16, start_id: i64, acked: Arc<Mutex<Acked>>) {
     }
 }
 
-async fn check(server: &WeirProcess, acked: &Acked) {
-    let client = server.connect().await;
-    let table: BTreeMap<i64, i64> = rows(&client, "SELECT id, g FROM t")
+/// The recovered table as id → g.
+async fn table_state(client: &tokio_postgres::Client) -> BTreeMap<i64, i64> {
+    rows(client, "SELECT id, g FROM t")
         .await
         .into_iter()
         .map(|r| (r[0].parse().unwrap(), r[1].parse().unwrap()))
-        .collect();
+        .collect()
+}
+
+async fn check(server: &WeirProcess, acked: &Acked) {
+    let client = server.connect().await;
+    let table = table_state(&client).await;
     for (id, g) in &acked.rows {
         match table.get(id) {
             Some(got) if got == g => {}
@@ -158,12 +163,7 @@ async fn kill_9_during_acknowledged_inserts_loses_nothing() {
         };
         check(&server, &snapshot).await;
         // Settle the in-flight statement: whatever landed is now the truth.
-        let client = server.connect().await;
-        let table: BTreeMap<i64, i64> = rows(&client, "SELECT id, g FROM t")
-            .await
-            .into_iter()
-            .map(|r| (r[0].parse().unwrap(), r[1].parse().unwrap()))
-            .collect();
+        let table = table_state(&server.connect().await).await;
         let mut a = acked.lock().unwrap();
         a.rows = table;
         a.in_flight = None;

@@ -1,25 +1,14 @@
 //! Runs every `.slt` file in `sql-tests/slt/` against its own real `weir` server, at
-//! parallelism 1 and 4 (`# parallelism: N` files pin one).
+//! parallelism 1 and 4.
 
 use std::path::PathBuf;
-use weir_sql_tests::{PgDb, WeirProcess};
+use weir_sql_tests::WeirProcess;
 
 async fn run_file(path: PathBuf, parallelism: u32) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     let server = WeirProcess::start(&dir.path().join("data"), parallelism).await;
     let port = server.port;
-    let mut runner = sqllogictest::Runner::new(move || async move {
-        let (client, conn) = tokio_postgres::connect(
-            &format!("host=127.0.0.1 port={port} user=weir dbname=weir"),
-            tokio_postgres::NoTls,
-        )
-        .await
-        .map_err(weir_sql_tests::slt::PgError)?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(PgDb { client })
-    });
+    let mut runner = sqllogictest::Runner::new(move || weir_sql_tests::slt::connect(port));
     if let Err(e) = runner.run_file_async(&path).await {
         return Err(format!(
             "{} at parallelism {parallelism} failed:\n{}\nserver log tail:\n{}",

@@ -9,7 +9,7 @@
 
 use sqllogictest::{DefaultColumnType, Record};
 use std::path::{Path, PathBuf};
-use weir_sql_tests::{PgDb, WeirProcess};
+use weir_sql_tests::WeirProcess;
 
 /// (pattern in the lower-cased SQL, reason). Each is a feature of a later issue.
 const SKIP: &[(&str, &str)] = &[
@@ -59,18 +59,7 @@ async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
     let data = tmp.join(format!("data-{}", display.replace('/', "_")));
     let server = WeirProcess::start(&data, 2).await;
     let port = server.port;
-    let mut runner = sqllogictest::Runner::new(move || async move {
-        let (client, conn) = tokio_postgres::connect(
-            &format!("host=127.0.0.1 port={port} user=weir dbname=weir"),
-            tokio_postgres::NoTls,
-        )
-        .await
-        .map_err(weir_sql_tests::slt::PgError)?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(PgDb { client })
-    });
+    let mut runner = sqllogictest::Runner::new(move || weir_sql_tests::slt::connect(port));
     for l in LABELS {
         runner.add_label(l);
     }
