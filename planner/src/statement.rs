@@ -125,7 +125,21 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
         }
         _ => {}
     }
+    if let ["create", "table", ..] = ws.as_slice() {
+        if let Some(stripped) = strip_append_only(sql) {
+            return Ok(WeirStatement::Sql(Box::new(parse_sqlparser(&stripped)?)));
+        }
+    }
     Ok(WeirStatement::Sql(Box::new(parse_sqlparser(sql)?)))
+}
+
+/// RisingWave's `CREATE TABLE ... APPEND ONLY`: accepted as a plain table (Weir's
+/// operators already take the append-only path chunk by chunk), so migrated DDL runs.
+fn strip_append_only(sql: &str) -> Option<String> {
+    let trimmed = sql.trim_end().trim_end_matches(';').trim_end();
+    let lower = trimmed.to_ascii_lowercase();
+    let without = lower.strip_suffix("only")?.trim_end().strip_suffix("append")?;
+    Some(trimmed[..without.len()].to_string())
 }
 
 fn parse_sqlparser(sql: &str) -> SqlResult<Statement> {
@@ -169,6 +183,10 @@ mod tests {
         assert!(matches!(
             parse_statement("EXPLAIN CREATE MATERIALIZED VIEW v AS SELECT 1").unwrap(),
             WeirStatement::ExplainCreateMaterializedView(_)
+        ));
+        assert!(matches!(
+            parse_statement("create table t (k int) append only").unwrap(),
+            WeirStatement::Sql(_)
         ));
         let e = parse_statement("SELEC 1").unwrap_err();
         assert_eq!(e.code, crate::error::sqlstate::SYNTAX_ERROR);
