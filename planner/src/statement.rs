@@ -138,7 +138,10 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
 fn strip_append_only(sql: &str) -> Option<String> {
     let trimmed = sql.trim_end().trim_end_matches(';').trim_end();
     let lower = trimmed.to_ascii_lowercase();
-    let without = lower.strip_suffix("only")?.trim_end().strip_suffix("append")?;
+    let without = lower
+        .strip_suffix("only")?
+        .trim_end()
+        .strip_suffix("append")?;
     Some(trimmed[..without.len()].to_string())
 }
 

@@ -178,3 +178,52 @@ async fn password_is_enforced_with_scram_when_configured() {
     .await;
     assert!(bad.is_err(), "wrong password must be refused");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_sessions_see_writes_at_the_next_periodic_barrier() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = WeirProcess::start(&dir.path().join("data"), 2).await;
+    let writer = server.connect().await;
+    let reader = server.connect().await;
+    writer
+        .batch_execute(
+            "CREATE TABLE e (x int); CREATE MATERIALIZED VIEW c AS SELECT count(*) AS n FROM e;",
+        )
+        .await
+        .unwrap();
+    writer
+        .batch_execute("INSERT INTO e VALUES (1), (2)")
+        .await
+        .unwrap();
+    // No FLUSH: the reader must see both rows once the periodic barrier (1 s by
+    // default) has committed them, in the table and in the view at the same epoch.
+    let start = std::time::Instant::now();
+    loop {
+        let t: i64 = reader
+            .query_one("SELECT count(*) FROM e", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let v: i64 = reader
+            .query_one("SELECT n FROM c", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let both: (i64, i64) = {
+            let r = reader
+                .query_one("SELECT (SELECT count(*) FROM e), (SELECT n FROM c)", &[])
+                .await
+                .unwrap();
+            (r.get(0), r.get(1))
+        };
+        assert_eq!(both.0, both.1, "table and view must be read at one epoch");
+        if t == 2 && v == 2 {
+            break;
+        }
+        assert!(
+            start.elapsed().as_secs() < 5,
+            "write not visible after 5 s (table {t}, view {v})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

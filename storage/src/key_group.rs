@@ -82,7 +82,10 @@ mod tests {
         // Pinned values: changing the hash (or its seed) would move keys to other key
         // groups and break restoring state written by an earlier Weir.
         assert_eq!(key_hash(b"weir"), PINNED_WEIR_HASH);
-        assert_eq!(KeyGroup::of_key(b"weir", 128), KeyGroup((PINNED_WEIR_HASH % 128) as u32));
+        assert_eq!(
+            KeyGroup::of_key(b"weir", 128),
+            KeyGroup((PINNED_WEIR_HASH % 128) as u32)
+        );
         assert_ne!(key_hash(b"a"), key_hash(b"b"));
         assert!(KeyGroup::of_key(b"abc", 128).0 < 128);
     }
