@@ -58,10 +58,15 @@ impl<V: StateValue> StateTable<V> {
 
     /// Mutable access; marks the key dirty. Inserts `default()` when absent.
     pub fn get_or_insert_with(&mut self, key: &[u8], default: impl FnOnce() -> V) -> &mut V {
+        // Look up by borrowed key first: the hot path (an existing, already dirty key)
+        // allocates nothing.
         if !self.dirty.contains(key) {
             self.dirty.insert(key.to_vec());
         }
-        self.cache.entry(key.to_vec()).or_insert_with(default)
+        if !self.cache.contains_key(key) {
+            self.cache.insert(key.to_vec(), default());
+        }
+        self.cache.get_mut(key).expect("inserted above")
     }
 
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {

@@ -49,6 +49,17 @@ impl StateValue for GroupState {
     }
 }
 
+/// A group with no rows yet. The calls were validated when the operator was built.
+fn empty_group(calls: &[AggCall]) -> GroupState {
+    GroupState {
+        rows: 0,
+        accs: calls
+            .iter()
+            .map(|c| AccState::new(c).expect("checked in new"))
+            .collect(),
+    }
+}
+
 pub struct HashAggOperator {
     spec: HashAggSpec,
     calls: Vec<CallRuntime>,
@@ -108,15 +119,7 @@ impl HashAggOperator {
     }
 
     fn new_group(&self) -> GroupState {
-        GroupState {
-            rows: 0,
-            accs: self
-                .spec
-                .calls
-                .iter()
-                .map(|c| AccState::new(c).expect("checked in new"))
-                .collect(),
-        }
+        empty_group(&self.spec.calls)
     }
 
     fn build_output(
@@ -194,8 +197,8 @@ impl Operator for HashAggOperator {
                 };
                 self.epoch_before.insert(key.to_vec(), before);
             }
-            let fresh = self.new_group();
-            let group = self.state.get_or_insert_with(key, || fresh);
+            let calls = &self.spec.calls;
+            let group = self.state.get_or_insert_with(key, || empty_group(calls));
             let sign = op.sign();
             group.rows += sign;
             for (j, c) in self.calls.iter().enumerate() {
