@@ -10,11 +10,12 @@
 use crate::barrier::Epoch;
 use crate::chunk::StreamChunk;
 use crate::error::Result;
+use ahash::AHashMap as HashMap;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// A multiset of rows of one schema, keyed by row-format bytes.
 pub struct RowMultiset {
@@ -70,16 +71,24 @@ impl RowMultiset {
     }
 
     pub fn add(&mut self, row: &[u8], delta: i64) {
-        let before = self.count(row);
-        let after = before + delta;
+        let (before, after) = match self.rows.get_mut(row) {
+            Some(c) => {
+                let before = *c;
+                *c += delta;
+                let after = *c;
+                if after == 0 {
+                    self.rows.remove(row);
+                }
+                (before, after)
+            }
+            None => {
+                if delta != 0 {
+                    self.rows.insert(row.into(), delta);
+                }
+                (0, delta)
+            }
+        };
         self.len = self.len + after.max(0) as usize - before.max(0) as usize;
-        if after == 0 {
-            self.rows.remove(row);
-        } else if let Some(c) = self.rows.get_mut(row) {
-            *c = after;
-        } else {
-            self.rows.insert(row.into(), after);
-        }
     }
 
     /// Materializes the rows (each repeated by its multiplicity) as one batch.

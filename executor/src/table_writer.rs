@@ -9,10 +9,10 @@ use crate::barrier::Message;
 use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::store::RowMultiset;
+use ahash::AHashSet as HashSet;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
-use std::collections::HashSet;
 use tokio::sync::mpsc::Sender;
 use weir_storage::TableLog;
 
