@@ -6,6 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-0}"
+# The client tests drive real psql; install it when missing (Debian/Ubuntu).
+if ! command -v psql >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q && $SUDO apt-get install -y -q postgresql-client
+fi
 cargo fmt --all -- --check
 # The SQL tests start the `weir` binary, so it is built first.
 cargo build --bin weir
