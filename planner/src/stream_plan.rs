@@ -262,7 +262,9 @@ impl Builder<'_> {
                 )));
             };
             let name = func.name().to_ascii_lowercase();
-            if params.distinct && name != "count" {
+            // min(DISTINCT x) is min(x); likewise max.
+            let distinct = params.distinct && name != "min" && name != "max";
+            if distinct && name != "count" {
                 return Err(SqlError::unsupported(format!(
                     "{a}: DISTINCT aggregates other than count(DISTINCT ...) are not supported in materialized views yet"
                 )));
@@ -272,12 +274,12 @@ impl Builder<'_> {
                     "{a}: ordered aggregates are not supported in materialized views yet"
                 )));
             }
-            let is_star = !params.distinct
+            let is_star = !distinct
                 && name == "count"
                 && params.args.len() == 1
                 && matches!(&params.args[0], Expr::Literal(v, _) if !v.is_null());
             let kind = match name.as_str() {
-                "count" if params.distinct => AggKind::CountDistinct,
+                "count" if distinct => AggKind::CountDistinct,
                 "count" if is_star => AggKind::CountStar,
                 "count" => AggKind::Count,
                 "sum" => AggKind::Sum,
