@@ -23,6 +23,10 @@ pub enum AggKind {
     Max,
     /// `count(DISTINCT x)`: keeps the multiset of values, like min/max.
     CountDistinct,
+    /// `bool_and` / `bool_or`: counts of true values and of non-null values, so that
+    /// both stay exact under retraction.
+    BoolAnd,
+    BoolOr,
 }
 
 impl AggKind {
@@ -35,6 +39,8 @@ impl AggKind {
             AggKind::Min => "min",
             AggKind::Max => "max",
             AggKind::CountDistinct => "count(distinct)",
+            AggKind::BoolAnd => "bool_and",
+            AggKind::BoolOr => "bool_or",
         }
     }
 }
@@ -91,6 +97,7 @@ impl AccState {
             AggKind::Min | AggKind::Max | AggKind::CountDistinct => {
                 AccState::Extreme(BTreeMap::new())
             }
+            AggKind::BoolAnd | AggKind::BoolOr => AccState::SumInt { sum: 0, n: 0 },
         })
     }
 }
@@ -139,6 +146,11 @@ impl CallRuntime {
         let arg = match (self.call.kind, self.call.arg) {
             (AggKind::CountStar, _) | (_, None) => PreparedArg::None,
             (AggKind::Count, Some(a)) => PreparedArg::Nulls(columns[a].clone()),
+            (AggKind::BoolAnd | AggKind::BoolOr, Some(a)) => {
+                // true → 1, false → 0: the sum counts true values.
+                let c = cast(&columns[a], &DataType::Int64)?;
+                PreparedArg::Int(c.as_any().downcast_ref::<Int64Array>().unwrap().clone())
+            }
             (AggKind::Sum | AggKind::Avg, Some(a)) => {
                 let t = columns[a].data_type().clone();
                 if is_float(&t) {
@@ -235,6 +247,10 @@ impl CallRuntime {
             AccState::SumInt { sum, n } => {
                 if *n == 0 {
                     ScalarValue::try_from(out)?
+                } else if self.call.kind == AggKind::BoolAnd {
+                    ScalarValue::Boolean(Some(*sum == *n as i128))
+                } else if self.call.kind == AggKind::BoolOr {
+                    ScalarValue::Boolean(Some(*sum > 0))
                 } else if self.call.kind == AggKind::Avg {
                     avg_of_int(*sum, *n, self.call.arg_type.as_ref(), out)?
                 } else {

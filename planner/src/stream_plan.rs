@@ -286,6 +286,8 @@ impl Builder<'_> {
                 "avg" | "mean" => AggKind::Avg,
                 "min" => AggKind::Min,
                 "max" => AggKind::Max,
+                "bool_and" => AggKind::BoolAnd,
+                "bool_or" => AggKind::BoolOr,
                 other => {
                     return Err(SqlError::unsupported(format!(
                         "aggregate function {other} is not supported in materialized views yet"
