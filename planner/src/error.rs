@@ -29,6 +29,7 @@ pub mod sqlstate {
     pub const INTERNAL_ERROR: &str = "XX000";
     pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
     pub const PROTOCOL_VIOLATION: &str = "08P01";
+    pub const STATEMENT_TOO_COMPLEX: &str = "54001";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

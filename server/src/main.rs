@@ -76,6 +76,10 @@ fn main() {
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // Planning and optimizing a deeply nested expression recurses deeply; a stack
+        // overflow would abort the whole server, not just the statement. Stacks are
+        // reserved lazily, so a large limit costs only address space.
+        .thread_stack_size(256 * 1024 * 1024)
         .build()
         .expect("tokio runtime");
     let result = rt.block_on(async move {
