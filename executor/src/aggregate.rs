@@ -175,8 +175,6 @@ impl CallRuntime {
                     .as_ref()
                     .unwrap()
                     .convert_columns(&[columns[a].clone()])?;
-                // Nulls are skipped by min/max; mark them through the validity below.
-                let _ = rows.num_rows();
                 PreparedArg::Rows(rows)
             }
         };

@@ -136,9 +136,3 @@ async fn send(sender: &Sender<Message>, chunk: StreamChunk) -> Result<()> {
         .await
         .map_err(|_| ExecError::ChannelClosed)
 }
-
-/// The key group of a key as the hash exchange computes it (exposed for state tables
-/// and tests so that both agree).
-pub fn key_group_of(key: &[u8], max_parallelism: u32) -> KeyGroup {
-    KeyGroup::of_key(key, max_parallelism)
-}

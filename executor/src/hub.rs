@@ -40,10 +40,6 @@ impl RelationHub {
         *guard = Arc::new(next);
     }
 
-    pub fn subscriber_jobs(&self) -> Vec<u64> {
-        self.subscriptions.read().iter().map(|s| s.job).collect()
-    }
-
     /// Delivers a message from upstream actor `upstream` to every subscriber. A
     /// subscriber that has gone away (its view was dropped) is skipped.
     pub async fn publish(&self, upstream: usize, msg: Message) -> Result<()> {

@@ -308,8 +308,4 @@ impl Runtime {
     pub fn view_parallelism(&self, name: &str) -> Option<u32> {
         self.relations.lock().get(name).map(|r| r.parallelism)
     }
-
-    pub fn state_entries(&self) -> usize {
-        self.backend.len()
-    }
 }

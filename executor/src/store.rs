@@ -53,15 +53,6 @@ impl RowMultiset {
         self.len == 0
     }
 
-    /// Encodes a batch's rows (for lookups by the caller).
-    pub fn encode(&self, batch: &RecordBatch) -> Result<arrow::row::Rows> {
-        Ok(self.converter.convert_columns(batch.columns())?)
-    }
-
-    pub fn count(&self, row: &[u8]) -> i64 {
-        self.rows.get(row).copied().unwrap_or(0)
-    }
-
     pub fn apply(&mut self, chunk: &StreamChunk) -> Result<()> {
         let rows = self.converter.convert_columns(chunk.columns())?;
         for (i, op) in chunk.ops.iter().enumerate() {

@@ -68,17 +68,9 @@ impl TableWriter {
         })
     }
 
-    pub fn primary_key(&self) -> Option<&[usize]> {
-        self.pk.as_ref().map(|p| p.columns.as_slice())
-    }
-
     /// The latest contents, including writes not yet committed to any epoch.
     pub fn latest_batch(&self) -> Result<RecordBatch> {
         self.latest.to_batch()
-    }
-
-    pub fn row_count(&self) -> usize {
-        self.latest.len()
     }
 
     /// Validates, logs (unless replaying), applies and sends one change chunk.
@@ -87,6 +79,9 @@ impl TableWriter {
             return Ok(());
         }
         self.check_not_null(&chunk)?;
+        // From here on the rows carry the table's own schema (callers may build them
+        // all-nullable), so what is logged replays against the table's schema.
+        let chunk = chunk.with_schema(self.schema.clone())?;
         let pk_delta = self.check_primary_key(&chunk)?;
         if !replaying {
             let bytes = weir_storage::codec::encode_changes(&chunk.op_codes(), &chunk.batch)?;

@@ -169,7 +169,7 @@ impl Database {
     ) -> SqlResult<Output> {
         match stmt {
             Statement::Query(_) => {
-                let ctx = query::snapshot_context(self, session, Default::default()).await?;
+                let ctx = query::snapshot_context(self, session, stmt, Default::default()).await?;
                 let (schema, batches) = query::run_query(&ctx, stmt).await?;
                 Ok(Output::Rows { schema, batches })
             }
@@ -177,7 +177,7 @@ impl Database {
                 ddl::explain_create_view(self, session, statement).await
             }
             Statement::Explain { .. } => {
-                let ctx = query::snapshot_context(self, session, Default::default()).await?;
+                let ctx = query::snapshot_context(self, session, stmt, Default::default()).await?;
                 let (schema, batches) = query::run_query(&ctx, stmt).await?;
                 Ok(Output::Rows { schema, batches })
             }

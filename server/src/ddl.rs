@@ -83,7 +83,7 @@ async fn table_schema(db: &Database, stmt: &Statement) -> SqlResult<(SchemaRef, 
             }
         }
     }
-    let ctx = query::planning_context(db)?;
+    let ctx = query::planning_context(db, stmt)?;
     let plan = query::plan_statement(&ctx.state(), stmt).await?;
     let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) = plan else {
         return Err(SqlError::unsupported(
@@ -267,9 +267,10 @@ async fn plan_create_view(
             ),
         ));
     }
-    let ctx = query::planning_context(db)?;
+    let query = Statement::Query(cv.query.clone());
+    let ctx = query::planning_context(db, &query)?;
     let state = ctx.state();
-    let plan = query::plan_statement(&state, &Statement::Query(cv.query.clone())).await?;
+    let plan = query::plan_statement(&state, &query).await?;
     let plan = state.optimize(&plan)?;
     let planned = plan_view(&state, &plan, &name)?;
     // Postgres names for the view's columns, or the names the user listed.

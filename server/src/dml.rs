@@ -13,12 +13,13 @@ use crate::query;
 use crate::session::Session;
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::compute::{cast_with_options, CastOptions};
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{Schema, SchemaRef};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::sqlparser::ast::{
     AssignmentTarget, Delete, FromTable, Insert, Statement, TableFactor, TableObject, Update,
 };
 use std::collections::HashMap;
+use std::sync::Arc;
 use weir_executor::{Op, StreamChunk};
 use weir_planner::{sqlstate, SqlError, SqlResult};
 
@@ -42,17 +43,6 @@ fn check_target(db: &Database, name: &str, verb: &str) -> SqlResult<SchemaRef> {
 /// Casts query output to the table's types, erroring (not truncating) on values that
 /// do not fit, as Postgres does.
 fn conform(batch: &RecordBatch, schema: &SchemaRef, offset: usize) -> SqlResult<Vec<ArrayRef>> {
-    for (i, f) in schema.fields().iter().enumerate() {
-        if !f.is_nullable() && batch.column(offset + i).null_count() > 0 {
-            return Err(SqlError::new(
-                sqlstate::NOT_NULL_VIOLATION,
-                format!(
-                    "null value in column \"{}\" violates not-null constraint",
-                    f.name()
-                ),
-            ));
-        }
-    }
     let opts = CastOptions {
         safe: false,
         ..Default::default()
@@ -86,15 +76,24 @@ fn concat_rows(
     batches: &[RecordBatch],
     offset: usize,
 ) -> SqlResult<RecordBatch> {
+    // All-nullable here: NOT NULL is enforced once, by the table writer, with
+    // Postgres's message naming the column and relation.
+    let nullable = Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ));
     let parts = batches
         .iter()
         .filter(|b| b.num_rows() > 0)
         .map(|b| {
-            RecordBatch::try_new(schema.clone(), conform(b, schema, offset)?)
+            RecordBatch::try_new(nullable.clone(), conform(b, schema, offset)?)
                 .map_err(SqlError::from)
         })
         .collect::<SqlResult<Vec<_>>>()?;
-    Ok(arrow::compute::concat_batches(schema, &parts)?)
+    Ok(arrow::compute::concat_batches(&nullable, &parts)?)
 }
 
 async fn write(
@@ -137,7 +136,7 @@ pub async fn insert(db: &Database, session: &mut Session, stmt: &Statement) -> S
     };
     let name = relation_name(name)?;
     let schema = check_target(db, &name, "insert into")?;
-    let ctx = query::snapshot_context(db, session, HashMap::new()).await?;
+    let ctx = query::snapshot_context(db, session, stmt, HashMap::new()).await?;
     let plan = query::plan_statement(&ctx.state(), stmt).await?;
     let LogicalPlan::Dml(dml) = plan else {
         return Err(SqlError::internal("INSERT did not plan as DML"));
@@ -172,6 +171,7 @@ async fn latest_context<'a>(
     db: &'a Database,
     session: &Session,
     table: &str,
+    stmt: &datafusion::sql::sqlparser::ast::Statement,
 ) -> SqlResult<(
     tokio::sync::MutexGuard<'a, weir_executor::WriteState>,
     datafusion::prelude::SessionContext,
@@ -192,7 +192,7 @@ async fn latest_context<'a>(
     overrides.insert(table.to_string(), latest);
     // Relations other than the target are read at the committed epoch (which includes
     // this session's writes); the target at its latest state.
-    let ctx = query::snapshot_context_nowait(db, overrides)?;
+    let ctx = query::snapshot_context_nowait(db, stmt, overrides)?;
     Ok((w, ctx))
 }
 
@@ -206,8 +206,13 @@ async fn rewrite_rows(
     sql: &str,
     build: impl FnOnce(Vec<RecordBatch>) -> SqlResult<(usize, StreamChunk)>,
 ) -> SqlResult<usize> {
-    let (mut w, ctx) = latest_context(db, session, table).await?;
-    let batches: Vec<RecordBatch> = ctx.sql(sql).await?.collect().await?;
+    let stmt = match weir_planner::parse_statement(sql)? {
+        weir_planner::WeirStatement::Sql(s) => s,
+        _ => return Err(SqlError::internal("rewritten DML is not a query")),
+    };
+    let (mut w, ctx) = latest_context(db, session, table, &stmt).await?;
+    let plan = query::plan_statement(&ctx.state(), &stmt).await?;
+    let batches: Vec<RecordBatch> = ctx.execute_logical_plan(plan).await?.collect().await?;
     let (n, chunk) = build(batches)?;
     if n > 0 {
         let writer = w
@@ -299,7 +304,7 @@ pub async fn update(db: &Database, session: &mut Session, stmt: &Statement) -> S
         let old = concat_rows(&schema, &batches, 0)?;
         let new = concat_rows(&schema, &batches, schema.fields().len())?;
         let n = old.num_rows();
-        let both = arrow::compute::concat_batches(&schema, [&old, &new])?;
+        let both = arrow::compute::concat_batches(&old.schema(), [&old, &new])?;
         let mut ops = vec![Op::Delete; n];
         ops.extend(vec![Op::Insert; n]);
         Ok((n, StreamChunk::new(ops, both)))

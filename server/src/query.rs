@@ -41,43 +41,74 @@ pub fn new_context() -> SessionContext {
     ctx
 }
 
-/// A context where every relation is an empty table with the right schema: enough to
-/// plan (bind names and types) without reading any data.
-pub fn planning_context(db: &Database) -> SqlResult<SessionContext> {
+/// The relations a statement reads, or `None` when it inspects the catalogs
+/// (`information_schema` and `pg_catalog` list every relation, so all are needed).
+fn relations_read(stmt: &Statement) -> SqlResult<Option<Vec<String>>> {
+    let (refs, _) = datafusion::sql::resolve::resolve_table_references(
+        &DFStatement::Statement(Box::new(stmt.clone())),
+        true,
+    )?;
+    let mut names = Vec::with_capacity(refs.len());
+    for r in refs {
+        if r.schema().is_some_and(|s| s != "public") {
+            return Ok(None);
+        }
+        names.push(r.table().to_string());
+    }
+    Ok(Some(names))
+}
+
+fn is_read(reads: &Option<Vec<String>>, name: &str) -> bool {
+    reads.as_ref().is_none_or(|r| r.iter().any(|n| n == name))
+}
+
+/// A context where the relations `stmt` reads are empty tables with the right schema:
+/// enough to plan (bind names and types) without reading any data.
+pub fn planning_context(db: &Database, stmt: &Statement) -> SqlResult<SessionContext> {
+    let reads = relations_read(stmt)?;
     let ctx = new_context();
     for (name, schema) in db.relation_schemas() {
-        ctx.register_table(name.as_str(), Arc::new(EmptyTable::new(schema)))?;
+        if is_read(&reads, &name) {
+            ctx.register_table(name.as_str(), Arc::new(EmptyTable::new(schema)))?;
+        }
     }
-    pg_catalog::register_tables(&ctx, db)?;
+    if reads.is_none() {
+        pg_catalog::register_tables(&ctx, db)?;
+    }
     Ok(ctx)
 }
 
-/// A context over the committed contents of every relation, after this session's own
-/// writes are visible. `overrides` replaces some relations (DML uses a table's latest
-/// contents).
+/// A context over the committed contents of the relations `stmt` reads (all at one
+/// epoch), after this session's own writes are visible. `overrides` replaces some
+/// relations (UPDATE and DELETE read their table's latest contents).
 pub async fn snapshot_context(
     db: &Database,
     session: &Session,
+    stmt: &Statement,
     overrides: HashMap<String, RecordBatch>,
 ) -> SqlResult<SessionContext> {
     db.runtime()
         .ensure_committed(session.last_write_epoch)
         .await
         .map_err(SqlError::from)?;
-    snapshot_context_nowait(db, overrides)
+    snapshot_context_nowait(db, stmt, overrides)
 }
 
 /// Like [`snapshot_context`] without waiting for any epoch (used under the write lock,
 /// where waiting for a barrier would deadlock).
 pub fn snapshot_context_nowait(
     db: &Database,
+    stmt: &Statement,
     overrides: HashMap<String, RecordBatch>,
 ) -> SqlResult<SessionContext> {
+    // Only what the statement reads is copied out of the stores (and pg_catalog is
+    // built only for catalog queries): a point INSERT must not snapshot every view.
+    let reads = relations_read(stmt)?;
     let names: Vec<String> = db
         .relation_schemas()
         .into_iter()
         .map(|(n, _)| n)
-        .filter(|n| !overrides.contains_key(n))
+        .filter(|n| !overrides.contains_key(n) && is_read(&reads, n))
         .collect();
     let (_, batches) = db.runtime().snapshot(&names).map_err(SqlError::from)?;
     let ctx = new_context();
@@ -90,7 +121,9 @@ pub fn snapshot_context_nowait(
         let table = MemTable::try_new(schema, vec![vec![batch]])?;
         ctx.register_table(name.as_str(), Arc::new(table))?;
     }
-    pg_catalog::register_tables(&ctx, db)?;
+    if reads.is_none() {
+        pg_catalog::register_tables(&ctx, db)?;
+    }
     Ok(ctx)
 }
 
@@ -102,10 +135,6 @@ pub async fn plan_statement(state: &SessionState, stmt: &Statement) -> SqlResult
 
 /// Renames result columns the way Postgres names them. Explicit aliases (`AS "x y"`)
 /// are kept as written.
-pub fn pg_schema(schema: &Schema) -> SchemaRef {
-    pg_schema_with_aliases(schema, &[])
-}
-
 pub fn pg_schema_with_aliases(schema: &Schema, aliases: &[String]) -> SchemaRef {
     Arc::new(Schema::new(
         schema

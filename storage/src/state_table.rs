@@ -49,10 +49,6 @@ impl<V: StateValue> StateTable<V> {
         n
     }
 
-    pub fn uid(&self) -> &str {
-        &self.uid
-    }
-
     pub fn get(&self, key: &[u8]) -> Option<&V> {
         self.cache.get(key)
     }
@@ -81,10 +77,6 @@ impl<V: StateValue> StateTable<V> {
 
     pub fn is_empty(&self) -> bool {
         self.cache.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&Vec<u8>, &V)> {
-        self.cache.iter()
     }
 
     /// Writes the entries dirtied since the last flush as one batch. Returns how many.

@@ -11,7 +11,7 @@
 use crate::{Result, StorageError};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Byte offset of an entry in the log: the position a source rewinds to.
 pub type LogOffset = u64;
@@ -20,7 +20,6 @@ pub type LogOffset = u64;
 pub type LogEntry = (LogOffset, Vec<u8>);
 
 pub struct TableLog {
-    path: PathBuf,
     file: File,
     end: LogOffset,
 }
@@ -62,7 +61,6 @@ impl TableLog {
         file.seek(SeekFrom::End(0))?;
         Ok((
             TableLog {
-                path: path.to_path_buf(),
                 file,
                 end: pos as LogOffset,
             },
@@ -89,10 +87,6 @@ impl TableLog {
 
     pub fn end_offset(&self) -> LogOffset {
         self.end
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 

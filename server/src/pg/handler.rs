@@ -93,7 +93,7 @@ impl StatementParser {
                     S::Query(_) | S::Insert(_) | S::Update(_) | S::Delete(_)
                 );
                 if plannable {
-                    let ctx = query::planning_context(&self.db)?;
+                    let ctx = query::planning_context(&self.db, &stmt)?;
                     let plan = query::plan_statement(&ctx.state(), &stmt).await?;
                     if let Ok(types) = plan.get_parameter_types() {
                         for (k, t) in types {
