@@ -10,12 +10,12 @@ use crate::chunk::StreamChunk;
 /// persisted across restarts through the catalog.
 pub type Epoch = u64;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum BarrierKind {
     /// Advances the readable snapshot.
     Plain,
-    /// Also persists state (checkpoint coordinator; not yet implemented).
-    Checkpoint,
+    /// Also persists the state of the jobs in the scope (see [`crate::checkpoint`]).
+    Checkpoint(std::sync::Arc<crate::checkpoint::CheckpointScope>),
     /// Persists in the portable format under a user's name (not yet implemented).
     Savepoint(String),
     /// The actors receiving it finish after forwarding it.
@@ -36,7 +36,15 @@ impl Barrier {
         }
     }
     pub fn is_stop(&self) -> bool {
-        self.kind == BarrierKind::Stop
+        matches!(self.kind, BarrierKind::Stop)
+    }
+
+    /// True when `job` must hand over its state at this barrier.
+    pub fn checkpoints(&self, job: u64) -> bool {
+        match &self.kind {
+            BarrierKind::Checkpoint(scope) => scope.jobs.contains(&job),
+            _ => false,
+        }
     }
 }
 

@@ -3,23 +3,25 @@
 
 use crate::actor::{Actor, ActorOutput, JobHealth};
 use crate::barrier::Message;
+use crate::checkpoint::restore::{load_latest, RestoredJob};
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
 use crate::exchange::{Dispatcher, ExchangeKind, CHANNEL_CAPACITY};
 use crate::graph::{FragmentInput, OperatorSpec, StreamGraph};
 use crate::hub::{RelationHub, Subscription};
 use crate::operator::Operator;
+use crate::operators::materialize::materialize_uid;
 use crate::operators::{
     filter::FilterOperator, hash_agg::HashAggOperator, materialize::MaterializeOperator,
     project::ProjectOperator,
 };
-use crate::runtime::{RelationRuntime, Runtime};
+use crate::runtime::{RelationRuntime, Runtime, ViewSpec, WriteState};
 use crate::store::RelationStore;
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::mpsc::{self, Receiver, Sender};
+use weir_storage::{KeyGroup, KeyGroupRange, StateKey, WriteBatch};
 
 /// Rows per chunk when backfilling a new view from existing contents.
 const BACKFILL_CHUNK_ROWS: usize = 4096;
@@ -37,7 +39,25 @@ fn connect_to_all(downstream_inputs: &mut [Vec<Receiver<Message>>]) -> Vec<Sende
         .collect()
 }
 
-fn build_operator(rt: &Runtime, spec: &OperatorSpec) -> Result<Box<dyn Operator>> {
+/// Uids of the keyed state a graph's operators keep.
+pub(crate) fn state_uids(graph: &StreamGraph) -> Vec<String> {
+    graph
+        .fragments
+        .iter()
+        .flat_map(|f| &f.chain)
+        .filter_map(|op| match op {
+            OperatorSpec::HashAgg(spec) => Some(spec.uid.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn build_operator(
+    rt: &Runtime,
+    spec: &OperatorSpec,
+    key_groups: KeyGroupRange,
+    restored: bool,
+) -> Result<Box<dyn Operator>> {
     Ok(match spec {
         OperatorSpec::Filter { predicate } => Box::new(FilterOperator::new(predicate.clone())),
         OperatorSpec::Project { exprs, schema } => {
@@ -47,25 +67,85 @@ fn build_operator(rt: &Runtime, spec: &OperatorSpec) -> Result<Box<dyn Operator>
             spec.clone(),
             rt.backend.clone(),
             rt.config.max_parallelism,
+            key_groups,
+            restored,
         )?),
     })
 }
 
-pub(crate) async fn deploy_view(
-    rt: &Arc<Runtime>,
+/// Loads a view's latest checkpoint if it can be used: every relation it reads must be
+/// a table whose log position the checkpoint recorded (a view reading another view is
+/// rebuilt from that view's contents instead).
+async fn restorable(
+    rt: &Runtime,
+    w: &WriteState,
     job: u64,
     name: &str,
-    graph: StreamGraph,
-    schema: SchemaRef,
-    parallelism: u32,
-) -> Result<()> {
+    graph: &StreamGraph,
+) -> Option<RestoredJob> {
+    let upstream = graph.upstream_relations();
+    if !upstream.iter().all(|u| w.has_table(u)) {
+        return None;
+    }
+    let r = load_latest(&rt.checkpoints.storage, job, name).await?;
+    if upstream.iter().all(|u| r.meta.positions.contains_key(u)) {
+        Some(r)
+    } else {
+        tracing::warn!(
+            view = name,
+            "checkpoint does not cover every source; rebuilding"
+        );
+        None
+    }
+}
+
+pub(crate) async fn deploy_view(
+    rt: &Arc<Runtime>,
+    w: &mut WriteState,
+    job: u64,
+    name: &str,
+    spec: ViewSpec,
+    restore: bool,
+) -> Result<RelationRuntime> {
+    let graph = &spec.graph;
+    let parallelism = spec.parallelism;
     let frags = &graph.fragments;
     if frags.is_empty() {
         return Err(ExecError::Internal("empty stream graph".into()));
     }
     let max_p = rt.config.max_parallelism;
-    let health = Arc::new(JobHealth::default());
-    let store = Arc::new(RelationStore::new(name, schema)?);
+    let store = Arc::new(RelationStore::new(name, spec.schema.clone())?);
+    let health = Arc::new(JobHealth::new(job, store.clone(), rt.failures_tx.clone()));
+    // Whatever a previous run of this job left in the backend is stale.
+    for uid in state_uids(graph) {
+        rt.backend.drop_uid(&uid);
+    }
+    let restored = if restore {
+        restorable(rt, w, job, name, graph).await
+    } else {
+        None
+    };
+    if let Some(r) = &restored {
+        for (uid, entries) in &r.keyed {
+            let uid: Arc<str> = uid.as_str().into();
+            let mut batch = WriteBatch::default();
+            for (kg, key, value) in entries {
+                batch.put(
+                    StateKey {
+                        uid: uid.clone(),
+                        key_group: KeyGroup(*kg),
+                        key: key.clone(),
+                    },
+                    value.clone(),
+                );
+            }
+            rt.backend.write(batch);
+        }
+        if let Some(rows) = r.rows.get(&materialize_uid(name)) {
+            store.restore(rows)?;
+        }
+        rt.note_restore(name);
+    }
     let hub = RelationHub::new();
     let counts: Vec<usize> = frags
         .iter()
@@ -81,7 +161,7 @@ pub(crate) async fn deploy_view(
         .map(|&c| (0..c).map(|_| None).collect())
         .collect();
     let mut subscriptions: Vec<(String, Subscription)> = Vec::new();
-    let mut backfill: Vec<(Vec<Sender<Message>>, RecordBatch)> = Vec::new();
+    let mut backfill: Vec<(Vec<Sender<Message>>, Vec<StreamChunk>)> = Vec::new();
     let mut upstream_names = Vec::new();
 
     for (gi, frag) in frags.iter().enumerate() {
@@ -111,7 +191,17 @@ pub(crate) async fn deploy_view(
                         let rel = relations.get(rel_name).ok_or_else(|| {
                             ExecError::Internal(format!("relation {rel_name} is not running"))
                         })?;
-                        (rel.publishers, rel.store.snapshot()?)
+                        let snapshot = match &restored {
+                            // Rewind the table's log to the checkpoint's position.
+                            Some(r) => {
+                                let writer = w.table_ref(rel_name).ok_or_else(|| {
+                                    ExecError::Internal(format!("{rel_name} is not a table"))
+                                })?;
+                                writer.read_log_from(r.meta.positions[rel_name])?
+                            }
+                            None => split_inserts(&rel.store.snapshot()?),
+                        };
+                        (rel.publishers, snapshot)
                     };
                     let mut per_upstream = Vec::with_capacity(publishers);
                     let mut first = Vec::new();
@@ -146,12 +236,14 @@ pub(crate) async fn deploy_view(
 
     let mut total = 0;
     let mut actors = Vec::new();
+    let job_name: Arc<str> = name.into();
     for (gi, frag) in frags.iter().enumerate() {
         for d in (0..counts[gi]).rev() {
+            let range = KeyGroupRange::for_actor(d as u32, counts[gi] as u32, max_p);
             let mut chain = frag
                 .chain
                 .iter()
-                .map(|s| build_operator(rt, s))
+                .map(|s| build_operator(rt, s, range, restored.is_some()))
                 .collect::<Result<Vec<_>>>()?;
             if gi == last {
                 chain.push(Box::new(MaterializeOperator::new(store.clone())));
@@ -161,10 +253,14 @@ pub(crate) async fn deploy_view(
             })?;
             actors.push(Actor {
                 id: rt.next_actor_id(),
+                job,
+                job_name: job_name.clone(),
                 inputs: receivers[gi].pop().expect("receivers per actor"),
                 chain,
                 output,
                 acks: rt.coordinator.ack_sender(),
+                checkpoints: rt.checkpoints.part_sender(),
+                mode: spec.config.checkpoint.mode,
                 health: health.clone(),
             });
             total += 1;
@@ -172,21 +268,29 @@ pub(crate) async fn deploy_view(
     }
     rt.coordinator.add_actors(total);
     rt.coordinator.register_store(store.clone());
+    let sources: Vec<String> = upstream_names
+        .iter()
+        .filter(|u| w.has_table(u))
+        .cloned()
+        .collect();
+    rt.checkpoints.register_job(
+        job,
+        name,
+        spec.config.checkpoint.clone(),
+        total,
+        sources,
+        parallelism,
+        restored.map(|r| r.start).unwrap_or_default(),
+    );
     for a in actors {
         tokio::spawn(a.run());
     }
-    for (senders, batch) in backfill {
-        let mut offset = 0;
-        let mut i = 0;
-        while offset < batch.num_rows() {
-            let len = BACKFILL_CHUNK_ROWS.min(batch.num_rows() - offset);
-            let chunk = StreamChunk::inserts(batch.slice(offset, len));
+    for (senders, chunks) in backfill {
+        for (i, chunk) in chunks.into_iter().enumerate() {
             senders[i % senders.len()]
                 .send(Message::Chunk(chunk))
                 .await
                 .map_err(|_| ExecError::ChannelClosed)?;
-            offset += len;
-            i += 1;
         }
     }
     {
@@ -197,18 +301,28 @@ pub(crate) async fn deploy_view(
             }
         }
     }
-    rt.relations.lock().insert(
-        name.to_string(),
-        RelationRuntime {
-            hub,
-            store,
-            publishers: counts[last],
-            health,
-            job,
-            actors: total,
-            upstream: upstream_names,
-            parallelism,
-        },
-    );
-    Ok(())
+    Ok(RelationRuntime {
+        hub,
+        store,
+        serving: None,
+        publishers: counts[last],
+        health,
+        job,
+        actors: total,
+        upstream: upstream_names,
+        parallelism,
+        view: Some(spec),
+    })
+}
+
+/// A relation's contents as insert chunks of bounded size.
+fn split_inserts(batch: &RecordBatch) -> Vec<StreamChunk> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    while offset < batch.num_rows() {
+        let len = BACKFILL_CHUNK_ROWS.min(batch.num_rows() - offset);
+        out.push(StreamChunk::inserts(batch.slice(offset, len)));
+        offset += len;
+    }
+    out
 }

@@ -13,6 +13,10 @@
 //! - [`graph`]: `StreamGraph`, the plan the planner hands over.
 //! - [`deploy`]: turning a graph into actors and channels, with backfill.
 //! - [`runtime`]: `Runtime`, which owns all of the above.
+//! - [`checkpoint`]: checkpoint coordinator, asynchronous upload, restore, restart
+//!   strategies.
+//! - [`supervisor`]: restarts failed jobs' regions per their restart strategy.
+//! - [`metrics`]: Prometheus metrics with Flink's names.
 //! - [`aggregate`] and [`operators`]: the operators.
 //!
 //! API for the layers above: `Runtime`, `RuntimeConfig`, `StreamGraph` and its specs,
@@ -21,6 +25,7 @@
 pub mod actor;
 pub mod aggregate;
 pub mod barrier;
+pub mod checkpoint;
 pub mod chunk;
 pub mod coordinator;
 mod deploy;
@@ -28,14 +33,16 @@ pub mod error;
 pub mod exchange;
 pub mod graph;
 pub mod hub;
+pub mod metrics;
 pub mod operator;
 pub mod operators;
 pub mod runtime;
 pub mod store;
+pub mod supervisor;
 pub mod table_writer;
 
 pub use barrier::Epoch;
 pub use chunk::{Op, StreamChunk};
 pub use error::{ExecError, Result};
 pub use graph::{FragmentInput, FragmentSpec, OperatorSpec, StreamGraph};
-pub use runtime::{Runtime, RuntimeConfig, WriteState};
+pub use runtime::{JobStatus, Runtime, RuntimeConfig, ViewSpec, WriteState};

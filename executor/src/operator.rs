@@ -7,6 +7,7 @@
 use crate::barrier::{Barrier, Watermark};
 use crate::chunk::StreamChunk;
 use crate::error::Result;
+use weir_storage::state_snapshot::StateDelta;
 
 pub trait Operator: Send {
     /// A short name for metrics, EXPLAIN and errors.
@@ -24,5 +25,12 @@ pub trait Operator: Send {
     /// emit deferred output and flush state so the state matches the barrier's cut.
     fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Vec<StreamChunk>) -> Result<()> {
         Ok(())
+    }
+
+    /// At a checkpoint barrier (after `on_barrier`): the state changed since the
+    /// previous checkpoint, under the operator's uid. Stateless operators have none.
+    /// Must be cheap: the upload happens elsewhere, asynchronously.
+    fn snapshot(&mut self) -> Result<Vec<StateDelta>> {
+        Ok(vec![])
     }
 }

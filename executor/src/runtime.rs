@@ -6,13 +6,18 @@
 //! so no data or barrier is in flight while channels are rewired.
 
 use crate::actor::{Actor, ActorOutput, JobHealth};
-use crate::barrier::{Barrier, Epoch, Message};
+use crate::barrier::{Barrier, BarrierKind, Epoch, Message};
+use crate::checkpoint::restart::RestartTracker;
+use crate::checkpoint::{
+    CheckpointCoordinator, FailoverStrategy, JobConfig, JobStart, RestartStrategy,
+};
 use crate::chunk::StreamChunk;
 use crate::coordinator::BarrierCoordinator;
 use crate::error::{ExecError, Result};
 use crate::exchange::CHANNEL_CAPACITY;
 use crate::graph::StreamGraph;
 use crate::hub::RelationHub;
+use crate::operators::materialize::materialize_uid;
 use crate::operators::materialize::MaterializeOperator;
 use crate::store::RelationStore;
 use crate::table_writer::TableWriter;
@@ -25,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
+use weir_storage::object_storage::ObjectStorage;
 use weir_storage::{MemoryStateBackend, StateBackend, TableLog};
 
 #[derive(Debug, Clone)]
@@ -35,23 +41,75 @@ pub struct RuntimeConfig {
     pub max_parallelism: u32,
     /// `barrier.interval`: how often a barrier advances the readable epoch.
     pub barrier_interval: Duration,
+    /// Checkpoint and restart settings of tables (views bring their own).
+    pub job: JobConfig,
+    /// `jobmanager.execution.failover-strategy`.
+    pub failover: FailoverStrategy,
+    /// `execution.checkpointing.dir`, opened.
+    pub checkpoint_storage: ObjectStorage,
 }
 
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        Self {
-            parallelism: std::thread::available_parallelism()
-                .map(|n| n.get() as u32)
-                .unwrap_or(1),
-            max_parallelism: weir_storage::key_group::DEFAULT_MAX_PARALLELISM,
-            barrier_interval: Duration::from_secs(1),
+impl RuntimeConfig {
+    pub fn default_parallelism() -> u32 {
+        std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1)
+    }
+}
+
+/// What a view job is built from, kept so that a restart can redeploy it.
+#[derive(Clone)]
+pub struct ViewSpec {
+    pub graph: StreamGraph,
+    pub schema: SchemaRef,
+    pub parallelism: u32,
+    pub config: JobConfig,
+}
+
+/// A job's life, for `SHOW JOBS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobStatus {
+    Running,
+    Restarting,
+    /// Past its restart strategy's limit; serving its last consistent contents.
+    Failed,
+}
+
+impl JobStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            JobStatus::Running => "RUNNING",
+            JobStatus::Restarting => "RESTARTING",
+            JobStatus::Failed => "FAILED",
         }
     }
+}
+
+/// One row of `SHOW JOBS`.
+#[derive(Debug, Clone)]
+pub struct JobInfo {
+    pub name: String,
+    pub status: JobStatus,
+    pub parallelism: u32,
+    pub restarts: u32,
+    pub last_failure: Option<String>,
+}
+
+/// Restart bookkeeping that outlives each deployment of a job.
+pub struct JobLife {
+    pub status: JobStatus,
+    pub tracker: RestartTracker,
+    pub restarts: u32,
+    pub last_failure: Option<String>,
 }
 
 pub(crate) struct RelationRuntime {
     pub hub: Arc<RelationHub>,
     pub store: Arc<RelationStore>,
+    /// While a restarted job catches up, reads keep using the old (frozen) store.
+    pub serving: Option<Arc<RelationStore>>,
+    /// Set for views: what a restart redeploys.
+    pub view: Option<ViewSpec>,
     /// Actors publishing into the hub (slots per subscription).
     pub publishers: usize,
     pub health: Arc<JobHealth>,
@@ -73,6 +131,12 @@ impl WriteState {
     pub fn table(&mut self, name: &str) -> Option<&mut TableWriter> {
         self.tables.get_mut(name)
     }
+    pub fn has_table(&self, name: &str) -> bool {
+        self.tables.contains_key(name)
+    }
+    pub(crate) fn table_ref(&self, name: &str) -> Option<&TableWriter> {
+        self.tables.get(name)
+    }
     /// The epoch that writes made now belong to: visible once it is committed.
     pub fn write_epoch(&self) -> Epoch {
         self.next_epoch
@@ -82,16 +146,27 @@ impl WriteState {
 pub struct Runtime {
     pub config: RuntimeConfig,
     pub coordinator: Arc<BarrierCoordinator>,
+    pub checkpoints: Arc<CheckpointCoordinator>,
     writes: tokio::sync::Mutex<WriteState>,
     pub(crate) relations: Mutex<HashMap<String, RelationRuntime>>,
     pub(crate) backend: Arc<dyn StateBackend>,
     next_actor: AtomicU64,
+    /// Where actors report failures (see [`crate::supervisor`]).
+    pub(crate) failures_tx: mpsc::UnboundedSender<(u64, String)>,
+    pub(crate) lives: Mutex<HashMap<String, JobLife>>,
 }
 
 impl Runtime {
     pub fn start(config: RuntimeConfig, last_epoch: Epoch) -> Arc<Runtime> {
+        let (failures_tx, failures_rx) = mpsc::unbounded_channel();
+        let (ckpt_failures_tx, ckpt_failures_rx) = mpsc::unbounded_channel();
         let rt = Arc::new(Runtime {
             coordinator: BarrierCoordinator::start(last_epoch),
+            checkpoints: CheckpointCoordinator::start(
+                config.checkpoint_storage.clone(),
+                ckpt_failures_tx,
+                config.max_parallelism,
+            ),
             writes: tokio::sync::Mutex::new(WriteState {
                 next_epoch: last_epoch + 1,
                 tables: BTreeMap::new(),
@@ -99,10 +174,16 @@ impl Runtime {
             relations: Mutex::new(HashMap::new()),
             backend: MemoryStateBackend::new(),
             next_actor: AtomicU64::new(1),
+            failures_tx,
+            lives: Mutex::new(HashMap::new()),
             config,
         });
+        crate::supervisor::spawn(&rt, failures_rx, ckpt_failures_rx);
         let weak = Arc::downgrade(&rt);
-        let interval = rt.config.barrier_interval;
+        let interval = match rt.config.job.checkpoint.interval {
+            Some(c) => rt.config.barrier_interval.min(c),
+            None => rt.config.barrier_interval,
+        };
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -113,9 +194,36 @@ impl Runtime {
                 if let Err(e) = rt.inject_barrier(&mut w).await {
                     tracing::error!(error = %e, "barrier injection failed");
                 }
+                rt.truncate_logs(&mut w);
             }
         });
         rt
+    }
+
+    /// Drops table-log entries that no retained checkpoint needs any more.
+    fn truncate_logs(&self, w: &mut WriteState) {
+        for (table, offset) in self.checkpoints.log_retention() {
+            if let Some(t) = w.tables.get_mut(&table) {
+                if let Err(e) = t.truncate_log(offset) {
+                    tracing::warn!(%table, error = %e, "table log truncation failed");
+                }
+            }
+        }
+    }
+
+    /// `CHECKPOINT`: checkpoints every job now and waits until each has finished.
+    /// Returns the checkpoint id (epoch).
+    pub async fn checkpoint_now(&self) -> Result<Epoch> {
+        let (epoch, jobs) = {
+            let mut w = self.writes.lock().await;
+            self.checkpoints.force_next();
+            let epoch = self.inject_barrier(&mut w).await?;
+            let jobs: Vec<u64> = self.relations.lock().values().map(|r| r.job).collect();
+            (epoch, jobs)
+        };
+        self.coordinator.wait_committed(epoch).await;
+        self.checkpoints.wait_finished(epoch, &jobs).await;
+        Ok(epoch)
     }
 
     pub async fn lock_writes(&self) -> tokio::sync::MutexGuard<'_, WriteState> {
@@ -131,8 +239,20 @@ impl Runtime {
         let epoch = w.next_epoch;
         w.next_epoch += 1;
         self.coordinator.begin_epoch(epoch);
+        let positions: BTreeMap<String, u64> = w
+            .tables
+            .iter()
+            .map(|(n, t)| (n.clone(), t.log_position()))
+            .collect();
+        let barrier = match self.checkpoints.trigger(epoch, &positions) {
+            Some(scope) => Barrier {
+                epoch,
+                kind: BarrierKind::Checkpoint(scope),
+            },
+            None => Barrier::plain(epoch),
+        };
         for t in w.tables.values() {
-            t.send(Message::Barrier(Barrier::plain(epoch))).await?;
+            t.send(Message::Barrier(barrier.clone())).await?;
         }
         Ok(epoch)
     }
@@ -170,8 +290,10 @@ impl Runtime {
         Ok(())
     }
 
-    /// Creates a table's pipeline (writer → source actor → materialize → hub) and
-    /// returns the changes in its log, which the caller replays with `write(.., true)`.
+    /// Creates a table's pipeline (writer → source actor → materialize → hub), restored
+    /// from the table's latest checkpoint when there is one, and returns the log entries
+    /// after that checkpoint, which the caller replays with `write(.., true)`.
+    #[allow(clippy::too_many_arguments)]
     pub async fn create_table(
         &self,
         w: &mut WriteState,
@@ -180,33 +302,56 @@ impl Runtime {
         schema: SchemaRef,
         primary_key: Vec<usize>,
         log_path: &Path,
+        restore: bool,
     ) -> Result<Vec<StreamChunk>> {
         let (log, entries) = TableLog::open(log_path)?;
-        let mut replay = Vec::with_capacity(entries.len());
-        for (_, payload) in entries {
-            for (codes, batch) in weir_storage::codec::decode_change_batches(&payload)? {
-                let ops = codes
+        let restored = if restore {
+            crate::checkpoint::restore::load_latest(&self.checkpoints.storage, id, name).await
+        } else {
+            None
+        };
+        let from = restored
+            .as_ref()
+            .and_then(|r| r.meta.positions.get(name).copied())
+            .unwrap_or(0);
+        if from < log.start_offset() {
+            return Err(ExecError::Internal(format!(
+                "table log of {name} starts at {} but its checkpoint needs {from}",
+                log.start_offset()
+            )));
+        }
+        let entries: Vec<_> = entries.into_iter().filter(|(o, _)| *o >= from).collect();
+        let replay = crate::table_writer::decode_log_entries(name, &schema, entries)?;
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let mut writer = TableWriter::new(id, name, schema.clone(), primary_key, log, tx)?;
+        let store = Arc::new(RelationStore::new(name, schema)?);
+        let uid = materialize_uid(name);
+        let start = match &restored {
+            Some(r) => {
+                let rows = r.rows.get(&uid).cloned().unwrap_or_default();
+                store.restore(&rows)?;
+                let chunks = rows
                     .into_iter()
-                    .map(|c| {
-                        crate::chunk::Op::from_code(c)
-                            .ok_or_else(|| ExecError::Internal("bad op in table log".into()))
+                    .map(|(codes, batch)| {
+                        let ops = codes
+                            .into_iter()
+                            .filter_map(crate::chunk::Op::from_code)
+                            .collect();
+                        Ok(StreamChunk::new(ops, batch.with_schema(store.schema())?))
                     })
                     .collect::<Result<Vec<_>>>()?;
-                let batch = batch.with_schema(schema.clone()).map_err(|e| {
-                    ExecError::Internal(format!(
-                        "table log of {name} does not match its schema: {e}"
-                    ))
-                })?;
-                replay.push(StreamChunk::new(ops, batch));
+                writer.restore(&chunks)?;
+                self.note_restore(name);
+                r.start.clone()
             }
-        }
-        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        let writer = TableWriter::new(id, name, schema.clone(), primary_key, log, tx)?;
-        let store = Arc::new(RelationStore::new(name, schema)?);
+            None => JobStart::default(),
+        };
         let hub = RelationHub::new();
-        let health = Arc::new(JobHealth::default());
+        let health = Arc::new(JobHealth::new(id, store.clone(), self.failures_tx.clone()));
         let actor = Actor {
             id: self.next_actor_id(),
+            job: id,
+            job_name: name.into(),
             inputs: vec![rx],
             chain: vec![Box::new(MaterializeOperator::new(store.clone()))],
             output: ActorOutput::Hub {
@@ -214,10 +359,21 @@ impl Runtime {
                 index: 0,
             },
             acks: self.coordinator.ack_sender(),
+            checkpoints: self.checkpoints.part_sender(),
+            mode: self.config.job.checkpoint.mode,
             health: health.clone(),
         };
         self.coordinator.add_actors(1);
         self.coordinator.register_store(store.clone());
+        self.checkpoints.register_job(
+            id,
+            name,
+            self.config.job.checkpoint.clone(),
+            1,
+            vec![name.to_string()],
+            1,
+            start,
+        );
         tokio::spawn(actor.run());
         w.tables.insert(name.to_string(), writer);
         self.relations.lock().insert(
@@ -225,6 +381,8 @@ impl Runtime {
             RelationRuntime {
                 hub,
                 store,
+                serving: None,
+                view: None,
                 publishers: 1,
                 health,
                 job: id,
@@ -233,7 +391,27 @@ impl Runtime {
                 parallelism: 1,
             },
         );
+        self.lives.lock().insert(
+            name.to_string(),
+            JobLife {
+                status: JobStatus::Running,
+                tracker: RestartTracker::new(RestartStrategy::None),
+                restarts: 0,
+                last_failure: None,
+            },
+        );
         Ok(replay)
+    }
+
+    pub(crate) fn note_restore(&self, name: &str) {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        crate::metrics::metrics()
+            .last_restore_timestamp
+            .with_label_values(&[name])
+            .set(ms);
     }
 
     /// Drops a table's pipeline. The caller has checked that no view depends on it.
@@ -243,39 +421,83 @@ impl Runtime {
         self.remove_relation(name);
     }
 
-    /// Deploys a view's graph, backfilled from its upstream relations' committed
-    /// contents. Call under the write lock, after `flush_locked`.
+    /// Deploys a view's graph. With `restore`, the job starts from its latest intact
+    /// checkpoint and replays its tables' logs from the positions recorded there;
+    /// otherwise (or when it reads another view) it is backfilled from its upstream
+    /// relations' committed contents. Call under the write lock, after `flush_locked`.
+    #[allow(clippy::too_many_arguments)]
     pub async fn create_view(
         self: &Arc<Self>,
-        _w: &mut WriteState,
+        w: &mut WriteState,
         job: u64,
         name: &str,
-        graph: StreamGraph,
-        schema: SchemaRef,
-        parallelism: u32,
+        spec: ViewSpec,
+        restore: bool,
     ) -> Result<()> {
-        crate::deploy::deploy_view(self, job, name, graph, schema, parallelism).await
+        let strategy = spec.config.restart.clone();
+        let rel = crate::deploy::deploy_view(self, w, job, name, spec, restore).await?;
+        self.relations.lock().insert(name.to_string(), rel);
+        self.lives.lock().insert(
+            name.to_string(),
+            JobLife {
+                status: JobStatus::Running,
+                tracker: RestartTracker::new(strategy),
+                restarts: 0,
+                last_failure: None,
+            },
+        );
+        Ok(())
     }
 
     /// Stops a view's job and forgets its state. Caller holds the write lock and has
     /// checked dependencies.
     pub fn drop_view(&self, _w: &mut WriteState, name: &str) {
+        if let Some(view) = self.relations.lock().get(name).and_then(|r| r.view.clone()) {
+            for uid in crate::deploy::state_uids(&view.graph) {
+                self.backend.drop_uid(&uid);
+            }
+        }
         self.remove_relation(name);
     }
 
     fn remove_relation(&self, name: &str) {
         let removed = self.relations.lock().remove(name);
+        self.lives.lock().remove(name);
         if let Some(rel) = removed {
-            let relations = self.relations.lock();
-            for up in &rel.upstream {
-                if let Some(u) = relations.get(up) {
-                    u.hub.unsubscribe(rel.job);
-                }
-            }
-            drop(relations);
-            self.coordinator.remove_actors(rel.actors);
-            self.coordinator.unregister_store(&rel.store);
+            self.teardown(&rel);
+            // A dropped job's checkpoints are of no further use.
+            let storage = self.checkpoints.storage.clone();
+            let job = rel.job;
+            tokio::spawn(async move {
+                let _ = storage.delete_prefix(&format!("checkpoints/{job}/")).await;
+            });
         }
+    }
+
+    /// Stops a job's actors (by closing their inputs) and forgets its registrations.
+    /// Call under the write lock after a flush, so no barrier of it is in flight.
+    /// Do not hold the relations lock when calling this.
+    pub(crate) fn teardown(&self, rel: &RelationRuntime) {
+        self.teardown_job(rel.job, rel.actors, &rel.upstream, &rel.store);
+    }
+
+    pub(crate) fn teardown_job(
+        &self,
+        job: u64,
+        actors: usize,
+        upstream: &[String],
+        store: &Arc<RelationStore>,
+    ) {
+        let relations = self.relations.lock();
+        for up in upstream {
+            if let Some(u) = relations.get(up) {
+                u.hub.unsubscribe(job);
+            }
+        }
+        drop(relations);
+        self.coordinator.remove_actors(actors);
+        self.coordinator.unregister_store(store);
+        self.checkpoints.unregister_job(job);
     }
 
     /// Committed contents of the named relations, all at one epoch.
@@ -288,24 +510,32 @@ impl Runtime {
             let rel = relations
                 .get(n)
                 .ok_or_else(|| ExecError::Internal(format!("relation {n} is not running")))?;
-            if let Some(reason) = rel.health.failure() {
-                return Err(ExecError::JobFailed(format!(
-                    "materialized view \"{n}\" failed and cannot be read: {reason}"
-                )));
-            }
-            out.push((n.clone(), rel.store.snapshot()?));
+            // A failed job's store is frozen at its last committed epoch: reads get
+            // its last consistent contents (SHOW JOBS says it failed).
+            let store = rel.serving.as_ref().unwrap_or(&rel.store);
+            out.push((n.clone(), store.snapshot()?));
         }
         Ok((epoch, out))
     }
 
-    pub fn job_failure(&self, name: &str) -> Option<String> {
-        self.relations
-            .lock()
-            .get(name)
-            .and_then(|r| r.health.failure())
-    }
-
-    pub fn view_parallelism(&self, name: &str) -> Option<u32> {
-        self.relations.lock().get(name).map(|r| r.parallelism)
+    /// Every job's status, for `SHOW JOBS`.
+    pub fn jobs(&self) -> Vec<JobInfo> {
+        let relations = self.relations.lock();
+        let lives = self.lives.lock();
+        relations
+            .iter()
+            .map(|(name, r)| {
+                let life = lives.get(name);
+                JobInfo {
+                    name: name.clone(),
+                    status: life.map(|l| l.status.clone()).unwrap_or(JobStatus::Running),
+                    parallelism: r.parallelism,
+                    restarts: life.map(|l| l.restarts).unwrap_or(0),
+                    last_failure: life
+                        .and_then(|l| l.last_failure.clone())
+                        .or_else(|| r.health.failure()),
+                }
+            })
+            .collect()
     }
 }

@@ -104,6 +104,8 @@ struct StoreInner {
     committed_epoch: Epoch,
     staged: BTreeMap<Epoch, Vec<StreamChunk>>,
     cached: Option<RecordBatch>,
+    /// Set when the job failed: the contents stay at the last committed epoch.
+    frozen: bool,
 }
 
 pub struct RelationStore {
@@ -120,6 +122,7 @@ impl RelationStore {
                 committed_epoch: 0,
                 staged: BTreeMap::new(),
                 cached: None,
+                frozen: false,
             }),
         })
     }
@@ -137,17 +140,48 @@ impl RelationStore {
         if chunks.is_empty() {
             return;
         }
-        self.inner
-            .lock()
-            .staged
-            .entry(epoch)
-            .or_default()
-            .extend(chunks);
+        let mut inner = self.inner.lock();
+        if inner.frozen {
+            return;
+        }
+        inner.staged.entry(epoch).or_default().extend(chunks);
+    }
+
+    /// The job failed: drop changes of epochs not yet committed (they may be partial)
+    /// and stop accepting new ones, so readers keep the last consistent contents.
+    pub fn freeze(&self) {
+        let mut inner = self.inner.lock();
+        inner.frozen = true;
+        inner.staged.clear();
+    }
+
+    /// Loads restored rows (from a checkpoint) as committed contents.
+    pub fn restore(&self, changes: &[(Vec<i8>, RecordBatch)]) -> Result<()> {
+        let mut inner = self.inner.lock();
+        for (codes, batch) in changes {
+            let ops = codes
+                .iter()
+                .map(|c| {
+                    crate::chunk::Op::from_code(*c).ok_or_else(|| {
+                        crate::error::ExecError::Internal("bad op in checkpoint".into())
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let batch = batch
+                .clone()
+                .with_schema(inner.committed.schema().clone())?;
+            inner.committed.apply(&StreamChunk::new(ops, batch))?;
+        }
+        inner.cached = None;
+        Ok(())
     }
 
     /// Applies every staged change up to and including `epoch`.
     pub fn commit(&self, epoch: Epoch) -> Result<()> {
         let mut inner = self.inner.lock();
+        if inner.frozen {
+            return Ok(());
+        }
         let later = inner.staged.split_off(&(epoch + 1));
         let ready = std::mem::replace(&mut inner.staged, later);
         for chunk in ready.into_values().flatten() {

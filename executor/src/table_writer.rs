@@ -68,6 +68,42 @@ impl TableWriter {
         })
     }
 
+    /// Loads the contents restored from a checkpoint (no log append, nothing sent: the
+    /// table's store is restored separately).
+    pub fn restore(&mut self, changes: &[StreamChunk]) -> Result<()> {
+        for chunk in changes {
+            let pk_delta = self.check_primary_key(chunk)?;
+            self.latest.apply(chunk)?;
+            if let (Some(pk), Some((removed, added))) = (&mut self.pk, pk_delta) {
+                for k in removed {
+                    pk.keys.remove(&k);
+                }
+                pk.keys.extend(added);
+            }
+        }
+        Ok(())
+    }
+
+    /// Log offset after the last acknowledged write: this table's source position.
+    pub fn log_position(&self) -> u64 {
+        self.log.end_offset()
+    }
+
+    /// Log entries from `offset` on, decoded into change chunks (a source rewinding).
+    pub fn read_log_from(&self, offset: u64) -> Result<Vec<StreamChunk>> {
+        let entries = self.log.read_from(offset)?;
+        decode_log_entries(&self.name, &self.schema, entries)
+    }
+
+    /// Drops log entries below `offset` (no retained checkpoint needs them).
+    pub fn truncate_log(&mut self, offset: u64) -> Result<()> {
+        if offset > self.log.start_offset() {
+            self.log.truncate_below(offset)?;
+            tracing::debug!(table = %self.name, offset, "table log truncated");
+        }
+        Ok(())
+    }
+
     /// The latest contents, including writes not yet committed to any epoch.
     pub fn latest_batch(&self) -> Result<RecordBatch> {
         self.latest.to_batch()
@@ -193,4 +229,31 @@ impl TableWriter {
             added.into_iter().collect(),
         )))
     }
+}
+
+/// Decodes table-log entries into change chunks of the table's schema.
+pub fn decode_log_entries(
+    name: &str,
+    schema: &SchemaRef,
+    entries: Vec<weir_storage::table_log::LogEntry>,
+) -> Result<Vec<StreamChunk>> {
+    let mut out = Vec::with_capacity(entries.len());
+    for (_, payload) in entries {
+        for (codes, batch) in weir_storage::codec::decode_change_batches(&payload)? {
+            let ops = codes
+                .into_iter()
+                .map(|c| {
+                    Op::from_code(c)
+                        .ok_or_else(|| ExecError::Internal("bad op in table log".into()))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let batch = batch.with_schema(schema.clone()).map_err(|e| {
+                ExecError::Internal(format!(
+                    "table log of {name} does not match its schema: {e}"
+                ))
+            })?;
+            out.push(StreamChunk::new(ops, batch));
+        }
+    }
+    Ok(out)
 }

@@ -30,6 +30,8 @@ pub mod sqlstate {
     pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
     pub const PROTOCOL_VIOLATION: &str = "08P01";
     pub const STATEMENT_TOO_COMPLEX: &str = "54001";
+    pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+    pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

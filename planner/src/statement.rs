@@ -2,6 +2,7 @@
 //!
 //! Weir statements that sqlparser's Postgres dialect does not know (`FLUSH`,
 //! `SHOW MATERIALIZED VIEWS`, `SHOW CREATE MATERIALIZED VIEW v`, `SHOW JOBS`,
+//! `SHOW CHECKPOINTS`, `CHECKPOINT`, `ALTER MATERIALIZED VIEW v RESUME`,
 //! `EXPLAIN CREATE MATERIALIZED VIEW ...`) are recognised by their leading words;
 //! everything else goes to sqlparser.
 
@@ -17,6 +18,12 @@ pub enum WeirStatement {
     ShowMaterializedViews,
     ShowCreateMaterializedView(String),
     ShowJobs,
+    /// `SHOW CHECKPOINTS`: history of checkpoints per job.
+    ShowCheckpoints,
+    /// `CHECKPOINT`: checkpoint every job now and wait (as Postgres' CHECKPOINT forces one).
+    Checkpoint,
+    /// `ALTER MATERIALIZED VIEW v RESUME`: restart a (failed) view job now.
+    ResumeMaterializedView(String),
     /// `SHOW <name>`: a configuration key such as `pipeline.max-parallelism`.
     ShowVariable(String),
     /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the streaming plan, not executed.
@@ -134,6 +141,12 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
         ["show", "tables"] => return Ok(WeirStatement::ShowTables),
         ["show", "materialized", "views"] => return Ok(WeirStatement::ShowMaterializedViews),
         ["show", "jobs"] => return Ok(WeirStatement::ShowJobs),
+        ["show", "checkpoints"] => return Ok(WeirStatement::ShowCheckpoints),
+        ["checkpoint"] => return Ok(WeirStatement::Checkpoint),
+        ["alter", "materialized", "view", _name, "resume"] => {
+            let raw = sql.split_whitespace().nth(3).unwrap_or_default();
+            return Ok(WeirStatement::ResumeMaterializedView(normalize_ident(raw)));
+        }
         ["show", "create", "materialized", "view", _name] => {
             let raw = sql.split_whitespace().nth(4).unwrap_or_default();
             return Ok(WeirStatement::ShowCreateMaterializedView(normalize_ident(

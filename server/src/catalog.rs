@@ -33,6 +33,10 @@ pub struct RelationEntry {
     pub primary_key: Vec<usize>,
     #[serde(default)]
     pub parallelism: u32,
+    /// Checkpoint and restart keys this view was created with (its `WITH (...)` and
+    /// the session's `SET`s), so it keeps them across restarts.
+    #[serde(default)]
+    pub settings: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -115,6 +119,7 @@ mod tests {
             depends_on: deps.iter().map(|s| s.to_string()).collect(),
             primary_key: vec![],
             parallelism: 1,
+            settings: Default::default(),
         }
     }
 

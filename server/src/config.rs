@@ -3,9 +3,12 @@
 //! Keys use Flink's names where Flink has one (`parallelism.default`,
 //! `pipeline.max-parallelism`); Weir's own keys are `listen`, `data-dir`,
 //! `auth.password` and `barrier.interval` (milliseconds, or a string like "500ms"/"1s").
+//! Checkpoint, restart, failover, metrics and S3 keys are listed in [`crate::settings`].
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use weir_storage::object_storage::S3Settings;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -16,18 +19,51 @@ pub struct Config {
     pub parallelism: u32,
     pub max_parallelism: u32,
     pub barrier_interval: Duration,
+    /// Checkpoint, restart, failover, metrics and S3 keys set in `weir.toml`.
+    pub settings: BTreeMap<String, String>,
+    /// `metrics.reporter.prom.port` (0 disables the endpoint).
+    pub metrics_port: u16,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        let rt = weir_executor::RuntimeConfig::default();
         Self {
             listen: "127.0.0.1:6543".into(),
             data_dir: PathBuf::from("./weir-data"),
             password: None,
-            parallelism: rt.parallelism,
-            max_parallelism: rt.max_parallelism,
-            barrier_interval: rt.barrier_interval,
+            parallelism: weir_executor::RuntimeConfig::default_parallelism(),
+            max_parallelism: weir_storage::key_group::DEFAULT_MAX_PARALLELISM,
+            barrier_interval: Duration::from_secs(1),
+            settings: BTreeMap::new(),
+            metrics_port: 9249,
+        }
+    }
+}
+
+impl Config {
+    /// A server-wide key's value from the file, if set.
+    pub fn file_value(&self, key: &str) -> Option<&str> {
+        self.settings
+            .get(key)
+            .map(|s| s.as_str())
+            .filter(|s| !s.is_empty())
+    }
+
+    /// `execution.checkpointing.dir`: a path, `file://` URL or `s3://bucket/prefix`.
+    pub fn checkpoint_dir(&self) -> String {
+        self.file_value("execution.checkpointing.dir")
+            .map(str::to_string)
+            .unwrap_or_else(|| self.data_dir.display().to_string())
+    }
+
+    pub fn s3(&self) -> S3Settings {
+        let get = |k: &str| self.file_value(k).map(str::to_string);
+        S3Settings {
+            endpoint: get("s3.endpoint"),
+            region: get("s3.region"),
+            access_key_id: get("s3.access-key-id"),
+            secret_access_key: get("s3.secret-access-key"),
+            allow_http: get("s3.allow-http").is_some_and(|v| v == "true"),
         }
     }
 }
@@ -56,7 +92,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let ms = match unit.trim() {
         "" | "ms" => n,
         "s" | "sec" | "second" | "seconds" => n * 1000.0,
-        "min" | "m" | "minute" | "minutes" => n * 60_000.0,
+        "min" | "m" | "minute" | "minutes" | "mins" => n * 60_000.0,
+        "h" | "hour" | "hours" => n * 3_600_000.0,
+        "d" | "day" | "days" => n * 86_400_000.0,
         other => return Err(format!("invalid duration unit: {other}")),
     };
     Ok(Duration::from_micros((ms * 1000.0) as u64))
@@ -108,6 +146,26 @@ impl Config {
                     return Err("barrier.interval must be milliseconds or a duration string".into())
                 }
             };
+        }
+        for (key, _) in crate::settings::JOB_KEYS
+            .iter()
+            .chain(crate::settings::SERVER_KEYS)
+        {
+            let Some(x) = lookup(&v, key) else { continue };
+            let text = match x {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(n) => n.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                _ => return Err(format!("{key} must be a string, number or boolean")),
+            };
+            crate::settings::validate(key, &text)?;
+            cfg.settings.insert(key.to_string(), text);
+        }
+        if let Some(p) = cfg.file_value("metrics.reporter.prom.port") {
+            cfg.metrics_port = p
+                .parse()
+                .map_err(|_| "invalid metrics.reporter.prom.port")?;
         }
         if cfg.parallelism > cfg.max_parallelism {
             return Err("parallelism.default cannot exceed pipeline.max-parallelism".into());

@@ -17,6 +17,21 @@ use std::sync::Arc;
 use weir_executor::{Runtime, RuntimeConfig};
 use weir_planner::{parse_statement, split_statements, SqlError, SqlResult, WeirStatement};
 use weir_storage::meta_store::MetaStore;
+use weir_storage::object_storage::ObjectStorage;
+
+/// The highest checkpoint epoch under `checkpoints/`, or 0.
+async fn newest_checkpoint_epoch(storage: &ObjectStorage) -> weir_storage::Result<u64> {
+    Ok(storage
+        .list("checkpoints")
+        .await?
+        .iter()
+        .filter_map(|(k, _)| {
+            let dir = k.split('/').nth(2)?;
+            dir.strip_prefix("chk-")?.parse::<u64>().ok()
+        })
+        .max()
+        .unwrap_or(0))
+}
 
 pub struct Database {
     pub config: Config,
@@ -35,13 +50,30 @@ impl Database {
             .map_err(|e| format!("cannot create data dir {}: {e}", config.data_dir.display()))?;
         let meta = MetaStore::open(&config.data_dir).map_err(|e| e.to_string())?;
         let stored = Catalog::load(&meta)?;
+        let storage = ObjectStorage::open(&config.checkpoint_dir(), &config.s3())
+            .map_err(|e| format!("cannot open checkpoint storage: {e}"))?;
+        // Epochs continue after the newest checkpoint any job wrote, so checkpoint ids
+        // only grow across restarts.
+        let last_epoch = newest_checkpoint_epoch(&storage)
+            .await
+            .map_err(|e| format!("cannot list checkpoints in {}: {e}", storage.url()))?;
+        let table_settings = |k: &str| config.settings.get(k).cloned();
+        let job = crate::settings::job_config(&table_settings)?;
+        let failover = crate::settings::failover(
+            config
+                .file_value("jobmanager.execution.failover-strategy")
+                .unwrap_or("region"),
+        )?;
         let runtime = Runtime::start(
             RuntimeConfig {
                 parallelism: config.parallelism,
                 max_parallelism: config.max_parallelism,
                 barrier_interval: config.barrier_interval,
+                job,
+                failover,
+                checkpoint_storage: storage,
             },
-            0,
+            last_epoch,
         );
         let db = Arc::new(Database {
             config,
@@ -58,45 +90,59 @@ impl Database {
         Ok(db)
     }
 
+    /// Tables first: each restores its latest checkpoint and replays its log from the
+    /// offset recorded there. Then views in creation order: each restores its own
+    /// latest checkpoint and replays its tables' logs from its own offsets (or, with
+    /// no usable checkpoint, is rebuilt from its upstream contents).
     async fn recover(&self, stored: Catalog) -> Result<(), String> {
-        let mut replays = Vec::new();
-        for entry in &stored.relations {
-            match entry.kind {
-                RelationKind::Table => {
-                    let chunks = ddl::restore_table(self, entry).await.map_err(|e| {
-                        format!("cannot restore table {}: {}", entry.name, e.message)
-                    })?;
-                    replays.push((entry.name.clone(), chunks));
-                }
-                RelationKind::MaterializedView => {
-                    ddl::restore_view(self, entry).await.map_err(|e| {
-                        format!("cannot restore view {}: {}", entry.name, e.message)
-                    })?;
-                }
+        let started = std::time::Instant::now();
+        let mut rows = 0usize;
+        for entry in stored
+            .relations
+            .iter()
+            .filter(|e| e.kind == RelationKind::Table)
+        {
+            let chunks = ddl::restore_table(self, entry)
+                .await
+                .map_err(|e| format!("cannot restore table {}: {}", entry.name, e.message))?;
+            let mut w = self.runtime.lock_writes().await;
+            let writer = w.table(&entry.name).expect("restored table has a writer");
+            for c in chunks {
+                rows += c.len();
+                writer
+                    .write(c, true)
+                    .await
+                    .map_err(|e| format!("replay of {} failed: {e}", entry.name))?;
             }
         }
-        let mut rows = 0usize;
         {
             let mut w = self.runtime.lock_writes().await;
-            for (name, chunks) in replays {
-                let writer = w.table(&name).expect("restored table has a writer");
-                for c in chunks {
-                    rows += c.len();
-                    writer
-                        .write(c, true)
-                        .await
-                        .map_err(|e| format!("replay of {name} failed: {e}"))?;
-                }
-            }
             self.runtime
                 .flush_locked(&mut w)
                 .await
                 .map_err(|e| e.to_string())?;
         }
+        for entry in stored
+            .relations
+            .iter()
+            .filter(|e| e.kind == RelationKind::MaterializedView)
+        {
+            ddl::restore_view(self, entry)
+                .await
+                .map_err(|e| format!("cannot restore view {}: {}", entry.name, e.message))?;
+        }
+        // Keep the catalog in creation order (restore_* appended tables first).
+        {
+            let mut cat = self.catalog.write();
+            let order: Vec<String> = stored.relations.iter().map(|r| r.name.clone()).collect();
+            cat.relations
+                .sort_by_key(|r| order.iter().position(|n| *n == r.name));
+        }
         tracing::info!(
             relations = stored.relations.len(),
-            replayed_rows = rows,
-            "recovered catalog and table logs"
+            replayed_table_rows = rows,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "recovered from checkpoints and table logs"
         );
         Ok(())
     }
@@ -153,6 +199,40 @@ impl Database {
             }
             WeirStatement::ShowCreateMaterializedView(name) => show::show_create(self, &name),
             WeirStatement::ShowJobs => show::show_jobs(self),
+            WeirStatement::ShowCheckpoints => show::show_checkpoints(self),
+            WeirStatement::Checkpoint => {
+                self.runtime
+                    .checkpoint_now()
+                    .await
+                    .map_err(SqlError::from)?;
+                Ok(Output::command("CHECKPOINT"))
+            }
+            WeirStatement::ResumeMaterializedView(name) => {
+                let is_view = self
+                    .catalog
+                    .read()
+                    .get(&name)
+                    .map(|r| r.kind == RelationKind::MaterializedView);
+                match is_view {
+                    Some(true) => {}
+                    Some(false) => {
+                        return Err(SqlError::new(
+                            weir_planner::sqlstate::WRONG_OBJECT_TYPE,
+                            format!("\"{name}\" is not a materialized view"),
+                        ))
+                    }
+                    None => {
+                        return Err(SqlError::new(
+                            weir_planner::sqlstate::UNDEFINED_TABLE,
+                            format!("materialized view \"{name}\" does not exist"),
+                        ))
+                    }
+                }
+                weir_executor::supervisor::resume(&self.runtime, &name)
+                    .await
+                    .map_err(SqlError::from)?;
+                Ok(Output::command("ALTER MATERIALIZED VIEW"))
+            }
             WeirStatement::ShowVariable(name) => show::show_variable(self, session, &name),
             WeirStatement::ExplainCreateMaterializedView(stmt) => {
                 ddl::explain_create_view(self, session, &stmt).await

@@ -11,9 +11,10 @@ use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{
     ColumnOption, CreateTableOptions, Expr as SqlExpr, ObjectType, SqlOption, Statement, Value,
 };
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use weir_executor::StreamChunk;
+use weir_executor::ViewSpec;
 use weir_planner::{explain_graph, plan_view, sqlstate, SqlError, SqlResult};
 
 /// The Postgres name of an Arrow type, for catalogs and `\d`.
@@ -149,11 +150,12 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
         depends_on: vec![],
         primary_key: pk.clone(),
         parallelism: 1,
+        settings: Default::default(),
     };
     {
         let mut w = db.runtime().lock_writes().await;
         db.runtime()
-            .create_table(&mut w, id, &name, schema.clone(), pk, &log_path)
+            .create_table(&mut w, id, &name, schema.clone(), pk, &log_path, false)
             .await
             .map_err(SqlError::from)?;
     }
@@ -185,6 +187,7 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<Ve
                 schema.clone(),
                 pk,
                 &db.table_log_path(entry.id),
+                true,
             )
             .await
             .map_err(SqlError::from)?
@@ -200,9 +203,55 @@ struct ViewPlan {
     graph: weir_executor::StreamGraph,
     schema: SchemaRef,
     parallelism: u32,
+    /// Checkpoint / restart keys set for this view (WITH, then session SETs).
+    settings: BTreeMap<String, String>,
 }
 
-fn view_options(options: &CreateTableOptions) -> SqlResult<Option<u32>> {
+impl ViewPlan {
+    fn spec(&self, db: &Database) -> SqlResult<ViewSpec> {
+        let config = view_job_config(db, &self.settings)?;
+        Ok(ViewSpec {
+            graph: self.graph.clone(),
+            schema: self.schema.clone(),
+            parallelism: self.parallelism,
+            config,
+        })
+    }
+}
+
+/// A view's job configuration: its own settings over the config file's.
+fn view_job_config(
+    db: &Database,
+    settings: &BTreeMap<String, String>,
+) -> SqlResult<weir_executor::checkpoint::JobConfig> {
+    let get = |k: &str| {
+        settings
+            .get(k)
+            .cloned()
+            .or_else(|| db.config.settings.get(k).cloned())
+    };
+    crate::settings::job_config(&get)
+        .map_err(|e| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, e))
+}
+
+fn option_text(value: &SqlExpr) -> String {
+    match value {
+        SqlExpr::Value(v) => match &v.value {
+            Value::Number(n, _) => n.clone(),
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+            Value::Boolean(b) => b.to_string(),
+            other => other.to_string(),
+        },
+        SqlExpr::Identifier(i) => i.value.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `WITH (...)` of a view: its parallelism and checkpoint / restart keys.
+fn view_options(
+    options: &CreateTableOptions,
+    settings: &mut BTreeMap<String, String>,
+) -> SqlResult<Option<u32>> {
     let list = match options {
         CreateTableOptions::None => return Ok(None),
         CreateTableOptions::With(l) => l,
@@ -213,7 +262,15 @@ fn view_options(options: &CreateTableOptions) -> SqlResult<Option<u32>> {
         let SqlOption::KeyValue { key, value } = o else {
             return Err(SqlError::syntax("expected key = value in WITH (...)"));
         };
-        match key.value.to_ascii_lowercase().as_str() {
+        let key_text = key.value.to_ascii_lowercase();
+        if crate::settings::is_job_key(&key_text) {
+            let text = option_text(value);
+            crate::settings::validate(&key_text, &text)
+                .map_err(|e| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, e))?;
+            settings.insert(key_text, text);
+            continue;
+        }
+        match key_text.as_str() {
             "parallelism" | "parallelism.default" => {
                 let n = match value {
                     SqlExpr::Value(v) => match &v.value {
@@ -255,9 +312,20 @@ async fn plan_create_view(
         ));
     }
     let name = relation_name(&cv.name)?;
-    let parallelism = view_options(&cv.options)?
+    // Session SETs first, then WITH (...) on top: the statement wins.
+    let mut settings: BTreeMap<String, String> = session
+        .map(|s| {
+            s.settings
+                .iter()
+                .filter(|(k, _)| crate::settings::is_job_key(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let parallelism = view_options(&cv.options, &mut settings)?
         .or_else(|| session.and_then(|s| s.parallelism()))
         .unwrap_or(db.config.parallelism);
+    view_job_config(db, &settings)?;
     if parallelism > db.config.max_parallelism {
         return Err(SqlError::new(
             sqlstate::INVALID_PARAMETER_VALUE,
@@ -317,6 +385,7 @@ async fn plan_create_view(
         graph: planned.graph,
         schema,
         parallelism,
+        settings,
     })
 }
 
@@ -339,7 +408,7 @@ pub async fn create_view(
     }
     let plan = plan_create_view(db, Some(session), stmt).await?;
     let id = db.catalog.write().allocate_id();
-    deploy(db, id, &plan).await?;
+    deploy(db, id, &plan, false).await?;
     let entry = RelationEntry {
         id,
         name: plan.name.clone(),
@@ -349,6 +418,7 @@ pub async fn create_view(
         depends_on: plan.graph.upstream_relations(),
         primary_key: vec![],
         parallelism: plan.parallelism,
+        settings: plan.settings.clone(),
     };
     commit_entry(db, entry, plan.schema.clone())?;
     Ok(Output::command("CREATE_MATERIALIZED_VIEW"))
@@ -356,20 +426,14 @@ pub async fn create_view(
 
 /// Deploys under the write lock: flush (quiesce), deploy with backfill, flush again so
 /// the view is readable with its backfilled contents when the statement returns.
-async fn deploy(db: &Database, id: u64, plan: &ViewPlan) -> SqlResult<()> {
+async fn deploy(db: &Database, id: u64, plan: &ViewPlan, restore: bool) -> SqlResult<()> {
+    let spec = plan.spec(db)?;
     let rt = db.runtime();
     let mut w = rt.lock_writes().await;
     rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
-    rt.create_view(
-        &mut w,
-        id,
-        &plan.name,
-        plan.graph.clone(),
-        plan.schema.clone(),
-        plan.parallelism,
-    )
-    .await
-    .map_err(SqlError::from)?;
+    rt.create_view(&mut w, id, &plan.name, spec, restore)
+        .await
+        .map_err(SqlError::from)?;
     rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
     Ok(())
 }
@@ -387,7 +451,8 @@ pub async fn restore_view(db: &Database, entry: &RelationEntry) -> SqlResult<()>
     if entry.parallelism > 0 {
         plan.parallelism = entry.parallelism;
     }
-    deploy(db, entry.id, &plan).await?;
+    plan.settings = entry.settings.clone();
+    deploy(db, entry.id, &plan, true).await?;
     let mut cat = db.catalog.write();
     db.schemas
         .write()

@@ -9,6 +9,8 @@
 //! - [`pg`]: the Postgres wire protocol (pgwire): auth, handlers, encoding.
 //! - [`server`]: the TCP listener.
 //! - [`bench`]: `weir bench` subcommands.
+//! - [`settings`]: checkpoint / restart keys, defaults and provenance.
+//! - [`metrics_http`]: the Prometheus `/metrics` endpoint.
 //! - [`session`], [`output`]: per-connection state and statement results.
 
 pub mod bench;
@@ -17,12 +19,14 @@ pub mod config;
 pub mod database;
 pub mod ddl;
 pub mod dml;
+pub mod metrics_http;
 pub mod output;
 pub mod pg;
 pub mod pg_catalog;
 pub mod query;
 pub mod server;
 pub mod session;
+pub mod settings;
 pub mod show;
 
 pub use config::Config;

@@ -27,6 +27,9 @@ struct ServeArgs {
     /// Actors per parallel fragment (parallelism.default).
     #[arg(long, global = true)]
     parallelism: Option<u32>,
+    /// Prometheus endpoint port (metrics.reporter.prom.port; 0 disables it).
+    #[arg(long, global = true)]
+    metrics_port: Option<u16>,
 }
 
 #[derive(Subcommand)]
@@ -54,6 +57,9 @@ fn load_config(args: &ServeArgs) -> Result<Config, String> {
             ));
         }
         cfg.parallelism = p;
+    }
+    if let Some(p) = args.metrics_port {
+        cfg.metrics_port = p;
     }
     Ok(cfg)
 }
@@ -89,6 +95,8 @@ fn main() {
                 let listener = tokio::net::TcpListener::bind(&cfg.listen)
                     .await
                     .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
+                let host = cfg.listen.rsplit_once(':').map(|(h, _)| h).unwrap_or("127.0.0.1");
+                weir_server::metrics_http::start(host, cfg.metrics_port).await;
                 let db = Database::open(cfg.clone()).await?;
                 tracing::info!(listen = %cfg.listen, data_dir = %cfg.data_dir.display(), "weir is ready");
                 server::serve(db, listener).await.map_err(|e| e.to_string())

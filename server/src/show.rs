@@ -4,6 +4,7 @@ use crate::catalog::RelationKind;
 use crate::database::Database;
 use crate::output::Output;
 use crate::session::Session;
+use crate::settings::Source;
 use arrow::array::{RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::sql::sqlparser::ast::{Expr, Set, Statement, Value};
@@ -69,29 +70,71 @@ pub fn show_create(db: &Database, name: &str) -> SqlResult<Output> {
 
 pub fn show_jobs(db: &Database) -> SqlResult<Output> {
     let cat = db.catalog.read();
+    let jobs = db.runtime().jobs();
     let rows = cat
         .relations
         .iter()
         .filter(|r| r.kind == RelationKind::MaterializedView)
         .map(|r| {
-            let failure = db.runtime().job_failure(&r.name);
+            let j = jobs.iter().find(|j| j.name == r.name);
             vec![
                 r.name.clone(),
-                if failure.is_some() {
-                    "FAILED"
-                } else {
-                    "RUNNING"
-                }
-                .to_string(),
-                db.runtime()
-                    .view_parallelism(&r.name)
-                    .map(|p| p.to_string())
-                    .unwrap_or_default(),
-                failure.unwrap_or_default(),
+                j.map(|j| j.status.as_str())
+                    .unwrap_or("UNKNOWN")
+                    .to_string(),
+                j.map(|j| j.parallelism.to_string()).unwrap_or_default(),
+                j.map(|j| j.restarts.to_string()).unwrap_or_default(),
+                j.and_then(|j| j.last_failure.clone()).unwrap_or_default(),
             ]
         })
         .collect();
-    text_table(&["Name", "Status", "Parallelism", "Last Failure"], rows)
+    text_table(
+        &["Name", "Status", "Parallelism", "Restarts", "Last Failure"],
+        rows,
+    )
+}
+
+pub fn show_checkpoints(db: &Database) -> SqlResult<Output> {
+    let ms_to_text = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
+            .unwrap_or_default()
+    };
+    let rows = db
+        .runtime()
+        .checkpoints
+        .history()
+        .into_iter()
+        .map(|r| {
+            vec![
+                r.id.to_string(),
+                r.job_name,
+                r.status.as_str().to_string(),
+                ms_to_text(r.trigger_time_ms),
+                r.duration_ms.map(|d| d.to_string()).unwrap_or_default(),
+                r.alignment_ms.to_string(),
+                r.full_size.to_string(),
+                r.incremental_size.to_string(),
+                r.path,
+                r.failure.unwrap_or_default(),
+            ]
+        })
+        .collect();
+    text_table(
+        &[
+            "id",
+            "job",
+            "status",
+            "trigger_time",
+            "duration_ms",
+            "alignment_ms",
+            "full_size",
+            "incremental_size",
+            "path",
+            "failure",
+        ],
+        rows,
+    )
 }
 
 fn value_text(e: &Expr) -> String {
@@ -115,6 +158,27 @@ pub fn set(session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
         } => {
             let key = variable.to_string().to_ascii_lowercase().replace('"', "");
             let value = values.iter().map(value_text).collect::<Vec<_>>().join(", ");
+            if let Some(name) = key.strip_prefix("failpoint.") {
+                // Test-only failure injection; refused unless the server allows it.
+                if !weir_storage::failpoint::enabled() {
+                    return Err(SqlError::new(
+                        sqlstate::INSUFFICIENT_PRIVILEGE,
+                        "failpoints are disabled (start the server with WEIR_FAILPOINTS=1)",
+                    ));
+                }
+                weir_storage::failpoint::set(name, &value);
+                return Ok(Output::command("SET"));
+            }
+            if crate::settings::is_server_key(&key) {
+                return Err(SqlError::new(
+                    sqlstate::CANT_CHANGE_RUNTIME_PARAM,
+                    format!("parameter \"{key}\" can only be set in weir.toml"),
+                ));
+            }
+            if crate::settings::is_job_key(&key) {
+                crate::settings::validate(&key, &value)
+                    .map_err(|e| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, e))?;
+            }
             let is_parallelism = key == "parallelism.default" || key == "streaming_parallelism";
             if is_parallelism && value.parse::<u32>().ok().filter(|p| *p >= 1).is_none() {
                 return Err(SqlError::new(
@@ -170,6 +234,25 @@ pub fn show_variable(db: &Database, session: &Session, name: &str) -> SqlResult<
             .collect();
         rows.sort();
         return text_table(&["name", "setting", "source"], rows);
+    }
+    if crate::settings::is_job_key(&key) || crate::settings::is_server_key(&key) {
+        // Checkpoint / restart keys: the effective value and where it came from.
+        let (value, source) = if let Some(v) = session.settings.get(&key) {
+            (v.clone(), Source::Session)
+        } else if let Some(v) = db.config.settings.get(&key) {
+            (v.clone(), Source::ConfigFile)
+        } else if key == "execution.checkpointing.dir" {
+            (db.config.checkpoint_dir(), Source::Default)
+        } else if key == "metrics.reporter.prom.port" {
+            (db.config.metrics_port.to_string(), Source::Default)
+        } else {
+            let d = crate::settings::default_of(&key).unwrap_or("");
+            (d.to_string(), Source::Default)
+        };
+        return text_table(
+            &[key.as_str(), "source"],
+            vec![vec![value, source.as_str().to_string()]],
+        );
     }
     let value = session
         .settings

@@ -11,11 +11,20 @@
 //!   table write durable before it is acknowledged, and replays it on recovery.
 //! - [`meta_store`]: atomic files under `meta/` (the catalog).
 //! - [`codec`]: Arrow IPC encoding of change batches used by the table log.
+//! - [`object_storage`]: `ObjectStorage`, checkpoints' home: a local folder or S3.
+//! - [`state_snapshot`]: operator state as Arrow IPC files (deltas and bases).
+//! - [`checkpoint_meta`]: a checkpoint's `_metadata` (state files, source positions,
+//!   checksums, format version).
+//! - [`failpoint`]: test-only failure injection, inert unless `WEIR_FAILPOINTS=1`.
 
+pub mod checkpoint_meta;
 pub mod codec;
+pub mod failpoint;
 pub mod key_group;
 pub mod meta_store;
+pub mod object_storage;
 pub mod state_backend;
+pub mod state_snapshot;
 pub mod state_table;
 pub mod table_log;
 

@@ -23,6 +23,9 @@ pub struct StateTable<V> {
     backend: Arc<dyn StateBackend>,
     cache: HashMap<Vec<u8>, V>,
     dirty: HashSet<Vec<u8>>,
+    /// Encoded entries flushed since the last checkpoint (None: deleted): the delta the
+    /// next checkpoint uploads, so upload size follows the change, not the state.
+    since_checkpoint: HashMap<Vec<u8>, Option<Vec<u8>>>,
 }
 
 impl<V: StateValue> StateTable<V> {
@@ -33,6 +36,7 @@ impl<V: StateValue> StateTable<V> {
             backend,
             cache: HashMap::new(),
             dirty: HashSet::new(),
+            since_checkpoint: HashMap::new(),
         }
     }
 
@@ -92,13 +96,33 @@ impl<V: StateValue> StateTable<V> {
                 key: key.clone(),
             };
             match self.cache.get(&key) {
-                Some(v) => batch.put(state_key, v.encode()),
-                None => batch.delete(state_key),
+                Some(v) => {
+                    let bytes = v.encode();
+                    self.since_checkpoint.insert(key, Some(bytes.clone()));
+                    batch.put(state_key, bytes)
+                }
+                None => {
+                    self.since_checkpoint.insert(key, None);
+                    batch.delete(state_key)
+                }
             }
         }
         let n = batch.len();
         self.backend.write(batch);
         n
+    }
+
+    /// Takes the changes flushed since the last checkpoint, as keyed-state entries.
+    /// Call after [`StateTable::flush`] at a checkpoint barrier.
+    pub fn take_checkpoint_delta(&mut self) -> Vec<crate::state_snapshot::KeyedEntry> {
+        self.since_checkpoint
+            .drain()
+            .map(|(k, v)| (KeyGroup::of_key(&k, self.max_parallelism).0, k, v))
+            .collect()
+    }
+
+    pub fn uid(&self) -> &str {
+        &self.uid
     }
 }
 

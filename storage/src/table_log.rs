@@ -1,8 +1,13 @@
 //! `TableLog`: the durable, replayable record of a table's changes.
 //!
 //! A table write is acknowledged only after its entry is appended and fsynced here; the
-//! dataflow is fed afterwards. On recovery the log is replayed from the start (views are
-//! rebuilt from it until checkpoints restore them directly).
+//! dataflow is fed afterwards. On recovery each job restores its latest checkpoint and
+//! replays the log from the offset that checkpoint recorded.
+//!
+//! Offsets are logical: they stay valid when the log is truncated. A truncated log
+//! starts with a header `WEIRLOG1 | base: u64 LE`, and an entry's logical offset is
+//! `base + its position after the header`. [`TableLog::truncate_below`] drops entries
+//! that no retained checkpoint needs by rewriting the file and renaming it into place.
 //!
 //! Entry framing: `len: u32 LE | crc32(payload): u32 LE | payload`. A `kill -9` can leave a
 //! torn last entry; [`TableLog::open`] detects it by length or checksum and truncates it,
@@ -21,13 +26,44 @@ pub type LogEntry = (LogOffset, Vec<u8>);
 
 pub struct TableLog {
     file: File,
+    path: std::path::PathBuf,
+    /// Logical offset of the first byte after the file header.
+    base: LogOffset,
+    /// Bytes of file header (0 for a log that was never truncated).
+    header_len: u64,
     end: LogOffset,
 }
 
 const HEADER: usize = 8;
+const MAGIC: &[u8; 8] = b"WEIRLOG1";
+
+/// Parses a log file: `(base, header_len, entries, valid_end_position)`.
+fn parse(bytes: &[u8]) -> (LogOffset, usize, Vec<LogEntry>, usize) {
+    let (base, start) = if bytes.len() >= 16 && &bytes[..8] == MAGIC {
+        (u64::from_le_bytes(bytes[8..16].try_into().unwrap()), 16)
+    } else {
+        (0, 0)
+    };
+    let mut entries = Vec::new();
+    let mut pos = start;
+    while pos + HEADER <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        let crc = u32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().unwrap());
+        let body = pos + HEADER;
+        if body + len > bytes.len() || crc32fast::hash(&bytes[body..body + len]) != crc {
+            break;
+        }
+        entries.push((
+            base + (pos - start) as u64,
+            bytes[body..body + len].to_vec(),
+        ));
+        pos = body + len;
+    }
+    (base, start, entries, pos)
+}
 
 impl TableLog {
-    /// Opens (creating if needed) the log and returns it with every valid entry's payload.
+    /// Opens (creating if needed) the log and returns it with every valid entry.
     pub fn open(path: &Path) -> Result<(TableLog, Vec<LogEntry>)> {
         let mut file = OpenOptions::new()
             .read(true)
@@ -36,18 +72,7 @@ impl TableLog {
             .open(path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let mut entries = Vec::new();
-        let mut pos = 0usize;
-        while pos + HEADER <= bytes.len() {
-            let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
-            let crc = u32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().unwrap());
-            let start = pos + HEADER;
-            if start + len > bytes.len() || crc32fast::hash(&bytes[start..start + len]) != crc {
-                break;
-            }
-            entries.push((pos as LogOffset, bytes[start..start + len].to_vec()));
-            pos = start + len;
-        }
+        let (base, header_len, entries, pos) = parse(&bytes);
         if pos < bytes.len() {
             tracing::warn!(
                 path = %path.display(),
@@ -62,10 +87,66 @@ impl TableLog {
         Ok((
             TableLog {
                 file,
-                end: pos as LogOffset,
+                path: path.to_path_buf(),
+                base,
+                header_len: header_len as u64,
+                end: base + (pos - header_len) as LogOffset,
             },
             entries,
         ))
+    }
+
+    /// Entries at or after logical offset `from` (a source rewinding to a checkpoint).
+    /// Fails if `from` was truncated away.
+    pub fn read_from(&self, from: LogOffset) -> Result<Vec<LogEntry>> {
+        if from < self.base {
+            return Err(StorageError::Corrupt(format!(
+                "table log {} was truncated to offset {}, cannot rewind to {from}",
+                self.path.display(),
+                self.base
+            )));
+        }
+        let bytes = std::fs::read(&self.path)?;
+        let (_, _, entries, _) = parse(&bytes);
+        Ok(entries.into_iter().filter(|(o, _)| *o >= from).collect())
+    }
+
+    /// Drops every entry before logical offset `keep_from` (which must be an entry
+    /// boundary or the end). Crash-safe: the new file is written and synced beside the
+    /// old one and renamed over it.
+    pub fn truncate_below(&mut self, keep_from: LogOffset) -> Result<()> {
+        if keep_from <= self.base {
+            return Ok(());
+        }
+        let keep_from = keep_from.min(self.end);
+        let bytes = std::fs::read(&self.path)?;
+        let cut = self.header_len + (keep_from - self.base);
+        let tmp = self.path.with_extension("log.tmp");
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(MAGIC)?;
+            f.write_all(&keep_from.to_le_bytes())?;
+            f.write_all(&bytes[cut as usize..])?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&self.path)?;
+        file.seek(SeekFrom::End(0))?;
+        self.file = file;
+        self.base = keep_from;
+        self.header_len = 16;
+        Ok(())
+    }
+
+    /// Logical offset of the oldest entry still in the log.
+    pub fn start_offset(&self) -> LogOffset {
+        self.base
     }
 
     /// Appends one entry and fsyncs it. Returns the entry's offset.
@@ -115,6 +196,31 @@ mod tests {
         drop(log);
         let (_, entries) = TableLog::open(&path).unwrap();
         assert_eq!(entries.len(), 3);
+    }
+
+    #[test]
+    fn truncation_keeps_logical_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.log");
+        let (mut log, _) = TableLog::open(&path).unwrap();
+        log.append(b"one").unwrap();
+        let second = log.append(b"two").unwrap();
+        let third = log.append(b"three").unwrap();
+        log.truncate_below(second).unwrap();
+        assert!(
+            log.read_from(0).is_err(),
+            "rewinding below the cut must fail"
+        );
+        let fourth = log.append(b"four").unwrap();
+        let got: Vec<_> = log.read_from(third).unwrap();
+        assert_eq!(
+            got,
+            vec![(third, b"three".to_vec()), (fourth, b"four".to_vec())]
+        );
+        drop(log);
+        let (log, entries) = TableLog::open(&path).unwrap();
+        assert_eq!(entries.first().unwrap().0, second);
+        assert_eq!(log.end_offset(), fourth + 8 + 4);
     }
 
     #[test]

@@ -21,8 +21,9 @@ use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use std::sync::Arc;
+use weir_storage::state_snapshot::{DeltaData, StateDelta};
 use weir_storage::state_table::StateValue;
-use weir_storage::{StateBackend, StateTable};
+use weir_storage::{KeyGroupRange, StateBackend, StateTable};
 
 #[derive(Debug, Clone)]
 pub struct HashAggSpec {
@@ -71,10 +72,14 @@ pub struct HashAggOperator {
 }
 
 impl HashAggOperator {
+    /// `restored`: the backend holds this uid's state from a checkpoint; the operator
+    /// loads the key groups of `key_groups` (its share at the current parallelism).
     pub fn new(
         spec: HashAggSpec,
         backend: Arc<dyn StateBackend>,
         max_parallelism: u32,
+        key_groups: KeyGroupRange,
+        restored: bool,
     ) -> Result<Self> {
         let calls = spec
             .calls
@@ -91,14 +96,18 @@ impl HashAggOperator {
                 .map(|t| SortField::new(t.clone()))
                 .collect(),
         )?;
-        let state = StateTable::new(&spec.uid, max_parallelism, backend);
+        let mut state = StateTable::new(&spec.uid, max_parallelism, backend);
+        if restored {
+            state.load(key_groups.start, key_groups.end);
+        }
         Ok(Self {
             spec,
             calls,
             key_converter,
             state,
             epoch_before: HashMap::new(),
-            global_emitted: false,
+            // A restored global aggregate already emitted its row.
+            global_emitted: restored,
         })
     }
 
@@ -255,5 +264,12 @@ impl Operator for HashAggOperator {
             out.push(self.build_output(keys, ops, values)?);
         }
         Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Vec<StateDelta>> {
+        Ok(vec![StateDelta {
+            uid: self.spec.uid.clone(),
+            data: DeltaData::Keyed(self.state.take_checkpoint_delta()),
+        }])
     }
 }

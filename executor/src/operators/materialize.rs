@@ -9,19 +9,30 @@ use crate::operator::Operator;
 use crate::store::RelationStore;
 use arrow::datatypes::SchemaRef;
 use std::sync::Arc;
+use weir_storage::state_snapshot::{DeltaData, StateDelta};
 
 pub struct MaterializeOperator {
     store: Arc<RelationStore>,
     schema: SchemaRef,
     epoch_changes: Vec<StreamChunk>,
+    /// Changes since the last checkpoint: this actor's share of the next delta.
+    since_checkpoint: Vec<StreamChunk>,
+    uid: String,
+}
+
+/// The uid of a relation's stored rows.
+pub fn materialize_uid(relation: &str) -> String {
+    format!("{relation}.materialize")
 }
 
 impl MaterializeOperator {
     pub fn new(store: Arc<RelationStore>) -> Self {
         Self {
             schema: store.schema(),
+            uid: materialize_uid(store.name()),
             store,
             epoch_changes: Vec::new(),
+            since_checkpoint: Vec::new(),
         }
     }
 }
@@ -40,8 +51,21 @@ impl Operator for MaterializeOperator {
     }
 
     fn on_barrier(&mut self, barrier: &Barrier, _out: &mut Vec<StreamChunk>) -> Result<()> {
-        self.store
-            .stage(barrier.epoch, std::mem::take(&mut self.epoch_changes));
+        let changes = std::mem::take(&mut self.epoch_changes);
+        // Chunks share their Arrow buffers: keeping them for the checkpoint is cheap.
+        self.since_checkpoint.extend(changes.iter().cloned());
+        self.store.stage(barrier.epoch, changes);
         Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Vec<StateDelta>> {
+        let rows = std::mem::take(&mut self.since_checkpoint)
+            .into_iter()
+            .map(|c| (c.op_codes(), c.batch))
+            .collect();
+        Ok(vec![StateDelta {
+            uid: self.uid.clone(),
+            data: DeltaData::Rows(rows),
+        }])
     }
 }

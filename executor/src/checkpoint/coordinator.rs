@@ -1,0 +1,469 @@
+//! `CheckpointCoordinator`: decides which jobs checkpoint at a barrier, collects each
+//! actor's state delta, hands complete sets to the job's uploader, and keeps the
+//! counters behind `SHOW CHECKPOINTS` and the metrics.
+//!
+//! Flink's semantics: a job is due when `interval` has passed since its last trigger,
+//! `min-pause` since its last completion, and fewer than `max-concurrent-checkpoints`
+//! are in progress. A checkpoint not complete within `timeout` is aborted (its files
+//! removed). More than `tolerable-failed-checkpoints` consecutive failures fail the
+//! job, which then goes through its restart strategy.
+//!
+//! Deltas of an aborted or failed checkpoint are not lost: they are *carried* into the
+//! job's next upload, so the chain of delta files stays complete.
+
+use super::config::CheckpointConfig;
+use super::stats::{CheckpointHistory, CheckpointRecord, CheckpointStatus};
+use super::uploader::{JobUploader, UploadDone, WorkerMsg};
+use crate::actor::ActorId;
+use crate::barrier::Epoch;
+use crate::metrics::metrics;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+use weir_storage::checkpoint_meta::{CheckpointMetadata, UidState};
+use weir_storage::object_storage::ObjectStorage;
+use weir_storage::state_snapshot::StateDelta;
+
+/// What one actor hands over at a checkpoint barrier.
+pub struct CheckpointPart {
+    pub epoch: Epoch,
+    pub job: u64,
+    pub actor: ActorId,
+    /// The actor's state deltas, or why it declined (its job has failed).
+    pub result: std::result::Result<Vec<StateDelta>, String>,
+    pub alignment_ms: u64,
+}
+
+/// The jobs that take part in one checkpoint barrier.
+#[derive(Debug, Default)]
+pub struct CheckpointScope {
+    pub jobs: HashSet<u64>,
+}
+
+struct Pending {
+    trigger_ms: i64,
+    started: Instant,
+    deadline: Instant,
+    positions: BTreeMap<String, u64>,
+    parts: Vec<StateDelta>,
+    received: usize,
+    declined: Option<String>,
+    alignment_ms: u64,
+}
+
+struct JobEntry {
+    name: String,
+    config: CheckpointConfig,
+    actors: usize,
+    /// Tables whose log offsets this job's checkpoints record.
+    sources: Vec<String>,
+    last_trigger: Option<Instant>,
+    last_complete: Option<Instant>,
+    in_progress: BTreeMap<Epoch, Pending>,
+    /// Handed to the uploader, not yet finished.
+    uploading: usize,
+    worker: mpsc::UnboundedSender<WorkerMsg>,
+    consecutive_failures: u32,
+    /// Positions of each retained checkpoint (what the table logs must keep).
+    retained_positions: BTreeMap<Epoch, BTreeMap<String, u64>>,
+}
+
+/// What a job starts from: its restored chain and retained checkpoints (empty for a
+/// new job).
+#[derive(Default, Clone)]
+pub struct JobStart {
+    pub chain: Vec<UidState>,
+    pub retained: Vec<CheckpointMetadata>,
+}
+
+pub struct CheckpointCoordinator {
+    pub storage: ObjectStorage,
+    jobs: Mutex<HashMap<u64, JobEntry>>,
+    parts_tx: mpsc::UnboundedSender<CheckpointPart>,
+    history: Mutex<CheckpointHistory>,
+    /// Jobs whose checkpoint failures exceeded their tolerance: (job, reason).
+    failures_tx: mpsc::UnboundedSender<(u64, String)>,
+    force_next: AtomicBool,
+    /// Bumped whenever a job finishes a checkpoint (either way): waiters re-check.
+    progress: watch::Sender<u64>,
+    max_parallelism: u32,
+    /// Handle to ourselves for timers.
+    me: Weak<Self>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl CheckpointCoordinator {
+    pub fn start(
+        storage: ObjectStorage,
+        failures_tx: mpsc::UnboundedSender<(u64, String)>,
+        max_parallelism: u32,
+    ) -> Arc<Self> {
+        let (parts_tx, mut parts_rx) = mpsc::unbounded_channel::<CheckpointPart>();
+        let (progress, _) = watch::channel(0);
+        let c = Arc::new_cyclic(|me| Self {
+            storage,
+            jobs: Mutex::new(HashMap::new()),
+            parts_tx,
+            history: Mutex::new(CheckpointHistory::default()),
+            failures_tx,
+            force_next: AtomicBool::new(false),
+            progress,
+            max_parallelism,
+            me: me.clone(),
+        });
+        let weak = Arc::downgrade(&c);
+        tokio::spawn(async move {
+            while let Some(part) = parts_rx.recv().await {
+                let Some(c) = weak.upgrade() else { return };
+                c.on_part(part);
+            }
+        });
+        c
+    }
+
+    pub fn part_sender(&self) -> mpsc::UnboundedSender<CheckpointPart> {
+        self.parts_tx.clone()
+    }
+
+    /// Registers a job (a table or a view) with the state it was restored from.
+    #[allow(clippy::too_many_arguments)]
+    pub fn register_job(
+        self: &Arc<Self>,
+        job: u64,
+        name: &str,
+        config: CheckpointConfig,
+        actors: usize,
+        sources: Vec<String>,
+        parallelism: u32,
+        start: JobStart,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let retained_positions = start
+            .retained
+            .iter()
+            .map(|m| (m.epoch, m.positions.clone()))
+            .collect();
+        let uploader = JobUploader::new(
+            job,
+            name,
+            self.storage.clone(),
+            config.clone(),
+            parallelism,
+            self.max_parallelism,
+            start,
+        );
+        let weak: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(uploader.run(rx, move |done| {
+            if let Some(c) = weak.upgrade() {
+                c.on_upload_done(done);
+            }
+        }));
+        let mut jobs = self.jobs.lock();
+        jobs.insert(
+            job,
+            JobEntry {
+                name: name.to_string(),
+                config,
+                actors,
+                sources,
+                last_trigger: None,
+                last_complete: None,
+                in_progress: BTreeMap::new(),
+                uploading: 0,
+                worker: tx,
+                consecutive_failures: 0,
+                retained_positions,
+            },
+        );
+    }
+
+    /// Forgets a job (dropped, or about to be redeployed). In-flight parts are ignored.
+    pub fn unregister_job(&self, job: u64) {
+        if let Some(e) = self.jobs.lock().remove(&job) {
+            metrics()
+                .in_progress_checkpoints
+                .with_label_values(&[e.name.as_str()])
+                .set(0);
+        }
+    }
+
+    /// Makes the next barrier a checkpoint of every job, whatever the intervals.
+    pub fn force_next(&self) {
+        self.force_next.store(true, Ordering::SeqCst);
+    }
+
+    /// Called while injecting barrier `epoch` (under the write lock): returns the jobs
+    /// that checkpoint at it, having recorded their source positions.
+    pub fn trigger(
+        &self,
+        epoch: Epoch,
+        positions: &BTreeMap<String, u64>,
+    ) -> Option<Arc<CheckpointScope>> {
+        let force = self.force_next.swap(false, Ordering::SeqCst);
+        let now = Instant::now();
+        let mut scope = CheckpointScope::default();
+        let mut jobs = self.jobs.lock();
+        for (&id, j) in jobs.iter_mut() {
+            let due = match j.config.interval {
+                _ if force => true,
+                None => false,
+                Some(interval) => {
+                    j.in_progress.len() + j.uploading < j.config.max_concurrent.max(1)
+                        && j.last_trigger
+                            .is_none_or(|t| now.duration_since(t) >= interval)
+                        && j.last_complete
+                            .is_none_or(|t| now.duration_since(t) >= j.config.min_pause)
+                }
+            };
+            if !due {
+                continue;
+            }
+            let job_positions: BTreeMap<String, u64> = j
+                .sources
+                .iter()
+                .filter_map(|s| positions.get(s).map(|p| (s.clone(), *p)))
+                .collect();
+            let trigger_ms = now_ms();
+            j.last_trigger = Some(now);
+            j.in_progress.insert(
+                epoch,
+                Pending {
+                    trigger_ms,
+                    started: now,
+                    deadline: now + j.config.timeout,
+                    positions: job_positions,
+                    parts: Vec::new(),
+                    received: 0,
+                    declined: None,
+                    alignment_ms: 0,
+                },
+            );
+            metrics()
+                .in_progress_checkpoints
+                .with_label_values(&[j.name.as_str()])
+                .set((j.in_progress.len() + j.uploading) as i64);
+            self.history.lock().upsert(CheckpointRecord {
+                id: epoch,
+                job: id,
+                job_name: j.name.clone(),
+                status: CheckpointStatus::InProgress,
+                trigger_time_ms: trigger_ms,
+                duration_ms: None,
+                alignment_ms: 0,
+                full_size: 0,
+                incremental_size: 0,
+                path: self
+                    .storage
+                    .location(&super::uploader::checkpoint_dir(id, epoch)),
+                failure: None,
+            });
+            scope.jobs.insert(id);
+            if j.actors == 0 {
+                // Nothing will report: complete right away with no new state.
+                self.complete_parts(id, j, epoch);
+            }
+            let timeout = j.config.timeout;
+            let weak = self.me.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(timeout).await;
+                if let Some(c) = weak.upgrade() {
+                    c.expire(id, epoch);
+                }
+            });
+        }
+        (!scope.jobs.is_empty()).then(|| Arc::new(scope))
+    }
+
+    fn on_part(&self, part: CheckpointPart) {
+        let mut jobs = self.jobs.lock();
+        let Some(j) = jobs.get_mut(&part.job) else {
+            return;
+        };
+        let Some(p) = j.in_progress.get_mut(&part.epoch) else {
+            // The checkpoint already expired: keep the delta for the next one.
+            if let Ok(deltas) = part.result {
+                let _ = j.worker.send(WorkerMsg::Carry(deltas));
+            }
+            return;
+        };
+        p.received += 1;
+        p.alignment_ms = p.alignment_ms.max(part.alignment_ms);
+        match part.result {
+            Ok(d) => p.parts.extend(d),
+            Err(reason) => {
+                p.declined.get_or_insert(reason);
+            }
+        }
+        if p.received >= j.actors {
+            let id = part.job;
+            self.complete_parts(id, j, part.epoch);
+        }
+    }
+
+    /// Every actor reported: hand the deltas to the uploader (or fail the checkpoint).
+    fn complete_parts(&self, id: u64, j: &mut JobEntry, epoch: Epoch) {
+        let Some(p) = j.in_progress.remove(&epoch) else {
+            return;
+        };
+        if let Some(reason) = p.declined {
+            let _ = j.worker.send(WorkerMsg::Carry(p.parts));
+            self.fail(id, j, epoch, p.started, format!("declined: {reason}"));
+            return;
+        }
+        j.uploading += 1;
+        self.history
+            .lock()
+            .update(id, epoch, |r| r.alignment_ms = p.alignment_ms);
+        let _ = j.worker.send(WorkerMsg::Upload {
+            epoch,
+            trigger_ms: p.trigger_ms,
+            started: p.started,
+            deadline: p.deadline,
+            positions: p.positions,
+            parts: p.parts,
+        });
+    }
+
+    fn expire(&self, id: u64, epoch: Epoch) {
+        let mut jobs = self.jobs.lock();
+        let Some(j) = jobs.get_mut(&id) else { return };
+        if let Some(p) = j.in_progress.remove(&epoch) {
+            let _ = j.worker.send(WorkerMsg::Carry(p.parts));
+            self.fail(
+                id,
+                j,
+                epoch,
+                p.started,
+                "checkpoint expired before completing".into(),
+            );
+        }
+    }
+
+    fn fail(&self, id: u64, j: &mut JobEntry, epoch: Epoch, started: Instant, reason: String) {
+        tracing::warn!(job = %j.name, epoch, %reason, "checkpoint failed");
+        let m = metrics();
+        m.failed_checkpoints
+            .with_label_values(&[j.name.as_str()])
+            .inc();
+        m.in_progress_checkpoints
+            .with_label_values(&[j.name.as_str()])
+            .set((j.in_progress.len() + j.uploading) as i64);
+        self.history.lock().update(id, epoch, |r| {
+            r.status = CheckpointStatus::Failed;
+            r.duration_ms = Some(started.elapsed().as_millis() as u64);
+            r.failure = Some(reason.clone());
+        });
+        j.consecutive_failures += 1;
+        if j.consecutive_failures > j.config.tolerable_failed {
+            j.consecutive_failures = 0;
+            let _ = self.failures_tx.send((
+                id,
+                format!(
+                    "exceeded tolerable-failed-checkpoints ({}): {reason}",
+                    j.config.tolerable_failed
+                ),
+            ));
+        }
+        self.progress.send_modify(|v| *v += 1);
+    }
+
+    fn on_upload_done(&self, done: UploadDone) {
+        let mut jobs = self.jobs.lock();
+        let Some(j) = jobs.get_mut(&done.job) else {
+            return;
+        };
+        j.uploading = j.uploading.saturating_sub(1);
+        match done.result {
+            Ok(meta) => {
+                j.consecutive_failures = 0;
+                j.last_complete = Some(Instant::now());
+                j.retained_positions = done.retained.iter().map(|(e, p)| (*e, p.clone())).collect();
+                let m = metrics();
+                let name = [j.name.as_str()];
+                m.completed_checkpoints.with_label_values(&name).inc();
+                m.last_checkpoint_duration
+                    .with_label_values(&name)
+                    .set(done.duration_ms as i64);
+                m.last_checkpoint_size
+                    .with_label_values(&name)
+                    .set(meta.incremental_size as i64);
+                m.last_checkpoint_full_size
+                    .with_label_values(&name)
+                    .set(meta.full_size as i64);
+                m.in_progress_checkpoints
+                    .with_label_values(&name)
+                    .set((j.in_progress.len() + j.uploading) as i64);
+                self.history.lock().update(done.job, done.epoch, |r| {
+                    r.status = CheckpointStatus::Completed;
+                    r.duration_ms = Some(done.duration_ms);
+                    r.full_size = meta.full_size;
+                    r.incremental_size = meta.incremental_size;
+                });
+                self.progress.send_modify(|v| *v += 1);
+            }
+            Err(reason) => {
+                let started = Instant::now() - Duration::from_millis(done.duration_ms);
+                self.fail(done.job, j, done.epoch, started, reason);
+            }
+        }
+    }
+
+    /// Waits until every job in `jobs` has finished checkpoint `epoch`, either way.
+    pub async fn wait_finished(&self, epoch: Epoch, jobs: &[u64]) {
+        let mut rx = self.progress.subscribe();
+        loop {
+            let done = {
+                let h = self.history.lock();
+                let all = h.all();
+                jobs.iter().all(|job| {
+                    all.iter().any(|r| {
+                        r.id == epoch && r.job == *job && r.status != CheckpointStatus::InProgress
+                    }) || !self.jobs.lock().contains_key(job)
+                })
+            };
+            if done {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    pub fn history(&self) -> Vec<CheckpointRecord> {
+        self.history.lock().all()
+    }
+
+    /// For each table, the lowest log offset any retained checkpoint still needs.
+    /// Tables some job reads but has never checkpointed get no entry (keep all).
+    pub fn log_retention(&self) -> BTreeMap<String, u64> {
+        let jobs = self.jobs.lock();
+        let mut keep: BTreeMap<String, Option<u64>> = BTreeMap::new();
+        for j in jobs.values() {
+            for s in &j.sources {
+                let lowest = j
+                    .retained_positions
+                    .values()
+                    .filter_map(|p| p.get(s).copied())
+                    .min();
+                let e = keep.entry(s.clone()).or_insert(Some(u64::MAX));
+                *e = match (*e, lowest) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    _ => None,
+                };
+            }
+        }
+        keep.into_iter()
+            .filter_map(|(k, v)| v.filter(|v| *v != u64::MAX).map(|v| (k, v)))
+            .collect()
+    }
+}

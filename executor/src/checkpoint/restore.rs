@@ -1,0 +1,129 @@
+//! Restoring a job from its latest completed checkpoint.
+//!
+//! Checkpoints are tried newest first. One whose metadata or any state file fails its
+//! checksum (or is missing) is skipped with a log line and a
+//! `checkpointRestoreFallbacks` metric, and the one before it is tried.
+
+use super::coordinator::JobStart;
+use super::uploader::{merge_chain, metadata_key};
+use crate::barrier::Epoch;
+use crate::metrics::metrics;
+use std::collections::HashMap;
+use weir_storage::checkpoint_meta::{self, CheckpointMetadata};
+use weir_storage::object_storage::ObjectStorage;
+use weir_storage::state_snapshot::{self, DeltaData, RowChange};
+
+/// A job's state as of one checkpoint.
+pub struct RestoredJob {
+    pub meta: CheckpointMetadata,
+    /// uid → live keyed entries `(key_group, key, value)`.
+    pub keyed: HashMap<String, Vec<(u32, Vec<u8>, Vec<u8>)>>,
+    /// uid → rows (as insert batches).
+    pub rows: HashMap<String, Vec<RowChange>>,
+    /// What the job's uploader continues from.
+    pub start: JobStart,
+}
+
+/// Epochs of every checkpoint directory of a job that has a `_metadata` file.
+pub async fn list_checkpoints(storage: &ObjectStorage, job: u64) -> crate::Result<Vec<Epoch>> {
+    let mut epochs: Vec<Epoch> = storage
+        .list(&format!("checkpoints/{job}"))
+        .await?
+        .into_iter()
+        .filter_map(|(k, _)| {
+            let rest = k.strip_prefix(&format!("checkpoints/{job}/chk-"))?;
+            rest.strip_suffix("/_metadata")?.parse().ok()
+        })
+        .collect();
+    epochs.sort_unstable();
+    Ok(epochs)
+}
+
+async fn read_metadata(
+    storage: &ObjectStorage,
+    job: u64,
+    epoch: Epoch,
+) -> crate::Result<CheckpointMetadata> {
+    let bytes = storage
+        .get(&metadata_key(job, epoch))
+        .await?
+        .ok_or_else(|| crate::ExecError::Internal("metadata vanished".into()))?;
+    Ok(CheckpointMetadata::from_bytes(&bytes)?)
+}
+
+async fn load(storage: &ObjectStorage, meta: CheckpointMetadata) -> crate::Result<RestoredJob> {
+    let mut keyed = HashMap::new();
+    let mut rows = HashMap::new();
+    for u in &meta.state {
+        let mut datas = Vec::with_capacity(u.files.len());
+        for f in &u.files {
+            let bytes = storage.get(&f.path).await?.ok_or_else(|| {
+                crate::ExecError::Internal(format!("state file {} is missing", f.path))
+            })?;
+            checkpoint_meta::verify(f, &bytes)?;
+            datas.push(state_snapshot::decode(u.kind, &bytes)?);
+        }
+        match tokio::task::block_in_place(|| merge_chain(u.kind, datas))? {
+            DeltaData::Keyed(entries) => {
+                keyed.insert(
+                    u.uid.clone(),
+                    entries
+                        .into_iter()
+                        .filter_map(|(kg, k, v)| v.map(|v| (kg, k, v)))
+                        .collect(),
+                );
+            }
+            DeltaData::Rows(changes) => {
+                rows.insert(u.uid.clone(), changes);
+            }
+        }
+    }
+    Ok(RestoredJob {
+        start: JobStart {
+            chain: meta.state.clone(),
+            retained: vec![meta.clone()],
+        },
+        meta,
+        keyed,
+        rows,
+    })
+}
+
+/// The newest checkpoint of `job` that reads back intact, or `None`.
+pub async fn load_latest(storage: &ObjectStorage, job: u64, name: &str) -> Option<RestoredJob> {
+    let epochs = match list_checkpoints(storage, job).await {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(job = name, error = %e, "cannot list checkpoints");
+            return None;
+        }
+    };
+    for &epoch in epochs.iter().rev() {
+        let attempt = async {
+            let meta = read_metadata(storage, job, epoch).await?;
+            load(storage, meta).await
+        }
+        .await;
+        match attempt {
+            Ok(mut r) => {
+                // Older intact checkpoints stay retained (and are collected later).
+                for &older in epochs.iter().filter(|e| **e < epoch) {
+                    if let Ok(m) = read_metadata(storage, job, older).await {
+                        r.start.retained.insert(r.start.retained.len() - 1, m);
+                    }
+                }
+                return Some(r);
+            }
+            Err(e) => {
+                tracing::error!(
+                    job = name,
+                    epoch,
+                    error = %e,
+                    "checkpoint is damaged; falling back to the one before"
+                );
+                metrics().restore_fallbacks.with_label_values(&[name]).inc();
+            }
+        }
+    }
+    None
+}

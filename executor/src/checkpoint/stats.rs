@@ -1,0 +1,71 @@
+//! The history behind `SHOW CHECKPOINTS`: one record per job and checkpoint.
+
+use crate::barrier::Epoch;
+use std::collections::VecDeque;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointStatus {
+    InProgress,
+    Completed,
+    Failed,
+}
+
+impl CheckpointStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CheckpointStatus::InProgress => "IN_PROGRESS",
+            CheckpointStatus::Completed => "COMPLETED",
+            CheckpointStatus::Failed => "FAILED",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CheckpointRecord {
+    pub id: Epoch,
+    pub job: u64,
+    pub job_name: String,
+    pub status: CheckpointStatus,
+    pub trigger_time_ms: i64,
+    pub duration_ms: Option<u64>,
+    pub alignment_ms: u64,
+    pub full_size: u64,
+    pub incremental_size: u64,
+    pub path: String,
+    pub failure: Option<String>,
+}
+
+/// Keeps the most recent records (older ones are only in object storage).
+#[derive(Default)]
+pub struct CheckpointHistory {
+    records: VecDeque<CheckpointRecord>,
+}
+
+const KEEP: usize = 1000;
+
+impl CheckpointHistory {
+    pub fn upsert(&mut self, r: CheckpointRecord) {
+        if let Some(existing) = self
+            .records
+            .iter_mut()
+            .find(|x| x.id == r.id && x.job == r.job)
+        {
+            *existing = r;
+            return;
+        }
+        self.records.push_back(r);
+        while self.records.len() > KEEP {
+            self.records.pop_front();
+        }
+    }
+
+    pub fn update(&mut self, job: u64, id: Epoch, f: impl FnOnce(&mut CheckpointRecord)) {
+        if let Some(r) = self.records.iter_mut().find(|x| x.id == id && x.job == job) {
+            f(r);
+        }
+    }
+
+    pub fn all(&self) -> Vec<CheckpointRecord> {
+        self.records.iter().cloned().collect()
+    }
+}

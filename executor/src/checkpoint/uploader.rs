@@ -1,0 +1,382 @@
+//! `JobUploader`: the asynchronous part of a job's checkpoints. One task per job takes
+//! complete sets of deltas in epoch order, writes them as files under
+//! `checkpoints/<job>/shared/`, writes `chk-<epoch>/_metadata` last, and garbage-collects
+//! checkpoints beyond `num-retained` (never a file a retained checkpoint references).
+//!
+//! Incremental checkpoints are changelog-style: each checkpoint uploads one delta file
+//! per operator uid that changed, and the metadata references the chain
+//! `base, delta, delta, ...`. When the deltas outgrow the base (or the chain gets long)
+//! the chain is compacted into a new base, in this task, off the data path. With
+//! `incremental = false` every checkpoint rewrites a full base per uid.
+
+use super::config::CheckpointConfig;
+use super::coordinator::JobStart;
+use crate::barrier::Epoch;
+use crate::chunk::{Op, StreamChunk};
+use crate::store::RowMultiset;
+use bytes::Bytes;
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::time::Instant;
+use tokio::sync::mpsc;
+use weir_storage::checkpoint_meta::{self, CheckpointMetadata, StateFile, UidState};
+use weir_storage::object_storage::ObjectStorage;
+use weir_storage::state_snapshot::{self, DeltaData, StateDelta, StateKind};
+
+pub enum WorkerMsg {
+    Upload {
+        epoch: Epoch,
+        trigger_ms: i64,
+        started: Instant,
+        deadline: Instant,
+        positions: BTreeMap<String, u64>,
+        parts: Vec<StateDelta>,
+    },
+    /// Deltas of a checkpoint that did not complete: uploaded with the next one.
+    Carry(Vec<StateDelta>),
+}
+
+pub struct UploadDone {
+    pub job: u64,
+    pub epoch: Epoch,
+    pub duration_ms: u64,
+    pub result: std::result::Result<CheckpointMetadata, String>,
+    /// Positions of every retained checkpoint after this one.
+    pub retained: Vec<(Epoch, BTreeMap<String, u64>)>,
+}
+
+pub fn checkpoint_dir(job: u64, epoch: Epoch) -> String {
+    format!("checkpoints/{job}/chk-{epoch}")
+}
+
+pub fn metadata_key(job: u64, epoch: Epoch) -> String {
+    format!("{}/_metadata", checkpoint_dir(job, epoch))
+}
+
+/// Object keys may not contain every character a uid can.
+fn key_safe(uid: &str) -> String {
+    uid.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Compact when the deltas since the base exceed the base and this many bytes.
+const COMPACT_MIN_BYTES: u64 = 4 << 20;
+/// ... or when the chain has this many files.
+const COMPACT_MAX_FILES: usize = 64;
+
+pub struct JobUploader {
+    job: u64,
+    name: String,
+    storage: ObjectStorage,
+    config: CheckpointConfig,
+    parallelism: u32,
+    max_parallelism: u32,
+    chain: BTreeMap<String, UidState>,
+    carry: Vec<StateDelta>,
+    retained: VecDeque<CheckpointMetadata>,
+}
+
+impl JobUploader {
+    pub fn new(
+        job: u64,
+        name: &str,
+        storage: ObjectStorage,
+        config: CheckpointConfig,
+        parallelism: u32,
+        max_parallelism: u32,
+        start: JobStart,
+    ) -> Self {
+        Self {
+            job,
+            name: name.to_string(),
+            storage,
+            config,
+            parallelism,
+            max_parallelism,
+            chain: start
+                .chain
+                .into_iter()
+                .map(|u| (u.uid.clone(), u))
+                .collect(),
+            carry: Vec::new(),
+            retained: start.retained.into_iter().collect(),
+        }
+    }
+
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<WorkerMsg>,
+        done: impl Fn(UploadDone) + Send + 'static,
+    ) {
+        while let Some(msg) = rx.recv().await {
+            match msg {
+                WorkerMsg::Carry(d) => self.carry.extend(d),
+                WorkerMsg::Upload {
+                    epoch,
+                    trigger_ms,
+                    started,
+                    deadline,
+                    positions,
+                    parts,
+                } => {
+                    let mut deltas = std::mem::take(&mut self.carry);
+                    deltas.extend(parts);
+                    let mut written = Vec::new();
+                    let attempt = tokio::time::timeout_at(
+                        deadline.into(),
+                        self.upload(epoch, trigger_ms, &positions, &deltas, &mut written),
+                    )
+                    .await;
+                    let result = match attempt {
+                        Ok(Ok(meta)) => Ok(meta),
+                        Ok(Err(e)) => Err(format!("upload failed: {e}")),
+                        Err(_) => Err("checkpoint expired before completing".to_string()),
+                    };
+                    if result.is_err() {
+                        // Remove what this attempt wrote; keep its deltas for the next.
+                        for key in written {
+                            let _ = self.storage.delete(&key).await;
+                        }
+                        let _ = self.storage.delete(&metadata_key(self.job, epoch)).await;
+                        self.carry = deltas;
+                    } else {
+                        self.collect_garbage().await;
+                    }
+                    done(UploadDone {
+                        job: self.job,
+                        epoch,
+                        duration_ms: started.elapsed().as_millis() as u64,
+                        result,
+                        retained: self
+                            .retained
+                            .iter()
+                            .map(|m| (m.epoch, m.positions.clone()))
+                            .collect(),
+                    });
+                }
+            }
+        }
+    }
+
+    async fn put(
+        &self,
+        key: String,
+        bytes: Vec<u8>,
+        epoch: Epoch,
+        written: &mut Vec<String>,
+    ) -> weir_storage::Result<StateFile> {
+        let file = StateFile {
+            size: bytes.len() as u64,
+            crc32: crc32fast::hash(&bytes),
+            path: key.clone(),
+            epoch,
+        };
+        written.push(key.clone());
+        self.storage.put(&key, Bytes::from(bytes)).await?;
+        Ok(file)
+    }
+
+    async fn upload(
+        &mut self,
+        epoch: Epoch,
+        trigger_ms: i64,
+        positions: &BTreeMap<String, u64>,
+        deltas: &[StateDelta],
+        written: &mut Vec<String>,
+    ) -> crate::Result<CheckpointMetadata> {
+        // One delta per uid, in order (carried deltas first).
+        let mut by_uid: BTreeMap<&str, DeltaData> = BTreeMap::new();
+        for d in deltas {
+            match by_uid.get_mut(d.uid.as_str()) {
+                Some(acc) => acc.extend(d.data.clone())?,
+                None => {
+                    by_uid.insert(&d.uid, d.data.clone());
+                }
+            }
+        }
+        let mut chain = self.chain.clone();
+        let mut uploaded = 0u64;
+        for (uid, data) in by_uid {
+            if data.is_empty() {
+                continue;
+            }
+            let kind = data.kind();
+            let bytes = tokio::task::block_in_place(|| state_snapshot::encode(&data))?;
+            let key = format!(
+                "checkpoints/{}/shared/{}/{epoch:020}.delta",
+                self.job,
+                key_safe(uid)
+            );
+            uploaded += bytes.len() as u64;
+            let file = self.put(key, bytes, epoch, written).await?;
+            let entry = chain.entry(uid.to_string()).or_insert_with(|| UidState {
+                uid: uid.to_string(),
+                kind,
+                files: vec![],
+            });
+            entry.files.push(file);
+        }
+        // Compaction (or, without `incremental`, a full base every time).
+        let uids: Vec<String> = chain.keys().cloned().collect();
+        for uid in uids {
+            let u = &chain[&uid];
+            let needs = if !self.config.incremental {
+                !(u.files.len() == 1
+                    && u.files[0].epoch == epoch
+                    && u.files[0].path.ends_with(".base"))
+            } else {
+                let base = u.files.first().map(|f| f.size).unwrap_or(0);
+                let deltas: u64 = u.files.iter().skip(1).map(|f| f.size).sum();
+                u.files.len() > COMPACT_MAX_FILES
+                    || (u.files.len() > 1 && deltas > base.max(COMPACT_MIN_BYTES))
+            };
+            if needs {
+                let (bytes, _) = self.materialize(u).await?;
+                let key = format!(
+                    "checkpoints/{}/shared/{}/{epoch:020}.base",
+                    self.job,
+                    key_safe(&uid)
+                );
+                uploaded += bytes.len() as u64;
+                let file = self.put(key, bytes, epoch, written).await?;
+                let u = chain.get_mut(&uid).expect("uid in chain");
+                u.files = vec![file];
+            }
+        }
+        let state: Vec<UidState> = chain.values().cloned().collect();
+        let meta = CheckpointMetadata {
+            format_version: checkpoint_meta::FORMAT_VERSION,
+            job_id: self.job,
+            job_name: self.name.clone(),
+            epoch,
+            trigger_time_ms: trigger_ms,
+            completed_time_ms: chrono_now_ms(),
+            positions: positions.clone(),
+            full_size: state.iter().flat_map(|u| &u.files).map(|f| f.size).sum(),
+            incremental_size: uploaded,
+            state,
+            parallelism: self.parallelism,
+            max_parallelism: self.max_parallelism,
+        };
+        // `_metadata` last: its presence marks the checkpoint complete.
+        let key = metadata_key(self.job, epoch);
+        written.push(key.clone());
+        self.storage
+            .put(&key, Bytes::from(meta.to_bytes()?))
+            .await?;
+        self.chain = chain;
+        self.retained.push_back(meta.clone());
+        Ok(meta)
+    }
+
+    /// Reads a uid's chain back and merges it into one base file.
+    async fn materialize(&self, u: &UidState) -> crate::Result<(Vec<u8>, u64)> {
+        let mut datas = Vec::with_capacity(u.files.len());
+        for f in &u.files {
+            let bytes = self.storage.get(&f.path).await?.ok_or_else(|| {
+                crate::ExecError::Internal(format!("missing state file {}", f.path))
+            })?;
+            checkpoint_meta::verify(f, &bytes)?;
+            datas.push(state_snapshot::decode(u.kind, &bytes)?);
+        }
+        let merged = tokio::task::block_in_place(|| merge_chain(u.kind, datas))?;
+        let bytes = tokio::task::block_in_place(|| state_snapshot::encode(&merged))?;
+        let n = bytes.len() as u64;
+        Ok((bytes, n))
+    }
+
+    /// Drops checkpoints beyond `num-retained`, then every file only they referenced.
+    async fn collect_garbage(&mut self) {
+        let keep = self.config.num_retained.max(1);
+        let mut removed = Vec::new();
+        while self.retained.len() > keep {
+            removed.push(self.retained.pop_front().expect("non-empty"));
+        }
+        if removed.is_empty() {
+            return;
+        }
+        let live: HashSet<&str> = self
+            .retained
+            .iter()
+            .flat_map(|m| m.files().map(|f| f.path.as_str()))
+            .collect();
+        for m in &removed {
+            // Metadata first: a checkpoint without it is incomplete, never restored.
+            if let Err(e) = self.storage.delete(&metadata_key(self.job, m.epoch)).await {
+                tracing::warn!(job = %self.name, epoch = m.epoch, error = %e, "checkpoint GC failed");
+                continue;
+            }
+            for f in m.files() {
+                if !live.contains(f.path.as_str()) {
+                    let _ = self.storage.delete(&f.path).await;
+                }
+            }
+        }
+    }
+}
+
+fn chrono_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Merges a chain of decoded files into one: last write wins for keyed state,
+/// multiplicities add up for rows.
+pub fn merge_chain(kind: StateKind, datas: Vec<DeltaData>) -> crate::Result<DeltaData> {
+    match kind {
+        StateKind::Keyed => {
+            let files = datas
+                .into_iter()
+                .map(|d| match d {
+                    DeltaData::Keyed(e) => e,
+                    DeltaData::Rows(_) => vec![],
+                })
+                .collect();
+            Ok(DeltaData::Keyed(
+                state_snapshot::merge_keyed(files)
+                    .into_iter()
+                    .map(|(kg, k, v)| (kg, k, Some(v)))
+                    .collect(),
+            ))
+        }
+        StateKind::Rows => {
+            let mut set: Option<RowMultiset> = None;
+            for d in datas {
+                let DeltaData::Rows(changes) = d else {
+                    continue;
+                };
+                for (codes, batch) in changes {
+                    let set = match &mut set {
+                        Some(s) => s,
+                        None => set.insert(RowMultiset::new(batch.schema())?),
+                    };
+                    let ops = codes
+                        .iter()
+                        .map(|c| {
+                            Op::from_code(*c).ok_or_else(|| {
+                                crate::ExecError::Internal("bad op in checkpoint file".into())
+                            })
+                        })
+                        .collect::<crate::Result<Vec<_>>>()?;
+                    set.apply(&StreamChunk::new(ops, batch))?;
+                }
+            }
+            match set {
+                None => Ok(DeltaData::Rows(vec![])),
+                Some(s) => {
+                    let batch = s.to_batch()?;
+                    let n = batch.num_rows();
+                    Ok(DeltaData::Rows(vec![(vec![1i8; n], batch)]))
+                }
+            }
+        }
+    }
+}

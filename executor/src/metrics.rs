@@ -1,0 +1,138 @@
+//! Prometheus metrics, with Flink's metric names where Flink has one.
+//!
+//! Per job (label `job`): `lastCheckpointDuration`, `lastCheckpointSize`,
+//! `lastCheckpointFullSize`, `numberOfCompletedCheckpoints`, `numberOfFailedCheckpoints`,
+//! `numberOfInProgressCheckpoints`, `lastCheckpointRestoreTimestamp`, `numRestarts`.
+//! Per actor (labels `job`, `actor`): `numRecordsIn`, `numRecordsOut`,
+//! `busyTimeMsPerSecond`, `backPressuredTimeMsPerSecond`, `idleTimeMsPerSecond`,
+//! `checkpointAlignmentTime`. The `...PerSecond` gauges are rates over the last second,
+//! computed by a sampler from cumulative counters.
+
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use std::sync::OnceLock;
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub last_checkpoint_duration: IntGaugeVec,
+    pub last_checkpoint_size: IntGaugeVec,
+    pub last_checkpoint_full_size: IntGaugeVec,
+    pub completed_checkpoints: IntCounterVec,
+    pub failed_checkpoints: IntCounterVec,
+    pub in_progress_checkpoints: IntGaugeVec,
+    pub last_restore_timestamp: IntGaugeVec,
+    pub num_restarts: IntCounterVec,
+    pub restore_fallbacks: IntCounterVec,
+    pub records_in: IntCounterVec,
+    pub records_out: IntCounterVec,
+    pub busy_ms_per_s: IntGaugeVec,
+    pub backpressured_ms_per_s: IntGaugeVec,
+    pub idle_ms_per_s: IntGaugeVec,
+    pub alignment_time: IntGaugeVec,
+}
+
+fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help).namespace("weir"), labels).expect("metric");
+    r.register(Box::new(g.clone())).expect("register");
+    g
+}
+
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help).namespace("weir"), labels).expect("metric");
+    r.register(Box::new(c.clone())).expect("register");
+    c
+}
+
+pub fn metrics() -> &'static Metrics {
+    static M: OnceLock<Metrics> = OnceLock::new();
+    M.get_or_init(|| {
+        let r = Registry::new();
+        let job = &["job"];
+        let actor = &["job", "actor"];
+        Metrics {
+            last_checkpoint_duration: gauge(
+                &r,
+                "lastCheckpointDuration",
+                "ms of the last completed checkpoint",
+                job,
+            ),
+            last_checkpoint_size: gauge(
+                &r,
+                "lastCheckpointSize",
+                "bytes uploaded by the last completed checkpoint",
+                job,
+            ),
+            last_checkpoint_full_size: gauge(
+                &r,
+                "lastCheckpointFullSize",
+                "bytes referenced by the last completed checkpoint",
+                job,
+            ),
+            completed_checkpoints: counter(
+                &r,
+                "numberOfCompletedCheckpoints",
+                "completed checkpoints",
+                job,
+            ),
+            failed_checkpoints: counter(
+                &r,
+                "numberOfFailedCheckpoints",
+                "failed or expired checkpoints",
+                job,
+            ),
+            in_progress_checkpoints: gauge(
+                &r,
+                "numberOfInProgressCheckpoints",
+                "checkpoints in progress",
+                job,
+            ),
+            last_restore_timestamp: gauge(
+                &r,
+                "lastCheckpointRestoreTimestamp",
+                "ms since epoch of the last restore from a checkpoint",
+                job,
+            ),
+            num_restarts: counter(&r, "numRestarts", "restarts of the job", job),
+            restore_fallbacks: counter(
+                &r,
+                "checkpointRestoreFallbacks",
+                "damaged checkpoints skipped on restore",
+                job,
+            ),
+            records_in: counter(&r, "numRecordsIn", "records into the actor", actor),
+            records_out: counter(&r, "numRecordsOut", "records out of the actor", actor),
+            busy_ms_per_s: gauge(
+                &r,
+                "busyTimeMsPerSecond",
+                "ms per second spent processing",
+                actor,
+            ),
+            backpressured_ms_per_s: gauge(
+                &r,
+                "backPressuredTimeMsPerSecond",
+                "ms per second blocked on output",
+                actor,
+            ),
+            idle_ms_per_s: gauge(
+                &r,
+                "idleTimeMsPerSecond",
+                "ms per second waiting for input",
+                actor,
+            ),
+            alignment_time: gauge(
+                &r,
+                "checkpointAlignmentTime",
+                "ms of the last barrier alignment",
+                actor,
+            ),
+            registry: r,
+        }
+    })
+}
+
+/// The text exposition of every metric.
+pub fn render() -> String {
+    use prometheus::Encoder;
+    let mut buf = Vec::new();
+    let _ = prometheus::TextEncoder::new().encode(&metrics().registry.gather(), &mut buf);
+    String::from_utf8(buf).unwrap_or_default()
+}

@@ -1,0 +1,203 @@
+//! The job supervisor: applies each job's restart strategy when it fails, and restarts
+//! its failover region from the latest checkpoint.
+//!
+//! A failure arrives from an actor (through [`crate::actor::JobHealth`]) or from the
+//! checkpoint coordinator (too many failed checkpoints). The region of a view is the
+//! view and every view that reads it, transitively (`region` failover); with `full`
+//! failover every view restarts. Other views keep running and serving reads throughout.
+//! A job past its strategy's limit is FAILED: its store stays frozen at its last
+//! consistent contents until `ALTER MATERIALIZED VIEW ... RESUME`.
+
+use crate::checkpoint::FailoverStrategy;
+use crate::error::{ExecError, Result};
+use crate::metrics::metrics;
+use crate::runtime::{JobStatus, Runtime};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+pub(crate) fn spawn(
+    rt: &Arc<Runtime>,
+    mut failures: UnboundedReceiver<(u64, String)>,
+    mut checkpoint_failures: UnboundedReceiver<(u64, String)>,
+) {
+    let weak = Arc::downgrade(rt);
+    tokio::spawn(async move {
+        while let Some((job, reason)) = failures.recv().await {
+            let Some(rt) = weak.upgrade() else { return };
+            on_failure(&rt, job, reason);
+        }
+    });
+    let weak = Arc::downgrade(rt);
+    tokio::spawn(async move {
+        while let Some((job, reason)) = checkpoint_failures.recv().await {
+            let Some(rt) = weak.upgrade() else { return };
+            // Failing the job's health freezes its store and reports to `on_failure`.
+            let health = rt
+                .relations
+                .lock()
+                .values()
+                .find(|r| r.job == job)
+                .map(|r| r.health.clone());
+            if let Some(h) = health {
+                h.fail(reason);
+            }
+        }
+    });
+}
+
+fn on_failure(rt: &Arc<Runtime>, job: u64, reason: String) {
+    let Some((name, is_view)) = rt
+        .relations
+        .lock()
+        .iter()
+        .find(|(_, r)| r.job == job)
+        .map(|(n, r)| (n.clone(), r.view.is_some()))
+    else {
+        return;
+    };
+    let delay = {
+        let mut lives = rt.lives.lock();
+        let Some(life) = lives.get_mut(&name) else {
+            return;
+        };
+        life.last_failure = Some(reason.clone());
+        let delay = if is_view {
+            life.tracker
+                .on_failure(Instant::now(), rand::random::<f64>())
+        } else {
+            None
+        };
+        life.status = if delay.is_some() {
+            life.restarts += 1;
+            JobStatus::Restarting
+        } else {
+            JobStatus::Failed
+        };
+        delay
+    };
+    let Some(delay) = delay else {
+        tracing::error!(job = %name, %reason, "job FAILED: restart strategy exhausted");
+        return;
+    };
+    tracing::warn!(job = %name, ?delay, %reason, "restarting job");
+    metrics()
+        .num_restarts
+        .with_label_values(&[name.as_str()])
+        .inc();
+    let weak: Weak<Runtime> = Arc::downgrade(rt);
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let Some(rt) = weak.upgrade() else { return };
+        if let Err(e) = restart(&rt, &name).await {
+            tracing::error!(job = %name, error = %e, "restart failed");
+            if let Some(life) = rt.lives.lock().get_mut(&name) {
+                life.status = JobStatus::Failed;
+                life.last_failure = Some(format!("restart failed: {e}"));
+            }
+        }
+    });
+}
+
+/// The views to restart with `name`, upstream first.
+fn region(rt: &Runtime, name: &str) -> Vec<String> {
+    let relations = rt.relations.lock();
+    let full = rt.config.failover == FailoverStrategy::Full;
+    // Creation order is not kept here; order by dependency instead.
+    let mut chosen: Vec<String> = if full {
+        relations
+            .iter()
+            .filter(|(_, r)| r.view.is_some())
+            .map(|(n, _)| n.clone())
+            .collect()
+    } else {
+        let mut v = vec![name.to_string()];
+        let mut i = 0;
+        while i < v.len() {
+            let current = v[i].clone();
+            for (n, r) in relations.iter() {
+                if r.upstream.contains(&current) && !v.contains(n) {
+                    v.push(n.clone());
+                }
+            }
+            i += 1;
+        }
+        v
+    };
+    // Topological order: a view after every chosen view it reads.
+    let mut ordered = Vec::with_capacity(chosen.len());
+    while !chosen.is_empty() {
+        let before = chosen.len();
+        let mut k = 0;
+        while k < chosen.len() {
+            let deps_ready = relations.get(&chosen[k]).is_none_or(|r| {
+                r.upstream
+                    .iter()
+                    .all(|u| !chosen.contains(u) || ordered.contains(u))
+            });
+            if deps_ready {
+                ordered.push(chosen.remove(k));
+            } else {
+                k += 1;
+            }
+        }
+        if chosen.len() == before {
+            ordered.append(&mut chosen);
+        }
+    }
+    ordered
+}
+
+/// Restarts `name`'s region from the latest checkpoints. Reads of each view keep the
+/// old (frozen) contents until the restarted job has caught up.
+pub async fn restart(rt: &Arc<Runtime>, name: &str) -> Result<()> {
+    let mut w = rt.lock_writes().await;
+    rt.flush_locked(&mut w).await?;
+    let views = region(rt, name);
+    for v in &views {
+        let old = rt.relations.lock().get(v).and_then(|r| {
+            r.view.clone().map(|s| {
+                (
+                    s,
+                    r.job,
+                    r.actors,
+                    r.upstream.clone(),
+                    r.store.clone(),
+                    r.serving.clone().unwrap_or(r.store.clone()),
+                )
+            })
+        });
+        let Some((spec, job, actors, upstream, store, old_store)) = old else {
+            continue;
+        };
+        store.freeze();
+        rt.teardown_job(job, actors, &upstream, &store);
+        let mut rel = crate::deploy::deploy_view(rt, &mut w, job, v, spec, true).await?;
+        rel.serving = Some(old_store);
+        rt.relations.lock().insert(v.clone(), rel);
+        // Commit the restored state and the replayed log before dependents backfill.
+        rt.flush_locked(&mut w).await?;
+        if let Some(r) = rt.relations.lock().get_mut(v) {
+            r.serving = None;
+        }
+        if let Some(life) = rt.lives.lock().get_mut(v) {
+            life.status = JobStatus::Running;
+        }
+        tracing::info!(job = %v, "job restarted from its latest checkpoint");
+    }
+    Ok(())
+}
+
+/// `ALTER MATERIALIZED VIEW v RESUME`: restarts a FAILED (or running) view now and
+/// gives its restart strategy a fresh start.
+pub async fn resume(rt: &Arc<Runtime>, name: &str) -> Result<()> {
+    {
+        let mut lives = rt.lives.lock();
+        let life = lives
+            .get_mut(name)
+            .ok_or_else(|| ExecError::Internal(format!("no job named {name}")))?;
+        life.tracker.reset();
+        life.status = JobStatus::Restarting;
+    }
+    restart(rt, name).await
+}

@@ -1,0 +1,202 @@
+//! `ObjectStorage`: where checkpoints and savepoints live, through `object_store`.
+//!
+//! A local folder (the embedded default, under the data dir) or S3 (any S3-compatible
+//! endpoint; path-style and plain http allowed for local endpoints). Every call passes
+//! through the `object-store.put` / `object-store.get` failpoints so tests can make
+//! uploads fail or stall.
+
+use crate::failpoint;
+use crate::{Result, StorageError};
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where object storage points: `file:///abs/path` or `s3://bucket/prefix`.
+#[derive(Debug, Clone, Default)]
+pub struct S3Settings {
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    pub allow_http: bool,
+}
+
+#[derive(Clone)]
+pub struct ObjectStorage {
+    store: Arc<dyn ObjectStore>,
+    /// Prefix inside the store under which all our keys live.
+    prefix: String,
+    url: String,
+}
+
+impl std::fmt::Debug for ObjectStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ObjectStorage({})", self.url)
+    }
+}
+
+fn os_err(e: object_store::Error) -> StorageError {
+    StorageError::Io(std::io::Error::other(e.to_string()))
+}
+
+impl ObjectStorage {
+    /// Opens `url`: a plain path or `file://` URL (created if missing), or `s3://bucket/prefix`.
+    pub fn open(url: &str, s3: &S3Settings) -> Result<ObjectStorage> {
+        if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            // Environment first (AWS_ACCESS_KEY_ID, AWS_ENDPOINT, ...), then weir.toml.
+            let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+            if let Some(e) = &s3.endpoint {
+                b = b.with_endpoint(e);
+            }
+            if let Some(r) = &s3.region {
+                b = b.with_region(r);
+            }
+            if let Some(k) = &s3.access_key_id {
+                b = b.with_access_key_id(k);
+            }
+            if let Some(k) = &s3.secret_access_key {
+                b = b.with_secret_access_key(k);
+            }
+            if s3.allow_http
+                || s3
+                    .endpoint
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("http://"))
+            {
+                b = b.with_allow_http(true);
+            }
+            // Local S3-compatible endpoints (MinIO, moto) want path-style requests.
+            b = b.with_virtual_hosted_style_request(false);
+            let store = b.build().map_err(os_err)?;
+            return Ok(ObjectStorage {
+                store: Arc::new(store),
+                prefix: prefix.trim_matches('/').to_string(),
+                url: url.to_string(),
+            });
+        }
+        let path = url.strip_prefix("file://").unwrap_or(url);
+        std::fs::create_dir_all(path)?;
+        let store = object_store::local::LocalFileSystem::new_with_prefix(path)
+            .map_err(os_err)?
+            .with_automatic_cleanup(true);
+        Ok(ObjectStorage {
+            store: Arc::new(store),
+            prefix: String::new(),
+            url: url.to_string(),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn path(&self, key: &str) -> ObjectPath {
+        if self.prefix.is_empty() {
+            ObjectPath::from(key)
+        } else {
+            ObjectPath::from(format!("{}/{}", self.prefix, key))
+        }
+    }
+
+    /// A human-readable location for `key` (for SHOW CHECKPOINTS).
+    pub fn location(&self, key: &str) -> String {
+        format!("{}/{}", self.url.trim_end_matches('/'), key)
+    }
+
+    async fn failpoint(&self, name: &str) -> Result<()> {
+        match failpoint::get(name).as_deref() {
+            Some("fail") => Err(StorageError::Io(std::io::Error::other(format!(
+                "failpoint {name}: injected failure"
+            )))),
+            Some("stall") => {
+                // Stall until the failpoint is cleared (the checkpoint times out first).
+                while failpoint::get(name).as_deref() == Some("stall") {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub async fn put(&self, key: &str, bytes: Bytes) -> Result<()> {
+        self.failpoint("object-store.put").await?;
+        self.store
+            .put(&self.path(key), PutPayload::from_bytes(bytes))
+            .await
+            .map_err(os_err)?;
+        Ok(())
+    }
+
+    /// `None` when the object does not exist.
+    pub async fn get(&self, key: &str) -> Result<Option<Bytes>> {
+        self.failpoint("object-store.get").await?;
+        match self.store.get(&self.path(key)).await {
+            Ok(r) => Ok(Some(r.bytes().await.map_err(os_err)?)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(os_err(e)),
+        }
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<()> {
+        match self.store.delete(&self.path(key)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(os_err(e)),
+        }
+    }
+
+    /// Every key under `prefix` (relative to our own prefix), recursively.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        let base = self.path(prefix);
+        let strip = if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.prefix)
+        };
+        let items: Vec<_> = self
+            .store
+            .list(Some(&base))
+            .try_collect()
+            .await
+            .map_err(os_err)?;
+        Ok(items
+            .into_iter()
+            .map(|m| {
+                let k = m.location.to_string();
+                (k.strip_prefix(&strip).unwrap_or(&k).to_string(), m.size)
+            })
+            .collect())
+    }
+
+    /// Deletes every key under `prefix`.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<()> {
+        for (k, _) in self.list(prefix).await? {
+            self.delete(&k).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn local_folder_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = ObjectStorage::open(dir.path().to_str().unwrap(), &S3Settings::default()).unwrap();
+        s.put("a/b/c", Bytes::from_static(b"hello")).await.unwrap();
+        assert_eq!(
+            s.get("a/b/c").await.unwrap().unwrap(),
+            Bytes::from_static(b"hello")
+        );
+        assert!(s.get("a/missing").await.unwrap().is_none());
+        assert_eq!(s.list("a").await.unwrap(), vec![("a/b/c".to_string(), 5)]);
+        s.delete_prefix("a").await.unwrap();
+        assert!(s.list("a").await.unwrap().is_empty());
+    }
+}
