@@ -1,16 +1,36 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: formatting, unit tests of every crate, and the SQL suites
-# (sqllogictest files, differential and kill -9 crash tests) against real `weir`
-# processes over the Postgres wire protocol.
+# (sqllogictest files, differential, crash, checkpoint and S3 tests) against real
+# `weir` processes over the Postgres wire protocol.
+#
+# Services the tests need are installed when missing and started here, on loopback:
+# - psql (Debian's postgresql-client) for the client tests;
+# - an S3-compatible endpoint: moto_server (PyPI `moto[s3]`), in a venv under
+#   ~/.cache/weir-venv, stopped when this script exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-0}"
-# The client tests drive real psql; install it when missing (Debian/Ubuntu).
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 if ! command -v psql >/dev/null 2>&1; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -q && $SUDO apt-get install -y -q postgresql-client
 fi
+
+VENV="${WEIR_VENV:-$HOME/.cache/weir-venv}"
+if [ ! -x "$VENV/bin/moto_server" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q 'moto[s3]==5.2.1' flask flask-cors
+fi
+S3_PORT="${WEIR_TEST_S3_PORT:-5055}"
+"$VENV/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >"${TMPDIR:-/tmp}/weir-moto.log" 2>&1 &
+MOTO_PID=$!
+trap 'kill $MOTO_PID 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  if (echo > /dev/tcp/127.0.0.1/"$S3_PORT") 2>/dev/null; then break; fi
+  sleep 0.1
+done
+export WEIR_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
+
 cargo fmt --all -- --check
 # The SQL tests start the `weir` binary, so it is built first.
 cargo build --bin weir

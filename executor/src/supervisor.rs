@@ -33,14 +33,20 @@ pub(crate) fn spawn(
         while let Some((job, reason)) = checkpoint_failures.recv().await {
             let Some(rt) = weak.upgrade() else { return };
             // Failing the job's health freezes its store and reports to `on_failure`.
-            let health = rt
+            let found = rt
                 .relations
                 .lock()
-                .values()
-                .find(|r| r.job == job)
-                .map(|r| r.health.clone());
-            if let Some(h) = health {
-                h.fail(reason);
+                .iter()
+                .find(|(_, r)| r.job == job)
+                .map(|(n, r)| (n.clone(), r.health.clone(), r.view.is_some()));
+            match found {
+                Some((_, h, true)) => h.fail(reason),
+                // A table is its own log: nothing to restart. Its log is simply kept
+                // until a checkpoint succeeds again.
+                Some((name, _, false)) => {
+                    tracing::error!(table = %name, %reason, "table checkpoints keep failing")
+                }
+                None => {}
             }
         }
     });
@@ -154,6 +160,8 @@ pub async fn restart(rt: &Arc<Runtime>, name: &str) -> Result<()> {
     let mut w = rt.lock_writes().await;
     rt.flush_locked(&mut w).await?;
     let views = region(rt, name);
+    // Stop the whole region first: no barrier may wait on an actor that is going away.
+    let mut stopped = Vec::new();
     for v in &views {
         let old = rt.relations.lock().get(v).and_then(|r| {
             r.view.clone().map(|s| {
@@ -172,16 +180,29 @@ pub async fn restart(rt: &Arc<Runtime>, name: &str) -> Result<()> {
         };
         store.freeze();
         rt.teardown_job(job, actors, &upstream, &store);
-        let mut rel = crate::deploy::deploy_view(rt, &mut w, job, v, spec, true).await?;
+        stopped.push((v.clone(), spec, job, old_store));
+    }
+    // Then bring it back, upstream first, each committed before its dependents
+    // backfill from it.
+    for (v, spec, job, old_store) in stopped {
+        let mut rel = crate::deploy::deploy_view(rt, &mut w, job, &v, spec, true).await?;
         rel.serving = Some(old_store);
         rt.relations.lock().insert(v.clone(), rel);
-        // Commit the restored state and the replayed log before dependents backfill.
         rt.flush_locked(&mut w).await?;
-        if let Some(r) = rt.relations.lock().get_mut(v) {
-            r.serving = None;
-        }
-        if let Some(life) = rt.lives.lock().get_mut(v) {
-            life.status = JobStatus::Running;
+        // Swap reads over to the restarted job only if it caught up healthy; one that
+        // failed again keeps serving the contents it had when it first failed.
+        let healthy = match rt.relations.lock().get_mut(&v) {
+            Some(r) if r.health.failure().is_none() => {
+                r.serving = None;
+                true
+            }
+            _ => false,
+        };
+        // A job that failed again while catching up has been handled by `on_failure`.
+        if healthy {
+            if let Some(life) = rt.lives.lock().get_mut(&v) {
+                life.status = JobStatus::Running;
+            }
         }
         tracing::info!(job = %v, "job restarted from its latest checkpoint");
     }

@@ -24,6 +24,9 @@ pub enum WeirStatement {
     Checkpoint,
     /// `ALTER MATERIALIZED VIEW v RESUME`: restart a (failed) view job now.
     ResumeMaterializedView(String),
+    /// `SET key = value` for a dotted configuration key (Flink's keys contain `-`, which
+    /// sqlparser does not take in an identifier).
+    SetKey(String, String),
     /// `SHOW <name>`: a configuration key such as `pipeline.max-parallelism`.
     ShowVariable(String),
     /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the streaming plan, not executed.
@@ -158,6 +161,11 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
                 name.trim_matches('"').to_string(),
             ))
         }
+        ["set", key, ..] | ["set", "session", key, ..] if key.contains('.') => {
+            if let Some(set) = parse_set_key(sql) {
+                return Ok(set);
+            }
+        }
         ["explain", "create", "materialized", ..] => {
             let inner = sql.trim_start()[7..].trim_start();
             let stmt = parse_sqlparser(inner)?;
@@ -171,6 +179,39 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
         }
     }
     Ok(WeirStatement::Sql(Box::new(parse_sqlparser(sql)?)))
+}
+
+/// `SET [SESSION] key {= | TO} value` with a dotted key; quotes around the key or value
+/// are removed.
+fn parse_set_key(sql: &str) -> Option<WeirStatement> {
+    let rest = sql.trim().trim_end_matches(';').trim();
+    let rest = rest.get(3..)?.trim_start();
+    let rest = match rest.get(..8) {
+        Some(p) if p.eq_ignore_ascii_case("session ") => rest[8..].trim_start(),
+        _ => rest,
+    };
+    let (key, value) = match rest.find('=') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => {
+            let lower = rest.to_ascii_lowercase();
+            let i = lower.find(" to ")?;
+            (&rest[..i], &rest[i + 4..])
+        }
+    };
+    let unquote = |s: &str| {
+        let s = s.trim();
+        let s = s
+            .strip_prefix('\'')
+            .and_then(|x| x.strip_suffix('\''))
+            .or_else(|| s.strip_prefix('"').and_then(|x| x.strip_suffix('"')))
+            .unwrap_or(s);
+        s.to_string()
+    };
+    let key = unquote(key).to_ascii_lowercase();
+    if key.is_empty() || key.contains(char::is_whitespace) {
+        return None;
+    }
+    Some(WeirStatement::SetKey(key, unquote(value)))
 }
 
 /// RisingWave's `CREATE TABLE ... APPEND ONLY`: accepted as a plain table (Weir's
@@ -230,6 +271,14 @@ mod tests {
         assert!(matches!(
             parse_statement("create table t (k int) append only").unwrap(),
             WeirStatement::Sql(_)
+        ));
+        assert!(matches!(
+            parse_statement("SET restart-strategy.type TO 'fixed-delay'").unwrap(),
+            WeirStatement::SetKey(k, v) if k == "restart-strategy.type" && v == "fixed-delay"
+        ));
+        assert!(matches!(
+            parse_statement("set \"execution.checkpointing.interval\" = 5").unwrap(),
+            WeirStatement::SetKey(k, v) if k == "execution.checkpointing.interval" && v == "5"
         ));
         let e = parse_statement("SELEC 1").unwrap_err();
         assert_eq!(e.code, crate::error::sqlstate::SYNTAX_ERROR);

@@ -200,6 +200,7 @@ impl Database {
             WeirStatement::ShowCreateMaterializedView(name) => show::show_create(self, &name),
             WeirStatement::ShowJobs => show::show_jobs(self),
             WeirStatement::ShowCheckpoints => show::show_checkpoints(self),
+            WeirStatement::SetKey(key, value) => show::set_key(session, key, value),
             WeirStatement::Checkpoint => {
                 self.runtime
                     .checkpoint_now()

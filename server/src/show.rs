@@ -158,6 +158,24 @@ pub fn set(session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
         } => {
             let key = variable.to_string().to_ascii_lowercase().replace('"', "");
             let value = values.iter().map(value_text).collect::<Vec<_>>().join(", ");
+            return set_key(session, key, value);
+        }
+        Set::SetTimeZone { value, .. } => {
+            session
+                .settings
+                .insert("timezone".into(), value_text(value));
+        }
+        // Other SET forms (roles, names, transaction characteristics) are accepted as
+        // no-ops: drivers send them at connect time.
+        _ => {}
+    }
+    Ok(Output::command("SET"))
+}
+
+/// `SET key = value`: validated for the keys Weir knows, stored in the session.
+pub fn set_key(session: &mut Session, key: String, value: String) -> SqlResult<Output> {
+    {
+        {
             if let Some(name) = key.strip_prefix("failpoint.") {
                 // Test-only failure injection; refused unless the server allows it.
                 if !weir_storage::failpoint::enabled() {
@@ -188,14 +206,6 @@ pub fn set(session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
             }
             session.settings.insert(key, value);
         }
-        Set::SetTimeZone { value, .. } => {
-            session
-                .settings
-                .insert("timezone".into(), value_text(value));
-        }
-        // Other SET forms (roles, names, transaction characteristics) are accepted as
-        // no-ops: drivers send them at connect time.
-        _ => {}
     }
     Ok(Output::command("SET"))
 }

@@ -3,12 +3,14 @@
 //! Module map:
 //! - [`process`]: `WeirProcess`: start a `weir` binary on a free port with its own
 //!   data dir, connect, kill it with SIGKILL, restart it.
+//! - [`query`]: small query helpers (rows as text, SQLSTATE of an error, polling).
 //! - [`slt`]: the sqllogictest `AsyncDB` over tokio-postgres, and record-level runs.
 //!
 //! Tests live in `tests/` (sqllogictest files in `slt/`, differential and crash tests);
 //! the conformance report over `../shared/conformance/` is `src/bin/conformance.rs`.
 
 pub mod process;
+pub mod query;
 pub mod slt;
 
 pub use process::WeirProcess;

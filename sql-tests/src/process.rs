@@ -35,6 +35,8 @@ fn free_port() -> u16 {
 pub struct WeirProcess {
     child: Option<Child>,
     pub port: u16,
+    /// The Prometheus endpoint's port.
+    pub metrics_port: u16,
     pub data_dir: PathBuf,
     parallelism: u32,
     extra_config: String,
@@ -52,6 +54,7 @@ impl WeirProcess {
         let mut p = WeirProcess {
             child: None,
             port: 0,
+            metrics_port: 0,
             data_dir: data_dir.to_path_buf(),
             parallelism,
             extra_config: config.to_string(),
@@ -64,6 +67,7 @@ impl WeirProcess {
     async fn spawn(&mut self) {
         std::fs::create_dir_all(&self.data_dir).expect("data dir");
         self.port = free_port();
+        self.metrics_port = free_port();
         let config_path = self.data_dir.with_extension("toml");
         std::fs::write(&config_path, &self.extra_config).expect("config");
         let log = std::fs::OpenOptions::new()
@@ -80,6 +84,10 @@ impl WeirProcess {
             .arg(&config_path)
             .arg("--parallelism")
             .arg(self.parallelism.to_string())
+            .arg("--metrics-port")
+            .arg(self.metrics_port.to_string())
+            // Tests may inject failures (`SET failpoint.<name> = ...`).
+            .env("WEIR_FAILPOINTS", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
             .spawn()
@@ -133,6 +141,20 @@ impl WeirProcess {
     pub async fn restart(&mut self) {
         self.kill9();
         self.spawn().await;
+    }
+
+    /// The text of `GET /metrics`.
+    pub async fn metrics(&self) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port))
+            .await
+            .expect("metrics endpoint");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .expect("request");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("response");
+        out
     }
 
     pub fn log(&self) -> String {

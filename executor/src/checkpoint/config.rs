@@ -92,7 +92,8 @@ impl RestartStrategy {
             multiplier: 1.5,
             reset_backoff_threshold: Duration::from_secs(3600),
             jitter_factor: 0.1,
-            attempts_before_reset: u32::MAX,
+            // Flink's Integer.MAX_VALUE.
+            attempts_before_reset: i32::MAX as u32,
         }
     }
 }

@@ -421,15 +421,14 @@ impl CheckpointCoordinator {
     pub async fn wait_finished(&self, epoch: Epoch, jobs: &[u64]) {
         let mut rx = self.progress.subscribe();
         loop {
-            let done = {
-                let h = self.history.lock();
-                let all = h.all();
-                jobs.iter().all(|job| {
-                    all.iter().any(|r| {
-                        r.id == epoch && r.job == *job && r.status != CheckpointStatus::InProgress
-                    }) || !self.jobs.lock().contains_key(job)
-                })
-            };
+            // Lock order is jobs before history everywhere; take them one at a time.
+            let all = self.history.lock().all();
+            let live: HashSet<u64> = self.jobs.lock().keys().copied().collect();
+            let done = jobs.iter().all(|job| {
+                all.iter().any(|r| {
+                    r.id == epoch && r.job == *job && r.status != CheckpointStatus::InProgress
+                }) || !live.contains(job)
+            });
             if done {
                 return;
             }
