@@ -57,6 +57,7 @@ fn build_operator(
     spec: &OperatorSpec,
     key_groups: KeyGroupRange,
     restored: bool,
+    track_changes: bool,
 ) -> Result<Box<dyn Operator>> {
     Ok(match spec {
         OperatorSpec::Filter { predicate } => Box::new(FilterOperator::new(predicate.clone())),
@@ -69,6 +70,7 @@ fn build_operator(
             rt.config.max_parallelism,
             key_groups,
             restored,
+            track_changes,
         )?),
     })
 }
@@ -237,16 +239,18 @@ pub(crate) async fn deploy_view(
     let mut total = 0;
     let mut actors = Vec::new();
     let job_name: Arc<str> = name.into();
+    // A job that never checkpoints keeps no deltas.
+    let track = spec.config.checkpoint.interval.is_some();
     for (gi, frag) in frags.iter().enumerate() {
         for d in (0..counts[gi]).rev() {
             let range = KeyGroupRange::for_actor(d as u32, counts[gi] as u32, max_p);
             let mut chain = frag
                 .chain
                 .iter()
-                .map(|s| build_operator(rt, s, range, restored.is_some()))
+                .map(|s| build_operator(rt, s, range, restored.is_some(), track))
                 .collect::<Result<Vec<_>>>()?;
             if gi == last {
-                chain.push(Box::new(MaterializeOperator::new(store.clone())));
+                chain.push(Box::new(MaterializeOperator::new(store.clone(), track)));
             }
             let output = outputs[gi][d].take().ok_or_else(|| {
                 ExecError::Internal(format!("fragment {} has no consumer", frag.id))

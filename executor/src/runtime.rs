@@ -218,7 +218,14 @@ impl Runtime {
             let mut w = self.writes.lock().await;
             self.checkpoints.force_next();
             let epoch = self.inject_barrier(&mut w).await?;
-            let jobs: Vec<u64> = self.relations.lock().values().map(|r| r.job).collect();
+            // The jobs this checkpoint covers (those with checkpointing on).
+            let jobs: Vec<u64> = self
+                .checkpoints
+                .history()
+                .iter()
+                .filter(|r| r.id == epoch)
+                .map(|r| r.job)
+                .collect();
             (epoch, jobs)
         };
         self.coordinator.wait_committed(epoch).await;
@@ -353,7 +360,10 @@ impl Runtime {
             job: id,
             job_name: name.into(),
             inputs: vec![rx],
-            chain: vec![Box::new(MaterializeOperator::new(store.clone()))],
+            chain: vec![Box::new(MaterializeOperator::new(
+                store.clone(),
+                self.config.job.checkpoint.interval.is_some(),
+            ))],
             output: ActorOutput::Hub {
                 hub: hub.clone(),
                 index: 0,

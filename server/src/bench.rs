@@ -5,6 +5,11 @@
 //! `CREATE MATERIALIZED VIEW agg AS SELECT k, count(*), sum(v) FROM t GROUP BY k`, then
 //! times `INSERT INTO t SELECT i % G, i FROM generate_series(1, N)` until the view
 //! reflects every row (FLUSH), and reports rows/s and the process's peak RSS.
+//!
+//! With `--batch B` the rows arrive as `N / B` statements of `B` rows (continuous
+//! ingest, so barriers and checkpoints interleave with the data), and
+//! `--checkpoint-interval off|1s|10s` sets `execution.checkpointing.interval`: the
+//! checkpoint-overhead figures in the README compare these runs.
 
 use crate::session::Session;
 use crate::{Config, Database};
@@ -18,6 +23,12 @@ pub enum BenchCommand {
         rows: u64,
         #[arg(long, default_value_t = 1_000_000)]
         groups: u64,
+        /// Rows per INSERT statement (default: all rows in one statement).
+        #[arg(long)]
+        batch: Option<u64>,
+        /// `execution.checkpointing.interval` for the run (`off`, `1s`, `10s`, ...).
+        #[arg(long)]
+        checkpoint_interval: Option<String>,
     },
 }
 
@@ -38,10 +49,21 @@ async fn exec(db: &Database, s: &mut Session, sql: &str) -> Result<(), String> {
 
 pub async fn run(cmd: BenchCommand, mut cfg: Config) -> Result<(), String> {
     match cmd {
-        BenchCommand::Ingest { rows, groups } => {
+        BenchCommand::Ingest {
+            rows,
+            groups,
+            batch,
+            checkpoint_interval,
+        } => {
             let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             cfg.data_dir = dir.clone();
+            if let Some(i) = &checkpoint_interval {
+                crate::settings::validate("execution.checkpointing.interval", i)?;
+                cfg.settings
+                    .insert("execution.checkpointing.interval".into(), i.clone());
+            }
+            let batch = batch.unwrap_or(rows).max(1);
             let db = Database::open(cfg.clone()).await?;
             let mut s = Session::default();
             exec(&db, &mut s, "CREATE TABLE t (k BIGINT, v BIGINT)").await?;
@@ -52,14 +74,19 @@ pub async fn run(cmd: BenchCommand, mut cfg: Config) -> Result<(), String> {
             )
             .await?;
             let start = Instant::now();
-            exec(
-                &db,
-                &mut s,
-                &format!(
-                    "INSERT INTO t SELECT i % {groups}, i FROM generate_series(1, {rows}) AS g(i)"
-                ),
-            )
-            .await?;
+            let mut from = 1;
+            while from <= rows {
+                let to = (from + batch - 1).min(rows);
+                exec(
+                    &db,
+                    &mut s,
+                    &format!(
+                        "INSERT INTO t SELECT i % {groups}, i FROM generate_series({from}, {to}) AS g(i)"
+                    ),
+                )
+                .await?;
+                from = to + 1;
+            }
             let inserted = start.elapsed();
             exec(&db, &mut s, "FLUSH").await?;
             let total = start.elapsed();
@@ -73,8 +100,18 @@ pub async fn run(cmd: BenchCommand, mut cfg: Config) -> Result<(), String> {
                 }
                 other => format!("{other:?}"),
             };
+            let completed = db
+                .runtime()
+                .checkpoints
+                .history()
+                .iter()
+                .filter(|r| {
+                    r.status == weir_executor::checkpoint::stats::CheckpointStatus::Completed
+                })
+                .count();
             println!(
-                "ingest rows={rows} groups={groups} parallelism={} insert_ack={:.2}s view_fresh={:.2}s rows_per_s={:.0} peak_rss_mb={}",
+                "ingest rows={rows} groups={groups} batch={batch} checkpoint_interval={} checkpoints_completed={completed} parallelism={} insert_ack={:.2}s view_fresh={:.2}s rows_per_s={:.0} peak_rss_mb={}",
+                checkpoint_interval.as_deref().unwrap_or("10s"),
                 cfg.parallelism,
                 inserted.as_secs_f64(),
                 total.as_secs_f64(),

@@ -116,6 +116,7 @@ pub async fn insert(db: &Database, session: &mut Session, stmt: &Statement) -> S
         table,
         returning,
         on,
+        source,
         ..
     }) = stmt
     else {
@@ -136,7 +137,20 @@ pub async fn insert(db: &Database, session: &mut Session, stmt: &Statement) -> S
     };
     let name = relation_name(name)?;
     let schema = check_target(db, &name, "insert into")?;
-    let ctx = query::snapshot_context(db, session, stmt, HashMap::new()).await?;
+    // INSERT ... VALUES or from generate_series reads no relation: plan it against
+    // empty tables, without copying the target's contents or waiting for an epoch
+    // (continuous ingest would otherwise pay a barrier and a table scan per statement).
+    let reads_relations = match source {
+        Some(q) => {
+            query::relations_read(&Statement::Query(q.clone()))?.is_none_or(|r| !r.is_empty())
+        }
+        None => false,
+    };
+    let ctx = if reads_relations {
+        query::snapshot_context(db, session, stmt, HashMap::new()).await?
+    } else {
+        query::planning_context(db, stmt)?
+    };
     let plan = query::plan_statement(&ctx.state(), stmt).await?;
     let LogicalPlan::Dml(dml) = plan else {
         return Err(SqlError::internal("INSERT did not plan as DML"));

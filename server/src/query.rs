@@ -43,7 +43,7 @@ pub fn new_context() -> SessionContext {
 
 /// The relations a statement reads, or `None` when it inspects the catalogs
 /// (`information_schema` and `pg_catalog` list every relation, so all are needed).
-fn relations_read(stmt: &Statement) -> SqlResult<Option<Vec<String>>> {
+pub(crate) fn relations_read(stmt: &Statement) -> SqlResult<Option<Vec<String>>> {
     let (refs, _) = datafusion::sql::resolve::resolve_table_references(
         &DFStatement::Statement(Box::new(stmt.clone())),
         true,

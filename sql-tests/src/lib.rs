@@ -4,6 +4,8 @@
 //! - [`process`]: `WeirProcess`: start a `weir` binary on a free port with its own
 //!   data dir, connect, kill it with SIGKILL, restart it.
 //! - [`query`]: small query helpers (rows as text, SQLSTATE of an error, polling).
+//! - [`workload`]: the crash workload (acknowledged writes, oracle check) shared by the
+//!   kill -9 test and the soak command.
 //! - [`slt`]: the sqllogictest `AsyncDB` over tokio-postgres, and record-level runs.
 //!
 //! Tests live in `tests/` (sqllogictest files in `slt/`, differential and crash tests);
@@ -12,6 +14,7 @@
 pub mod process;
 pub mod query;
 pub mod slt;
+pub mod workload;
 
 pub use process::WeirProcess;
 pub use slt::PgDb;

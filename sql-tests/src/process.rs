@@ -24,12 +24,22 @@ pub fn weir_binary() -> PathBuf {
     bin
 }
 
+/// A free port never handed out before in this process: the kernel readily returns a
+/// just-released port again, and two servers of concurrent tests must not race for one.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 pub struct WeirProcess {
@@ -62,6 +72,20 @@ impl WeirProcess {
         };
         p.spawn().await;
         p
+    }
+
+    /// A handle to a server started elsewhere (for checks that only connect).
+    /// Dropping it does not stop that server.
+    pub fn attach(port: u16, data_dir: PathBuf) -> WeirProcess {
+        WeirProcess {
+            child: None,
+            port,
+            metrics_port: 0,
+            log_path: data_dir.with_extension("log"),
+            data_dir,
+            parallelism: 0,
+            extra_config: String::new(),
+        }
     }
 
     async fn spawn(&mut self) {
@@ -101,6 +125,14 @@ impl WeirProcess {
                 .await
                 .is_ok()
             {
+                // The port answers; make sure it is our child that answers.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if let Some(status) = self.child.as_mut().unwrap().try_wait().expect("wait") {
+                    panic!(
+                        "weir exited with {status} during startup; log:\n{}",
+                        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+                    );
+                }
                 return;
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().expect("wait") {

@@ -220,7 +220,7 @@ async fn a_job_past_its_restart_limit_is_failed_serves_old_contents_and_resumes(
 async fn failed_uploads_past_the_tolerance_restart_the_job_and_expired_checkpoints_are_removed() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let config = "[execution.checkpointing]\ninterval = \"off\"\ntimeout = \"500ms\"\n\
+    let config = "[execution.checkpointing]\ninterval = \"1h\"\ntimeout = \"500ms\"\n\
                   tolerable-failed-checkpoints = 1\n\
                   [restart-strategy]\ntype = \"fixed-delay\"\n\
                   [restart-strategy.fixed-delay]\nattempts = 5\ndelay = \"100ms\"\n";
@@ -311,7 +311,7 @@ fn walk(dir: &std::path::Path) -> Vec<String> {
 async fn a_damaged_latest_checkpoint_falls_back_to_the_one_before() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let config = "[execution.checkpointing]\ninterval = \"off\"\nnum-retained = 2\n";
+    let config = "[execution.checkpointing]\ninterval = \"1h\"\nnum-retained = 2\n";
     let mut server = WeirProcess::start_with_config(&data, 2, config).await;
     let c = server.connect().await;
     c.batch_execute(SCHEMA).await.unwrap();

@@ -3,141 +3,27 @@
 //! change is present, nothing unacknowledged beyond the one in-flight statement
 //! appears, and every view equals the answer computed from the recovered table.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio_postgres::SimpleQueryMessage;
+use weir_sql_tests::workload::{check, stream_writes, table_state, Acked, SCHEMA};
 use weir_sql_tests::WeirProcess;
-
-#[derive(Default)]
-struct Acked {
-    /// id → g for rows whose INSERT (or last UPDATE) was acknowledged.
-    rows: BTreeMap<i64, i64>,
-    /// The statement that was in flight when the server died, if any.
-    in_flight: Option<(i64, i64)>,
-}
-
-async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<String>> {
-    client
-        .simple_query(sql)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect()
-}
-
-async fn stream_writes(port: u16, start_id: i64, acked: Arc<Mutex<Acked>>) {
-    let Ok((client, conn)) = tokio_postgres::connect(
-        &format!("host=127.0.0.1 port={port} user=weir dbname=weir"),
-        tokio_postgres::NoTls,
-    )
-    .await
-    else {
-        return;
-    };
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let mut id = start_id;
-    loop {
-        let g = id % 7;
-        acked.lock().unwrap().in_flight = Some((id, g));
-        let sql = if id % 10 == 9 {
-            // Move an earlier row to another group: an update that views must retract.
-            format!("UPDATE t SET g = {} WHERE id = {}", (g + 1) % 7, id - 5)
-        } else {
-            format!("INSERT INTO t VALUES ({id}, {g})")
-        };
-        if client.batch_execute(&sql).await.is_err() {
-            return;
-        }
-        let mut a = acked.lock().unwrap();
-        if id % 10 == 9 {
-            if let Some(v) = a.rows.get_mut(&(id - 5)) {
-                *v = (g + 1) % 7;
-            }
-        } else {
-            a.rows.insert(id, g);
-        }
-        a.in_flight = None;
-        drop(a);
-        id += 1;
-    }
-}
-
-/// The recovered table as id → g.
-async fn table_state(client: &tokio_postgres::Client) -> BTreeMap<i64, i64> {
-    rows(client, "SELECT id, g FROM t")
-        .await
-        .into_iter()
-        .map(|r| (r[0].parse().unwrap(), r[1].parse().unwrap()))
-        .collect()
-}
-
-async fn check(server: &WeirProcess, acked: &Acked) {
-    let client = server.connect().await;
-    let table = table_state(&client).await;
-    for (id, g) in &acked.rows {
-        match table.get(id) {
-            Some(got) if got == g => {}
-            Some(got) => {
-                // Only the in-flight UPDATE may have landed without its acknowledgement.
-                let in_flight_update = acked
-                    .in_flight
-                    .is_some_and(|(f, _)| f % 10 == 9 && f - 5 == *id);
-                assert!(
-                    in_flight_update,
-                    "row {id}: acknowledged g={g}, recovered g={got}"
-                );
-            }
-            None => panic!("acknowledged row {id} lost after kill -9"),
-        }
-    }
-    for id in table.keys() {
-        let known = acked.rows.contains_key(id) || acked.in_flight.is_some_and(|(f, _)| f == *id);
-        assert!(known, "row {id} appeared without being written");
-    }
-    // Views equal the answer computed from the recovered table.
-    let mut want: BTreeMap<i64, i64> = BTreeMap::new();
-    for g in table.values() {
-        *want.entry(*g).or_default() += 1;
-    }
-    let got: BTreeMap<i64, i64> = rows(&client, "SELECT g, n FROM per_group")
-        .await
-        .into_iter()
-        .map(|r| (r[0].parse().unwrap(), r[1].parse().unwrap()))
-        .collect();
-    assert_eq!(got, want, "per_group view differs from the recovered table");
-    let total = rows(&client, "SELECT n FROM total").await;
-    assert_eq!(total, vec![vec![table.len().to_string()]]);
-    let busiest = rows(&client, "SELECT count(*) FROM busy_groups").await;
-    let want_busy = want.values().filter(|n| **n > 3).count();
-    assert_eq!(busiest, vec![vec![want_busy.to_string()]]);
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_acknowledged_inserts_loses_nothing() {
+    crash_rounds("").await;
+}
+
+/// The same with checkpoints every 300 ms: recovery restores views from checkpoints
+/// taken while writes were streaming, and replays only the log after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_with_frequent_checkpoints_loses_nothing() {
+    crash_rounds("[execution.checkpointing]\ninterval = \"300ms\"\n").await;
+}
+
+async fn crash_rounds(config: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = WeirProcess::start(&dir.path().join("data"), 2).await;
-    server
-        .connect()
-        .await
-        .batch_execute(
-            "CREATE TABLE t (id bigint PRIMARY KEY, g bigint);
-             CREATE MATERIALIZED VIEW per_group AS SELECT g, count(*) AS n FROM t GROUP BY g;
-             CREATE MATERIALIZED VIEW total AS SELECT count(*) AS n FROM t;
-             CREATE MATERIALIZED VIEW busy_groups AS SELECT g FROM per_group WHERE n > 3;",
-        )
-        .await
-        .unwrap();
+    let mut server = WeirProcess::start_with_config(&dir.path().join("data"), 2, config).await;
+    server.connect().await.batch_execute(SCHEMA).await.unwrap();
     let acked = Arc::new(Mutex::new(Acked::default()));
     for round in 0..2i64 {
         let writer = tokio::spawn(stream_writes(

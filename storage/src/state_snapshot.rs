@@ -84,28 +84,50 @@ fn keyed_schema() -> Arc<Schema> {
 const KEYED_BATCH_ROWS: usize = 65_536;
 
 pub fn encode(data: &DeltaData) -> Result<Vec<u8>> {
-    match data {
-        DeltaData::Keyed(entries) => encode_keyed(entries),
-        DeltaData::Rows(changes) => {
-            let parts: Vec<(&[i8], &RecordBatch)> = changes
+    encode_parts(&[data])
+}
+
+/// Encodes several deltas of one uid (in order) as one file, without copying them.
+pub fn encode_parts(parts: &[&DeltaData]) -> Result<Vec<u8>> {
+    let Some(first) = parts.first() else {
+        return Ok(Vec::new());
+    };
+    match first.kind() {
+        StateKind::Keyed => {
+            let entries: Vec<&[KeyedEntry]> = parts
                 .iter()
+                .filter_map(|d| match d {
+                    DeltaData::Keyed(e) => Some(e.as_slice()),
+                    DeltaData::Rows(_) => None,
+                })
+                .collect();
+            encode_keyed(&entries)
+        }
+        StateKind::Rows => {
+            let batches: Vec<(&[i8], &RecordBatch)> = parts
+                .iter()
+                .filter_map(|d| match d {
+                    DeltaData::Rows(r) => Some(r),
+                    DeltaData::Keyed(_) => None,
+                })
+                .flatten()
                 .filter(|(ops, _)| !ops.is_empty())
                 .map(|(ops, b)| (ops.as_slice(), b))
                 .collect();
-            if parts.is_empty() {
+            if batches.is_empty() {
                 return Ok(Vec::new());
             }
-            crate::codec::encode_change_batches(&parts)
+            crate::codec::encode_change_batches(&batches)
         }
     }
 }
 
-fn encode_keyed(entries: &[KeyedEntry]) -> Result<Vec<u8>> {
+fn encode_keyed(parts: &[&[KeyedEntry]]) -> Result<Vec<u8>> {
     let schema = keyed_schema();
     let mut buf = Vec::new();
     {
         let mut w = StreamWriter::try_new(&mut buf, &schema)?;
-        for part in entries.chunks(KEYED_BATCH_ROWS) {
+        for part in parts.iter().flat_map(|p| p.chunks(KEYED_BATCH_ROWS)) {
             let kg = UInt32Array::from_iter_values(part.iter().map(|e| e.0));
             let key = BinaryArray::from_iter_values(part.iter().map(|e| e.1.as_slice()));
             let value: BinaryArray = part.iter().map(|e| e.2.as_deref()).collect();

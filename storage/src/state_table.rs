@@ -26,6 +26,8 @@ pub struct StateTable<V> {
     /// Encoded entries flushed since the last checkpoint (None: deleted): the delta the
     /// next checkpoint uploads, so upload size follows the change, not the state.
     since_checkpoint: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Off when the job never checkpoints: then nothing is kept for deltas.
+    track_changes: bool,
 }
 
 impl<V: StateValue> StateTable<V> {
@@ -37,6 +39,15 @@ impl<V: StateValue> StateTable<V> {
             cache: HashMap::new(),
             dirty: HashSet::new(),
             since_checkpoint: HashMap::new(),
+            track_changes: true,
+        }
+    }
+
+    /// Whether flushed changes are kept for the next checkpoint's delta.
+    pub fn set_track_changes(&mut self, on: bool) {
+        self.track_changes = on;
+        if !on {
+            self.since_checkpoint.clear();
         }
     }
 
@@ -98,11 +109,15 @@ impl<V: StateValue> StateTable<V> {
             match self.cache.get(&key) {
                 Some(v) => {
                     let bytes = v.encode();
-                    self.since_checkpoint.insert(key, Some(bytes.clone()));
+                    if self.track_changes {
+                        self.since_checkpoint.insert(key, Some(bytes.clone()));
+                    }
                     batch.put(state_key, bytes)
                 }
                 None => {
-                    self.since_checkpoint.insert(key, None);
+                    if self.track_changes {
+                        self.since_checkpoint.insert(key, None);
+                    }
                     batch.delete(state_key)
                 }
             }

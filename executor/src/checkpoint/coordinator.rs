@@ -196,7 +196,8 @@ impl CheckpointCoordinator {
         }
     }
 
-    /// Makes the next barrier a checkpoint of every job, whatever the intervals.
+    /// Makes the next barrier a checkpoint of every job that has checkpointing on,
+    /// whatever its interval.
     pub fn force_next(&self) {
         self.force_next.store(true, Ordering::SeqCst);
     }
@@ -213,9 +214,11 @@ impl CheckpointCoordinator {
         let mut scope = CheckpointScope::default();
         let mut jobs = self.jobs.lock();
         for (&id, j) in jobs.iter_mut() {
+            // A job with checkpointing off keeps no deltas: even a forced checkpoint
+            // (the CHECKPOINT statement) skips it.
             let due = match j.config.interval {
-                _ if force => true,
                 None => false,
+                Some(_) if force => true,
                 Some(interval) => {
                     j.in_progress.len() + j.uploading < j.config.max_concurrent.max(1)
                         && j.last_trigger

@@ -13,11 +13,14 @@ use weir_storage::checkpoint_meta::{self, CheckpointMetadata};
 use weir_storage::object_storage::ObjectStorage;
 use weir_storage::state_snapshot::{self, DeltaData, RowChange};
 
+/// A live keyed-state entry: `(key_group, key, value)`.
+pub type KeyedRow = (u32, Vec<u8>, Vec<u8>);
+
 /// A job's state as of one checkpoint.
 pub struct RestoredJob {
     pub meta: CheckpointMetadata,
     /// uid → live keyed entries `(key_group, key, value)`.
-    pub keyed: HashMap<String, Vec<(u32, Vec<u8>, Vec<u8>)>>,
+    pub keyed: HashMap<String, Vec<KeyedRow>>,
     /// uid → rows (as insert batches).
     pub rows: HashMap<String, Vec<RowChange>>,
     /// What the job's uploader continues from.

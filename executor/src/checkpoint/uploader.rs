@@ -190,24 +190,26 @@ impl JobUploader {
         deltas: &[StateDelta],
         written: &mut Vec<String>,
     ) -> crate::Result<CheckpointMetadata> {
-        // One delta per uid, in order (carried deltas first).
-        let mut by_uid: BTreeMap<&str, DeltaData> = BTreeMap::new();
+        // One file per uid, its parts in order (carried deltas first).
+        let mut by_uid: BTreeMap<&str, Vec<&DeltaData>> = BTreeMap::new();
         for d in deltas {
-            match by_uid.get_mut(d.uid.as_str()) {
-                Some(acc) => acc.extend(d.data.clone())?,
-                None => {
-                    by_uid.insert(&d.uid, d.data.clone());
-                }
+            if !d.data.is_empty() {
+                by_uid.entry(d.uid.as_str()).or_default().push(&d.data);
             }
         }
         let mut chain = self.chain.clone();
         let mut uploaded = 0u64;
-        for (uid, data) in by_uid {
-            if data.is_empty() {
+        for (uid, parts) in by_uid {
+            let kind = parts[0].kind();
+            if parts.iter().any(|p| p.kind() != kind) {
+                return Err(crate::ExecError::Internal(format!(
+                    "mixed state kinds for uid {uid}"
+                )));
+            }
+            let bytes = tokio::task::block_in_place(|| state_snapshot::encode_parts(&parts))?;
+            if bytes.is_empty() {
                 continue;
             }
-            let kind = data.kind();
-            let bytes = tokio::task::block_in_place(|| state_snapshot::encode(&data))?;
             let key = format!(
                 "checkpoints/{}/shared/{}/{epoch:020}.delta",
                 self.job,

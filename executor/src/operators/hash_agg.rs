@@ -80,6 +80,7 @@ impl HashAggOperator {
         max_parallelism: u32,
         key_groups: KeyGroupRange,
         restored: bool,
+        track_changes: bool,
     ) -> Result<Self> {
         let calls = spec
             .calls
@@ -97,6 +98,7 @@ impl HashAggOperator {
                 .collect(),
         )?;
         let mut state = StateTable::new(&spec.uid, max_parallelism, backend);
+        state.set_track_changes(track_changes);
         if restored {
             state.load(key_groups.start, key_groups.end);
         }

@@ -18,6 +18,8 @@ pub struct MaterializeOperator {
     /// Changes since the last checkpoint: this actor's share of the next delta.
     since_checkpoint: Vec<StreamChunk>,
     uid: String,
+    /// Off when the job never checkpoints: then no delta is kept.
+    track_changes: bool,
 }
 
 /// The uid of a relation's stored rows.
@@ -26,13 +28,14 @@ pub fn materialize_uid(relation: &str) -> String {
 }
 
 impl MaterializeOperator {
-    pub fn new(store: Arc<RelationStore>) -> Self {
+    pub fn new(store: Arc<RelationStore>, track_changes: bool) -> Self {
         Self {
             schema: store.schema(),
             uid: materialize_uid(store.name()),
             store,
             epoch_changes: Vec::new(),
             since_checkpoint: Vec::new(),
+            track_changes,
         }
     }
 }
@@ -53,7 +56,9 @@ impl Operator for MaterializeOperator {
     fn on_barrier(&mut self, barrier: &Barrier, _out: &mut Vec<StreamChunk>) -> Result<()> {
         let changes = std::mem::take(&mut self.epoch_changes);
         // Chunks share their Arrow buffers: keeping them for the checkpoint is cheap.
-        self.since_checkpoint.extend(changes.iter().cloned());
+        if self.track_changes {
+            self.since_checkpoint.extend(changes.iter().cloned());
+        }
         self.store.stage(barrier.epoch, changes);
         Ok(())
     }

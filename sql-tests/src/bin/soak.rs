@@ -1,0 +1,96 @@
+//! Crash soak: N rounds of `kill -9` at random moments during continuous ingest into
+//! several views, each round checked against the oracle (every acknowledged write
+//! present, nothing unwritten, every view equal to the answer from the recovered
+//! table). Not part of the default test run.
+//!
+//! `cargo run --release -p weir-sql-tests --bin soak -- --rounds 50 [--interval 500ms]`
+//! (uses `$WEIR_BIN` or the `weir` next to this binary). Prints `rounds passed / N`.
+
+use rand::Rng;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use weir_sql_tests::workload::{check, stream_writes, table_state, Acked, SCHEMA};
+use weir_sql_tests::WeirProcess;
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let rounds: u32 = arg("--rounds").and_then(|r| r.parse().ok()).unwrap_or(50);
+    let interval = arg("--interval").unwrap_or_else(|| "500ms".into());
+    let parallelism: u32 = arg("--parallelism")
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(2);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = format!("[execution.checkpointing]\ninterval = \"{interval}\"\n");
+    let mut server =
+        WeirProcess::start_with_config(&dir.path().join("data"), parallelism, &config).await;
+    server
+        .connect()
+        .await
+        .batch_execute(SCHEMA)
+        .await
+        .expect("schema");
+    let acked = Arc::new(Mutex::new(Acked::default()));
+    let mut passed = 0;
+    let started = Instant::now();
+    for round in 0..rounds {
+        let writer = tokio::spawn(stream_writes(
+            server.port,
+            1 + round as i64 * 1_000_000,
+            acked.clone(),
+        ));
+        let wait = rand::rng().random_range(200..2500);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        server.kill9();
+        let _ = writer.await;
+        let restart = Instant::now();
+        server.restart().await;
+        let snapshot = {
+            let a = acked.lock().unwrap();
+            Acked {
+                rows: a.rows.clone(),
+                in_flight: a.in_flight,
+            }
+        };
+        let outcome = tokio::spawn({
+            let port = server.port;
+            let data = server.data_dir.clone();
+            async move {
+                let probe = WeirProcess::attach(port, data);
+                check(&probe, &snapshot).await;
+            }
+        })
+        .await;
+        let serving_ms = restart.elapsed().as_millis();
+        let rows = snapshot_len(&acked);
+        match outcome {
+            Ok(()) => {
+                passed += 1;
+                println!("round {}: ok (killed after {wait} ms, {rows} rows, serving again after {serving_ms} ms)", round + 1);
+            }
+            Err(e) => println!("round {}: FAILED: {e}", round + 1),
+        }
+        // Whatever landed (including the in-flight statement) is now the truth.
+        let table = table_state(&server.connect().await).await;
+        let mut a = acked.lock().unwrap();
+        a.rows = table;
+        a.in_flight = None;
+    }
+    println!(
+        "{passed} / {rounds} rounds passed ({:.0} s, checkpoint interval {interval}, parallelism {parallelism})",
+        started.elapsed().as_secs_f64()
+    );
+    if passed != rounds {
+        std::process::exit(1);
+    }
+}
+
+fn snapshot_len(acked: &Arc<Mutex<Acked>>) -> usize {
+    acked.lock().unwrap().rows.len()
+}
