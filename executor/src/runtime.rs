@@ -336,18 +336,32 @@ impl Runtime {
         let start = match &restored {
             Some(r) => {
                 let rows = r.rows.get(&uid).cloned().unwrap_or_default();
-                store.restore(&rows)?;
                 let chunks = rows
-                    .into_iter()
+                    .iter()
                     .map(|(codes, batch)| {
                         let ops = codes
-                            .into_iter()
-                            .filter_map(crate::chunk::Op::from_code)
-                            .collect();
-                        Ok(StreamChunk::new(ops, batch.with_schema(store.schema())?))
+                            .iter()
+                            .map(|c| {
+                                crate::chunk::Op::from_code(*c).ok_or_else(|| {
+                                    ExecError::Internal("bad op in checkpoint".into())
+                                })
+                            })
+                            .collect::<Result<Vec<_>>>()?;
+                        Ok(StreamChunk::new(ops, batch.clone().with_schema(store.schema())?))
                     })
                     .collect::<Result<Vec<_>>>()?;
-                writer.restore(&chunks)?;
+                // The readable store and the writer's latest rows are independent
+                // copies: load them on two threads (recovery time is what users wait).
+                tokio::task::block_in_place(|| {
+                    std::thread::scope(|scope| {
+                        let readable = scope.spawn(|| store.restore(&rows));
+                        let latest = writer.restore(&chunks);
+                        let readable = readable
+                            .join()
+                            .map_err(|_| ExecError::Internal("store restore panicked".into()))?;
+                        readable.and(latest)
+                    })
+                })?;
                 self.note_restore(name);
                 r.start.clone()
             }

@@ -21,7 +21,7 @@ pub struct RestoredJob {
     pub meta: CheckpointMetadata,
     /// uid → live keyed entries `(key_group, key, value)`.
     pub keyed: HashMap<String, Vec<KeyedRow>>,
-    /// uid → rows (as insert batches).
+    /// uid → row changes, in order (applying them yields the rows).
     pub rows: HashMap<String, Vec<RowChange>>,
     /// What the job's uploader continues from.
     pub start: JobStart,
@@ -65,6 +65,19 @@ async fn load(storage: &ObjectStorage, meta: CheckpointMetadata) -> crate::Resul
             })?;
             checkpoint_meta::verify(f, &bytes)?;
             datas.push(state_snapshot::decode(u.kind, &bytes)?);
+        }
+        if u.kind == weir_storage::state_snapshot::StateKind::Rows {
+            // Rows are applied change by change by the store that loads them: merging
+            // the chain first would hash every row twice.
+            let changes = datas
+                .into_iter()
+                .flat_map(|d| match d {
+                    DeltaData::Rows(r) => r,
+                    DeltaData::Keyed(_) => vec![],
+                })
+                .collect();
+            rows.insert(u.uid.clone(), changes);
+            continue;
         }
         match tokio::task::block_in_place(|| merge_chain(u.kind, datas))? {
             DeltaData::Keyed(entries) => {
