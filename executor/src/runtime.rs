@@ -154,6 +154,9 @@ pub struct Runtime {
     /// Where actors report failures (see [`crate::supervisor`]).
     pub(crate) failures_tx: mpsc::UnboundedSender<(u64, String)>,
     pub(crate) lives: Mutex<HashMap<String, JobLife>>,
+    /// Off during startup recovery: a table's log must not be truncated below what a
+    /// view that is not restored yet still needs.
+    truncation: std::sync::atomic::AtomicBool,
 }
 
 impl Runtime {
@@ -176,6 +179,7 @@ impl Runtime {
             next_actor: AtomicU64::new(1),
             failures_tx,
             lives: Mutex::new(HashMap::new()),
+            truncation: std::sync::atomic::AtomicBool::new(false),
             config,
         });
         crate::supervisor::spawn(&rt, failures_rx, ckpt_failures_rx);
@@ -202,6 +206,9 @@ impl Runtime {
 
     /// Drops table-log entries that no retained checkpoint needs any more.
     fn truncate_logs(&self, w: &mut WriteState) {
+        if !self.truncation.load(Ordering::SeqCst) {
+            return;
+        }
         for (table, offset) in self.checkpoints.log_retention() {
             if let Some(t) = w.tables.get_mut(&table) {
                 if let Err(e) = t.truncate_log(offset) {
@@ -209,6 +216,12 @@ impl Runtime {
                 }
             }
         }
+    }
+
+    /// Called once every job has been restored at startup: from now on table logs are
+    /// truncated below what retained checkpoints need.
+    pub fn recovery_done(&self) {
+        self.truncation.store(true, Ordering::SeqCst);
     }
 
     /// `CHECKPOINT`: checkpoints every job now and waits until each has finished.
@@ -299,7 +312,8 @@ impl Runtime {
 
     /// Creates a table's pipeline (writer → source actor → materialize → hub), restored
     /// from the table's latest checkpoint when there is one, and returns the log entries
-    /// after that checkpoint, which the caller replays with `write(.., true)`.
+    /// after that checkpoint, which the caller must replay with `write(.., true)` before
+    /// releasing the write lock (the table's checkpoint position is its log's end).
     #[allow(clippy::too_many_arguments)]
     pub async fn create_table(
         &self,
@@ -347,7 +361,10 @@ impl Runtime {
                                 })
                             })
                             .collect::<Result<Vec<_>>>()?;
-                        Ok(StreamChunk::new(ops, batch.clone().with_schema(store.schema())?))
+                        Ok(StreamChunk::new(
+                            ops,
+                            batch.clone().with_schema(store.schema())?,
+                        ))
                     })
                     .collect::<Result<Vec<_>>>()?;
                 // The readable store and the writer's latest rows are independent

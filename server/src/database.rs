@@ -102,18 +102,9 @@ impl Database {
             .iter()
             .filter(|e| e.kind == RelationKind::Table)
         {
-            let chunks = ddl::restore_table(self, entry)
+            rows += ddl::restore_table(self, entry)
                 .await
                 .map_err(|e| format!("cannot restore table {}: {}", entry.name, e.message))?;
-            let mut w = self.runtime.lock_writes().await;
-            let writer = w.table(&entry.name).expect("restored table has a writer");
-            for c in chunks {
-                rows += c.len();
-                writer
-                    .write(c, true)
-                    .await
-                    .map_err(|e| format!("replay of {} failed: {e}", entry.name))?;
-            }
         }
         {
             let mut w = self.runtime.lock_writes().await;
@@ -131,6 +122,7 @@ impl Database {
                 .await
                 .map_err(|e| format!("cannot restore view {}: {}", entry.name, e.message))?;
         }
+        self.runtime.recovery_done();
         // Keep the catalog in creation order (restore_* appended tables first).
         {
             let mut cat = self.catalog.write();

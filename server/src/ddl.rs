@@ -13,7 +13,6 @@ use datafusion::sql::sqlparser::ast::{
 };
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use weir_executor::StreamChunk;
 use weir_executor::ViewSpec;
 use weir_planner::{explain_graph, plan_view, sqlstate, SqlError, SqlResult};
 
@@ -170,16 +169,22 @@ fn commit_entry(db: &Database, entry: RelationEntry, schema: SchemaRef) -> SqlRe
     cat.save(&db.meta).map_err(SqlError::internal)
 }
 
-/// Re-creates a table at startup; returns its logged changes for replay.
-pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<Vec<StreamChunk>> {
+/// Re-creates a table at startup from its latest checkpoint and replays the log after
+/// it; returns the number of replayed rows.
+///
+/// The replay happens under the same write lock as the creation: a barrier between the
+/// two would record the log's end as the table's position in a checkpoint whose state
+/// lacks the not-yet-replayed entries, and a later restore would skip them.
+pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<usize> {
     let stmt = match weir_planner::parse_statement(&entry.sql)? {
         weir_planner::WeirStatement::Sql(s) => s,
         _ => return Err(SqlError::internal("stored table DDL is not CREATE TABLE")),
     };
     let (schema, pk) = table_schema(db, &stmt).await?;
-    let chunks = {
+    let rows = {
         let mut w = db.runtime().lock_writes().await;
-        db.runtime()
+        let chunks = db
+            .runtime()
             .create_table(
                 &mut w,
                 entry.id,
@@ -190,12 +195,21 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<Ve
                 true,
             )
             .await
-            .map_err(SqlError::from)?
+            .map_err(SqlError::from)?;
+        let writer = w
+            .table(&entry.name)
+            .ok_or_else(|| SqlError::internal("restored table has no writer"))?;
+        let mut rows = 0;
+        for c in chunks {
+            rows += c.len();
+            writer.write(c, true).await.map_err(SqlError::from)?;
+        }
+        rows
     };
     let mut cat = db.catalog.write();
     db.schemas.write().push((entry.name.clone(), schema));
     cat.relations.push(entry.clone());
-    Ok(chunks)
+    Ok(rows)
 }
 
 struct ViewPlan {

@@ -149,7 +149,10 @@ pub async fn insert(db: &Database, session: &mut Session, stmt: &Statement) -> S
     let ctx = if reads_relations {
         query::snapshot_context(db, session, stmt, HashMap::new()).await?
     } else {
-        query::planning_context(db, stmt)?
+        // The target as an empty, all-nullable table: NOT NULL is the table writer's
+        // check (with Postgres's error), and nothing is read.
+        let empty = arrow::array::RecordBatch::new_empty(schema.clone());
+        query::snapshot_context_nowait(db, stmt, HashMap::from([(name.clone(), empty)]))?
     };
     let plan = query::plan_statement(&ctx.state(), stmt).await?;
     let LogicalPlan::Dml(dml) = plan else {

@@ -197,5 +197,11 @@ impl WeirProcess {
 impl Drop for WeirProcess {
     fn drop(&mut self) {
         self.kill9();
+        // For debugging a failed run: keep the server log outside the temporary dir.
+        if let Ok(dir) = std::env::var("WEIR_KEEP_LOGS") {
+            let _ = std::fs::create_dir_all(&dir);
+            let name = format!("weir-{}-{}.log", std::process::id(), self.port);
+            let _ = std::fs::copy(&self.log_path, std::path::Path::new(&dir).join(name));
+        }
     }
 }

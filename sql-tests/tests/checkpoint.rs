@@ -469,3 +469,105 @@ async fn settings_show_their_source_and_bad_values_are_refused() {
     }
     assert!(metric(&m, "numberOfCompletedCheckpoints", "v").unwrap_or(0.0) >= 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_failover_restarts_every_view_from_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[execution.checkpointing]\ninterval = \"200ms\"\n\
+                  [restart-strategy]\ntype = \"fixed-delay\"\n\
+                  [restart-strategy.fixed-delay]\nattempts = 3\ndelay = \"200ms\"\n\
+                  [jobmanager.execution]\nfailover-strategy = \"full\"\n";
+    let server = WeirProcess::start_with_config(&dir.path().join("data"), 2, config).await;
+    let c = server.connect().await;
+    c.batch_execute(SCHEMA).await.unwrap();
+    insert_range(&c, 1, 3_000).await;
+    c.batch_execute("CHECKPOINT").await.unwrap();
+    let before = metric(
+        &server.metrics().await,
+        "lastCheckpointRestoreTimestamp",
+        "total",
+    );
+    assert_eq!(before, None, "total was never restored yet");
+    c.batch_execute("SET failpoint.actor.fail.per_group = 'once'")
+        .await
+        .unwrap();
+    insert_range(&c, 3_001, 3_500).await;
+    wait_until(&c, "SHOW JOBS", 20, |r| {
+        r.iter()
+            .any(|row| row[0] == "per_group" && row[3] == "1" && row[1] == "RUNNING")
+    })
+    .await;
+    // `full`: the healthy view is restarted from its checkpoint too.
+    let mut restored = false;
+    for _ in 0..100 {
+        let m = server.metrics().await;
+        if metric(&m, "lastCheckpointRestoreTimestamp", "total").is_some() {
+            restored = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(restored, "total was not restarted by full failover");
+    wait_until(&c, "SHOW JOBS", 20, |r| {
+        r.iter().all(|row| row[1] == "RUNNING")
+    })
+    .await;
+    assert_views_match_table(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_operator_shows_as_backpressure_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = WeirProcess::start(&dir.path().join("data"), 1).await;
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (id bigint PRIMARY KEY, g bigint, v bigint);
+         CREATE MATERIALIZED VIEW slow AS SELECT g, count(*) AS n FROM t GROUP BY g;
+         SET failpoint.operator.slow.slow = '20';",
+    )
+    .await
+    .unwrap();
+    // Many small chunks: each one costs the slow view 20 ms, so its channels fill and
+    // the table's source actor waits on them.
+    let writer = tokio::spawn({
+        let port = server.port;
+        async move {
+            let (c, conn) = tokio_postgres::connect(
+                &format!("host=127.0.0.1 port={port} user=weir dbname=weir"),
+                tokio_postgres::NoTls,
+            )
+            .await
+            .unwrap();
+            tokio::spawn(conn);
+            for i in 0..400 {
+                c.batch_execute(&format!("INSERT INTO t VALUES ({i}, {}, 1)", i % 5))
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    let mut seen = 0i64;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let m = server.metrics().await;
+        seen = m
+            .lines()
+            .filter(|l| {
+                l.starts_with("weir_backPressuredTimeMsPerSecond{") && l.contains("job=\"t\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+            .max()
+            .unwrap_or(0)
+            .max(seen);
+        if seen > 100 {
+            break;
+        }
+    }
+    assert!(seen > 100, "table source never back-pressured: {seen} ms/s");
+    c.batch_execute("SET failpoint.operator.slow.slow = 'off'")
+        .await
+        .unwrap();
+    writer.await.unwrap();
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(value(&c, "SELECT sum(n) FROM slow").await, "400");
+}

@@ -21,8 +21,9 @@ async fn kill_9_with_frequent_checkpoints_loses_nothing() {
 }
 
 async fn crash_rounds(config: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut server = WeirProcess::start_with_config(&dir.path().join("data"), 2, config).await;
+    let dir = tempfile::tempdir().unwrap().keep();
+    eprintln!("DATA DIR {}", dir.display());
+    let mut server = WeirProcess::start_with_config(&dir.join("data"), 2, config).await;
     server.connect().await.batch_execute(SCHEMA).await.unwrap();
     let acked = Arc::new(Mutex::new(Acked::default()));
     for round in 0..2i64 {
