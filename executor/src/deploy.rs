@@ -57,6 +57,7 @@ fn build_operator(
     spec: &OperatorSpec,
     key_groups: KeyGroupRange,
     restored: bool,
+    reemit: bool,
     track_changes: bool,
 ) -> Result<Box<dyn Operator>> {
     Ok(match spec {
@@ -70,6 +71,7 @@ fn build_operator(
             rt.config.max_parallelism,
             key_groups,
             restored,
+            reemit,
             track_changes,
         )?),
     })
@@ -241,16 +243,25 @@ pub(crate) async fn deploy_view(
     let job_name: Arc<str> = name.into();
     // A job that never checkpoints keeps no deltas.
     let track = spec.config.checkpoint.interval.is_some();
+    let derived = rows_derived_from_state(graph);
+    // Checkpoints written before rows were derived still carry the rows: use them.
+    let reemit = derived
+        && restored
+            .as_ref()
+            .is_some_and(|r| !r.rows.contains_key(&materialize_uid(name)));
     for (gi, frag) in frags.iter().enumerate() {
         for d in (0..counts[gi]).rev() {
             let range = KeyGroupRange::for_actor(d as u32, counts[gi] as u32, max_p);
             let mut chain = frag
                 .chain
                 .iter()
-                .map(|s| build_operator(rt, s, range, restored.is_some(), track))
+                .map(|s| build_operator(rt, s, range, restored.is_some(), reemit, track))
                 .collect::<Result<Vec<_>>>()?;
             if gi == last {
-                chain.push(Box::new(MaterializeOperator::new(store.clone(), track)));
+                chain.push(Box::new(MaterializeOperator::new(
+                    store.clone(),
+                    track && !derived,
+                )));
             }
             let output = outputs[gi][d].take().ok_or_else(|| {
                 ExecError::Internal(format!("fragment {} has no consumer", frag.id))
@@ -317,6 +328,29 @@ pub(crate) async fn deploy_view(
         parallelism,
         view: Some(spec),
     })
+}
+
+/// True when the view's rows are a function of an aggregation's state: its last
+/// fragment runs a HashAgg followed only by stateless operators. Such a view's rows
+/// are not checkpointed (halving what an aggregation view uploads); on restore the
+/// aggregation emits them again.
+fn rows_derived_from_state(graph: &StreamGraph) -> bool {
+    let Some(last) = graph.fragments.last() else {
+        return false;
+    };
+    match last
+        .chain
+        .iter()
+        .rposition(|op| matches!(op, OperatorSpec::HashAgg(_)))
+    {
+        Some(i) => last.chain[i + 1..].iter().all(|op| {
+            matches!(
+                op,
+                OperatorSpec::Filter { .. } | OperatorSpec::Project { .. }
+            )
+        }),
+        None => false,
+    }
 }
 
 /// A relation's contents as insert chunks of bounded size.

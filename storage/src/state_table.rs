@@ -64,6 +64,11 @@ impl<V: StateValue> StateTable<V> {
         n
     }
 
+    /// Every key in the cache (the whole state: there is no eviction).
+    pub fn keys(&self) -> impl Iterator<Item = &Vec<u8>> {
+        self.cache.keys()
+    }
+
     pub fn get(&self, key: &[u8]) -> Option<&V> {
         self.cache.get(key)
     }

@@ -74,12 +74,15 @@ pub struct HashAggOperator {
 impl HashAggOperator {
     /// `restored`: the backend holds this uid's state from a checkpoint; the operator
     /// loads the key groups of `key_groups` (its share at the current parallelism).
+    /// `reemit`: the view's rows were not checkpointed (they are a function of this
+    /// state), so the first barrier emits every restored group's row again.
     pub fn new(
         spec: HashAggSpec,
         backend: Arc<dyn StateBackend>,
         max_parallelism: u32,
         key_groups: KeyGroupRange,
         restored: bool,
+        reemit: bool,
         track_changes: bool,
     ) -> Result<Self> {
         let calls = spec
@@ -102,14 +105,20 @@ impl HashAggOperator {
         if restored {
             state.load(key_groups.start, key_groups.end);
         }
+        let mut epoch_before = HashMap::new();
+        if restored && reemit {
+            for k in state.keys() {
+                epoch_before.insert(k.clone(), None);
+            }
+        }
         Ok(Self {
             spec,
             calls,
             key_converter,
             state,
-            epoch_before: HashMap::new(),
-            // A restored global aggregate already emitted its row.
-            global_emitted: restored,
+            epoch_before,
+            // A restored global aggregate already emitted its row (unless it re-emits).
+            global_emitted: restored && !reemit,
         })
     }
 
