@@ -122,7 +122,12 @@ async fn actor_failure_restarts_only_its_region_from_the_checkpoint() {
         .await
         .unwrap();
     insert_range(&c, 5_001, 6_000).await;
-    let jobs = rows(&c, "SHOW JOBS").await;
+    // The failure happens when an actor reaches the new rows: wait for it.
+    let jobs = wait_until(&c, "SHOW JOBS", 10, |r| {
+        r.iter()
+            .any(|row| row[0] == "per_group" && row[1] == "RESTARTING")
+    })
+    .await;
     let status = |jobs: &[Vec<String>], name: &str| {
         jobs.iter()
             .find(|r| r[0] == name)
@@ -174,6 +179,7 @@ async fn a_job_past_its_restart_limit_is_failed_serves_old_contents_and_resumes(
     .await
     .unwrap();
     insert_range(&c, 1, 1_000).await;
+    c.batch_execute("FLUSH").await.unwrap();
     c.batch_execute("SET failpoint.actor.fail.per_group = 'always'")
         .await
         .unwrap();
