@@ -60,7 +60,6 @@ pub struct BarrierAck {
 /// When an actor fails, its job's store freezes at the last committed epoch (the
 /// failed epoch's partial changes are discarded, so reads stay consistent) and the
 /// supervisor is told, which applies the job's restart strategy.
-#[derive(Default)]
 pub struct JobHealth {
     failure: Mutex<Option<String>>,
     pub job: u64,

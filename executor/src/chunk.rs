@@ -46,6 +46,19 @@ impl StreamChunk {
         }
     }
 
+    /// A chunk from stored op codes (table log, checkpoint files): 1 insert, -1 delete.
+    pub fn from_op_codes(codes: &[i8], batch: RecordBatch) -> crate::error::Result<Self> {
+        let ops = codes
+            .iter()
+            .map(|c| {
+                Op::from_code(*c).ok_or_else(|| {
+                    crate::error::ExecError::Internal(format!("invalid stored op code {c}"))
+                })
+            })
+            .collect::<crate::error::Result<Vec<_>>>()?;
+        Ok(Self::new(ops, batch))
+    }
+
     pub fn inserts(batch: RecordBatch) -> Self {
         let ops = vec![Op::Insert; batch.num_rows()];
         Self::new(ops, batch)

@@ -146,7 +146,7 @@ pub(crate) async fn deploy_view(
             rt.backend.write(batch);
         }
         if let Some(rows) = r.rows.get(&materialize_uid(name)) {
-            store.restore(rows)?;
+            store.restore(&store.chunks_of(rows)?)?;
         }
         rt.note_restore(name);
     }

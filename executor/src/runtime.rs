@@ -349,29 +349,15 @@ impl Runtime {
         let uid = materialize_uid(name);
         let start = match &restored {
             Some(r) => {
-                let rows = r.rows.get(&uid).cloned().unwrap_or_default();
-                let chunks = rows
-                    .iter()
-                    .map(|(codes, batch)| {
-                        let ops = codes
-                            .iter()
-                            .map(|c| {
-                                crate::chunk::Op::from_code(*c).ok_or_else(|| {
-                                    ExecError::Internal("bad op in checkpoint".into())
-                                })
-                            })
-                            .collect::<Result<Vec<_>>>()?;
-                        Ok(StreamChunk::new(
-                            ops,
-                            batch.clone().with_schema(store.schema())?,
-                        ))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let chunks = match r.rows.get(&uid) {
+                    Some(rows) => store.chunks_of(rows)?,
+                    None => vec![],
+                };
                 // The readable store and the writer's latest rows are independent
                 // copies: load them on two threads (recovery time is what users wait).
                 tokio::task::block_in_place(|| {
                     std::thread::scope(|scope| {
-                        let readable = scope.spawn(|| store.restore(&rows));
+                        let readable = scope.spawn(|| store.restore(&chunks));
                         let latest = writer.restore(&chunks);
                         let readable = readable
                             .join()

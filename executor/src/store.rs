@@ -156,24 +156,24 @@ impl RelationStore {
     }
 
     /// Loads restored rows (from a checkpoint) as committed contents.
-    pub fn restore(&self, changes: &[(Vec<i8>, RecordBatch)]) -> Result<()> {
+    pub fn restore(&self, changes: &[StreamChunk]) -> Result<()> {
         let mut inner = self.inner.lock();
-        for (codes, batch) in changes {
-            let ops = codes
-                .iter()
-                .map(|c| {
-                    crate::chunk::Op::from_code(*c).ok_or_else(|| {
-                        crate::error::ExecError::Internal("bad op in checkpoint".into())
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let batch = batch
-                .clone()
-                .with_schema(inner.committed.schema().clone())?;
-            inner.committed.apply(&StreamChunk::new(ops, batch))?;
+        for chunk in changes {
+            inner.committed.apply(chunk)?;
         }
         inner.cached = None;
         Ok(())
+    }
+
+    /// Stored change batches (a checkpoint's rows) as chunks of this store's schema.
+    pub fn chunks_of(&self, changes: &[(Vec<i8>, RecordBatch)]) -> Result<Vec<StreamChunk>> {
+        let schema = self.schema();
+        changes
+            .iter()
+            .map(|(codes, batch)| {
+                StreamChunk::from_op_codes(codes, batch.clone().with_schema(schema.clone())?)
+            })
+            .collect()
     }
 
     /// Applies every staged change up to and including `epoch`.

@@ -240,19 +240,12 @@ pub fn decode_log_entries(
     let mut out = Vec::with_capacity(entries.len());
     for (_, payload) in entries {
         for (codes, batch) in weir_storage::codec::decode_change_batches(&payload)? {
-            let ops = codes
-                .into_iter()
-                .map(|c| {
-                    Op::from_code(c)
-                        .ok_or_else(|| ExecError::Internal("bad op in table log".into()))
-                })
-                .collect::<Result<Vec<_>>>()?;
             let batch = batch.with_schema(schema.clone()).map_err(|e| {
                 ExecError::Internal(format!(
                     "table log of {name} does not match its schema: {e}"
                 ))
             })?;
-            out.push(StreamChunk::new(ops, batch));
+            out.push(StreamChunk::from_op_codes(&codes, batch)?);
         }
     }
     Ok(out)

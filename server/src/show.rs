@@ -174,39 +174,35 @@ pub fn set(session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
 
 /// `SET key = value`: validated for the keys Weir knows, stored in the session.
 pub fn set_key(session: &mut Session, key: String, value: String) -> SqlResult<Output> {
-    {
-        {
-            if let Some(name) = key.strip_prefix("failpoint.") {
-                // Test-only failure injection; refused unless the server allows it.
-                if !weir_storage::failpoint::enabled() {
-                    return Err(SqlError::new(
-                        sqlstate::INSUFFICIENT_PRIVILEGE,
-                        "failpoints are disabled (start the server with WEIR_FAILPOINTS=1)",
-                    ));
-                }
-                weir_storage::failpoint::set(name, &value);
-                return Ok(Output::command("SET"));
-            }
-            if crate::settings::is_server_key(&key) {
-                return Err(SqlError::new(
-                    sqlstate::CANT_CHANGE_RUNTIME_PARAM,
-                    format!("parameter \"{key}\" can only be set in weir.toml"),
-                ));
-            }
-            if crate::settings::is_job_key(&key) {
-                crate::settings::validate(&key, &value)
-                    .map_err(|e| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, e))?;
-            }
-            let is_parallelism = key == "parallelism.default" || key == "streaming_parallelism";
-            if is_parallelism && value.parse::<u32>().ok().filter(|p| *p >= 1).is_none() {
-                return Err(SqlError::new(
-                    sqlstate::INVALID_PARAMETER_VALUE,
-                    format!("invalid value for {key}: {value}"),
-                ));
-            }
-            session.settings.insert(key, value);
+    if let Some(name) = key.strip_prefix("failpoint.") {
+        // Test-only failure injection; refused unless the server allows it.
+        if !weir_storage::failpoint::enabled() {
+            return Err(SqlError::new(
+                sqlstate::INSUFFICIENT_PRIVILEGE,
+                "failpoints are disabled (start the server with WEIR_FAILPOINTS=1)",
+            ));
         }
+        weir_storage::failpoint::set(name, &value);
+        return Ok(Output::command("SET"));
     }
+    if crate::settings::is_server_key(&key) {
+        return Err(SqlError::new(
+            sqlstate::CANT_CHANGE_RUNTIME_PARAM,
+            format!("parameter \"{key}\" can only be set in weir.toml"),
+        ));
+    }
+    if crate::settings::is_job_key(&key) {
+        crate::settings::validate(&key, &value)
+            .map_err(|e| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, e))?;
+    }
+    let is_parallelism = key == "parallelism.default" || key == "streaming_parallelism";
+    if is_parallelism && value.parse::<u32>().ok().filter(|p| *p >= 1).is_none() {
+        return Err(SqlError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid value for {key}: {value}"),
+        ));
+    }
+    session.settings.insert(key, value);
     Ok(Output::command("SET"))
 }
 

@@ -24,6 +24,19 @@ pub fn weir_binary() -> PathBuf {
     bin
 }
 
+/// A client of the server on `port` (its connection task runs in the background).
+pub async fn connect_port(port: u16) -> Result<Client, tokio_postgres::Error> {
+    let (client, conn) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=weir dbname=weir"),
+        NoTls,
+    )
+    .await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
 /// A free port never handed out before in this process: the kernel readily returns a
 /// just-released port again, and two servers of concurrent tests must not race for one.
 fn free_port() -> u16 {
@@ -146,20 +159,8 @@ impl WeirProcess {
         }
     }
 
-    async fn try_connect(&self) -> Result<Client, tokio_postgres::Error> {
-        let (client, conn) = tokio_postgres::connect(
-            &format!("host=127.0.0.1 port={} user=weir dbname=weir", self.port),
-            NoTls,
-        )
-        .await?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(client)
-    }
-
     pub async fn connect(&self) -> Client {
-        self.try_connect().await.expect("connect to weir")
+        connect_port(self.port).await.expect("connect to weir")
     }
 
     /// SIGKILL: no shutdown hook runs, exactly like a crash.

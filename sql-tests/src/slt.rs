@@ -11,15 +11,7 @@ pub struct PgDb {
 
 /// A new connection to the server on `port`, as sqllogictest's connection factory.
 pub async fn connect(port: u16) -> Result<PgDb, PgError> {
-    let (client, conn) = tokio_postgres::connect(
-        &format!("host=127.0.0.1 port={port} user=weir dbname=weir"),
-        tokio_postgres::NoTls,
-    )
-    .await
-    .map_err(PgError)?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let client = crate::process::connect_port(port).await.map_err(PgError)?;
     Ok(PgDb { client })
 }
 

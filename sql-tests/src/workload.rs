@@ -22,18 +22,29 @@ pub struct Acked {
     pub in_flight: Option<(i64, i64)>,
 }
 
+impl Acked {
+    /// A copy of what was acknowledged so far (to check while writers may go on).
+    pub fn snapshot(acked: &Mutex<Acked>) -> Acked {
+        let a = acked.lock().unwrap();
+        Acked {
+            rows: a.rows.clone(),
+            in_flight: a.in_flight,
+        }
+    }
+}
+
+/// After a check: whatever landed (the in-flight statement included) is now the truth.
+pub async fn settle(server: &WeirProcess, acked: &Mutex<Acked>) {
+    let table = table_state(&server.connect().await).await;
+    let mut a = acked.lock().unwrap();
+    a.rows = table;
+    a.in_flight = None;
+}
+
 pub async fn stream_writes(port: u16, start_id: i64, acked: Arc<Mutex<Acked>>) {
-    let Ok((client, conn)) = tokio_postgres::connect(
-        &format!("host=127.0.0.1 port={port} user=weir dbname=weir"),
-        tokio_postgres::NoTls,
-    )
-    .await
-    else {
+    let Ok(client) = crate::process::connect_port(port).await else {
         return;
     };
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
     let mut id = start_id;
     loop {
         let g = id % 7;

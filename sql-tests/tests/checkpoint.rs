@@ -538,13 +538,7 @@ async fn a_slow_operator_shows_as_backpressure_upstream() {
     let writer = tokio::spawn({
         let port = server.port;
         async move {
-            let (c, conn) = tokio_postgres::connect(
-                &format!("host=127.0.0.1 port={port} user=weir dbname=weir"),
-                tokio_postgres::NoTls,
-            )
-            .await
-            .unwrap();
-            tokio::spawn(conn);
+            let c = weir_sql_tests::process::connect_port(port).await.unwrap();
             for i in 0..400 {
                 c.batch_execute(&format!("INSERT INTO t VALUES ({i}, {}, 1)", i % 5))
                     .await

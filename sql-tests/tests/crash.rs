@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use weir_sql_tests::workload::{check, stream_writes, table_state, Acked, SCHEMA};
+use weir_sql_tests::workload::{check, settle, stream_writes, Acked, SCHEMA};
 use weir_sql_tests::WeirProcess;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -41,18 +41,7 @@ async fn crash_rounds(config: &str) {
             "round {round}: only {n} writes were acknowledged before the kill"
         );
         server.restart().await;
-        let snapshot = {
-            let a = acked.lock().unwrap();
-            Acked {
-                rows: a.rows.clone(),
-                in_flight: a.in_flight,
-            }
-        };
-        check(&server, &snapshot).await;
-        // Settle the in-flight statement: whatever landed is now the truth.
-        let table = table_state(&server.connect().await).await;
-        let mut a = acked.lock().unwrap();
-        a.rows = table;
-        a.in_flight = None;
+        check(&server, &Acked::snapshot(&acked)).await;
+        settle(&server, &acked).await;
     }
 }

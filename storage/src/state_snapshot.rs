@@ -50,19 +50,6 @@ impl DeltaData {
             DeltaData::Rows(r) => r.iter().all(|(ops, _)| ops.is_empty()),
         }
     }
-    /// Appends `other` (later changes) to `self`. Both must be of the same kind.
-    pub fn extend(&mut self, other: DeltaData) -> Result<()> {
-        match (self, other) {
-            (DeltaData::Keyed(a), DeltaData::Keyed(b)) => a.extend(b),
-            (DeltaData::Rows(a), DeltaData::Rows(b)) => a.extend(b),
-            _ => {
-                return Err(StorageError::Corrupt(
-                    "mixed state kinds for one uid".into(),
-                ))
-            }
-        }
-        Ok(())
-    }
 }
 
 /// The state an operator hands over at a checkpoint barrier, under its uid.

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 use weir_storage::checkpoint_meta::{CheckpointMetadata, UidState};
 use weir_storage::object_storage::ObjectStorage;
@@ -92,6 +92,10 @@ pub struct CheckpointCoordinator {
     max_parallelism: u32,
     /// Handle to ourselves for timers.
     me: Weak<Self>,
+}
+
+fn elapsed_ms(since: Instant) -> u64 {
+    since.elapsed().as_millis() as u64
 }
 
 fn now_ms() -> i64 {
@@ -254,7 +258,7 @@ impl CheckpointCoordinator {
                 .in_progress_checkpoints
                 .with_label_values(&[j.name.as_str()])
                 .set((j.in_progress.len() + j.uploading) as i64);
-            self.history.lock().upsert(CheckpointRecord {
+            self.history.lock().push(CheckpointRecord {
                 id: epoch,
                 job: id,
                 job_name: j.name.clone(),
@@ -319,7 +323,13 @@ impl CheckpointCoordinator {
         };
         if let Some(reason) = p.declined {
             let _ = j.worker.send(WorkerMsg::Carry(p.parts));
-            self.fail(id, j, epoch, p.started, format!("declined: {reason}"));
+            self.fail(
+                id,
+                j,
+                epoch,
+                elapsed_ms(p.started),
+                format!("declined: {reason}"),
+            );
             return;
         }
         j.uploading += 1;
@@ -345,13 +355,13 @@ impl CheckpointCoordinator {
                 id,
                 j,
                 epoch,
-                p.started,
+                elapsed_ms(p.started),
                 "checkpoint expired before completing".into(),
             );
         }
     }
 
-    fn fail(&self, id: u64, j: &mut JobEntry, epoch: Epoch, started: Instant, reason: String) {
+    fn fail(&self, id: u64, j: &mut JobEntry, epoch: Epoch, duration_ms: u64, reason: String) {
         tracing::warn!(job = %j.name, epoch, %reason, "checkpoint failed");
         let m = metrics();
         m.failed_checkpoints
@@ -362,7 +372,7 @@ impl CheckpointCoordinator {
             .set((j.in_progress.len() + j.uploading) as i64);
         self.history.lock().update(id, epoch, |r| {
             r.status = CheckpointStatus::Failed;
-            r.duration_ms = Some(started.elapsed().as_millis() as u64);
+            r.duration_ms = Some(duration_ms);
             r.failure = Some(reason.clone());
         });
         j.consecutive_failures += 1;
@@ -414,8 +424,7 @@ impl CheckpointCoordinator {
                 self.progress.send_modify(|v| *v += 1);
             }
             Err(reason) => {
-                let started = Instant::now() - Duration::from_millis(done.duration_ms);
-                self.fail(done.job, j, done.epoch, started, reason);
+                self.fail(done.job, j, done.epoch, done.duration_ms, reason);
             }
         }
     }

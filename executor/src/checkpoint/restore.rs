@@ -5,13 +5,13 @@
 //! `checkpointRestoreFallbacks` metric, and the one before it is tried.
 
 use super::coordinator::JobStart;
-use super::uploader::{merge_chain, metadata_key};
+use super::uploader::metadata_key;
 use crate::barrier::Epoch;
 use crate::metrics::metrics;
 use std::collections::HashMap;
-use weir_storage::checkpoint_meta::{self, CheckpointMetadata};
+use weir_storage::checkpoint_meta::{self, CheckpointMetadata, UidState};
 use weir_storage::object_storage::ObjectStorage;
-use weir_storage::state_snapshot::{self, DeltaData, RowChange};
+use weir_storage::state_snapshot::{self, DeltaData, RowChange, StateKind};
 
 /// A live keyed-state entry: `(key_group, key, value)`.
 pub type KeyedRow = (u32, Vec<u8>, Vec<u8>);
@@ -54,43 +54,50 @@ async fn read_metadata(
     Ok(CheckpointMetadata::from_bytes(&bytes)?)
 }
 
+/// Reads a uid's chain of state files, checking each against its handle.
+pub(crate) async fn read_chain(
+    storage: &ObjectStorage,
+    u: &UidState,
+) -> crate::Result<Vec<DeltaData>> {
+    let mut datas = Vec::with_capacity(u.files.len());
+    for f in &u.files {
+        let bytes = storage.get(&f.path).await?.ok_or_else(|| {
+            crate::ExecError::Internal(format!("state file {} is missing", f.path))
+        })?;
+        checkpoint_meta::verify(f, &bytes)?;
+        datas.push(state_snapshot::decode(u.kind, &bytes)?);
+    }
+    Ok(datas)
+}
+
 async fn load(storage: &ObjectStorage, meta: CheckpointMetadata) -> crate::Result<RestoredJob> {
     let mut keyed = HashMap::new();
     let mut rows = HashMap::new();
     for u in &meta.state {
-        let mut datas = Vec::with_capacity(u.files.len());
-        for f in &u.files {
-            let bytes = storage.get(&f.path).await?.ok_or_else(|| {
-                crate::ExecError::Internal(format!("state file {} is missing", f.path))
-            })?;
-            checkpoint_meta::verify(f, &bytes)?;
-            datas.push(state_snapshot::decode(u.kind, &bytes)?);
-        }
-        if u.kind == weir_storage::state_snapshot::StateKind::Rows {
+        let datas = read_chain(storage, u).await?;
+        match u.kind {
             // Rows are applied change by change by the store that loads them: merging
             // the chain first would hash every row twice.
-            let changes = datas
-                .into_iter()
-                .flat_map(|d| match d {
-                    DeltaData::Rows(r) => r,
-                    DeltaData::Keyed(_) => vec![],
-                })
-                .collect();
-            rows.insert(u.uid.clone(), changes);
-            continue;
-        }
-        match tokio::task::block_in_place(|| merge_chain(u.kind, datas))? {
-            DeltaData::Keyed(entries) => {
-                keyed.insert(
-                    u.uid.clone(),
-                    entries
-                        .into_iter()
-                        .filter_map(|(kg, k, v)| v.map(|v| (kg, k, v)))
-                        .collect(),
-                );
-            }
-            DeltaData::Rows(changes) => {
+            StateKind::Rows => {
+                let changes = datas
+                    .into_iter()
+                    .flat_map(|d| match d {
+                        DeltaData::Rows(r) => r,
+                        DeltaData::Keyed(_) => vec![],
+                    })
+                    .collect();
                 rows.insert(u.uid.clone(), changes);
+            }
+            StateKind::Keyed => {
+                let files = datas
+                    .into_iter()
+                    .map(|d| match d {
+                        DeltaData::Keyed(e) => e,
+                        DeltaData::Rows(_) => vec![],
+                    })
+                    .collect();
+                let live = tokio::task::block_in_place(|| state_snapshot::merge_keyed(files));
+                keyed.insert(u.uid.clone(), live);
             }
         }
     }

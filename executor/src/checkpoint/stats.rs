@@ -44,15 +44,8 @@ pub struct CheckpointHistory {
 const KEEP: usize = 1000;
 
 impl CheckpointHistory {
-    pub fn upsert(&mut self, r: CheckpointRecord) {
-        if let Some(existing) = self
-            .records
-            .iter_mut()
-            .find(|x| x.id == r.id && x.job == r.job)
-        {
-            *existing = r;
-            return;
-        }
+    /// A new checkpoint of a job (ids are epochs: never reused for one job).
+    pub fn push(&mut self, r: CheckpointRecord) {
         self.records.push_back(r);
         while self.records.len() > KEEP {
             self.records.pop_front();
@@ -60,7 +53,13 @@ impl CheckpointHistory {
     }
 
     pub fn update(&mut self, job: u64, id: Epoch, f: impl FnOnce(&mut CheckpointRecord)) {
-        if let Some(r) = self.records.iter_mut().find(|x| x.id == id && x.job == job) {
+        // Newest first: updates concern checkpoints in progress.
+        if let Some(r) = self
+            .records
+            .iter_mut()
+            .rev()
+            .find(|x| x.id == id && x.job == job)
+        {
             f(r);
         }
     }

@@ -12,7 +12,7 @@
 use super::config::CheckpointConfig;
 use super::coordinator::JobStart;
 use crate::barrier::Epoch;
-use crate::chunk::{Op, StreamChunk};
+use crate::chunk::StreamChunk;
 use crate::store::RowMultiset;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashSet, VecDeque};
@@ -239,7 +239,7 @@ impl JobUploader {
                     || (u.files.len() > 1 && deltas > base.max(COMPACT_MIN_BYTES))
             };
             if needs {
-                let (bytes, _) = self.materialize(u).await?;
+                let bytes = self.materialize(u).await?;
                 let key = format!(
                     "checkpoints/{}/shared/{}/{epoch:020}.base",
                     self.job,
@@ -278,19 +278,12 @@ impl JobUploader {
     }
 
     /// Reads a uid's chain back and merges it into one base file.
-    async fn materialize(&self, u: &UidState) -> crate::Result<(Vec<u8>, u64)> {
-        let mut datas = Vec::with_capacity(u.files.len());
-        for f in &u.files {
-            let bytes = self.storage.get(&f.path).await?.ok_or_else(|| {
-                crate::ExecError::Internal(format!("missing state file {}", f.path))
-            })?;
-            checkpoint_meta::verify(f, &bytes)?;
-            datas.push(state_snapshot::decode(u.kind, &bytes)?);
-        }
+    async fn materialize(&self, u: &UidState) -> crate::Result<Vec<u8>> {
+        let datas = super::restore::read_chain(&self.storage, u).await?;
         let merged = tokio::task::block_in_place(|| merge_chain(u.kind, datas))?;
-        let bytes = tokio::task::block_in_place(|| state_snapshot::encode(&merged))?;
-        let n = bytes.len() as u64;
-        Ok((bytes, n))
+        Ok(tokio::task::block_in_place(|| {
+            state_snapshot::encode(&merged)
+        })?)
     }
 
     /// Drops checkpoints beyond `num-retained`, then every file only they referenced.
@@ -332,7 +325,7 @@ fn chrono_now_ms() -> i64 {
 
 /// Merges a chain of decoded files into one: last write wins for keyed state,
 /// multiplicities add up for rows.
-pub fn merge_chain(kind: StateKind, datas: Vec<DeltaData>) -> crate::Result<DeltaData> {
+fn merge_chain(kind: StateKind, datas: Vec<DeltaData>) -> crate::Result<DeltaData> {
     match kind {
         StateKind::Keyed => {
             let files = datas
@@ -360,15 +353,7 @@ pub fn merge_chain(kind: StateKind, datas: Vec<DeltaData>) -> crate::Result<Delt
                         Some(s) => s,
                         None => set.insert(RowMultiset::new(batch.schema())?),
                     };
-                    let ops = codes
-                        .iter()
-                        .map(|c| {
-                            Op::from_code(*c).ok_or_else(|| {
-                                crate::ExecError::Internal("bad op in checkpoint file".into())
-                            })
-                        })
-                        .collect::<crate::Result<Vec<_>>>()?;
-                    set.apply(&StreamChunk::new(ops, batch))?;
+                    set.apply(&StreamChunk::from_op_codes(&codes, batch)?)?;
                 }
             }
             match set {

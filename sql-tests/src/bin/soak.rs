@@ -9,7 +9,7 @@
 use rand::Rng;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use weir_sql_tests::workload::{check, stream_writes, table_state, Acked, SCHEMA};
+use weir_sql_tests::workload::{check, settle, stream_writes, Acked, SCHEMA};
 use weir_sql_tests::WeirProcess;
 
 fn arg(name: &str) -> Option<String> {
@@ -51,13 +51,15 @@ async fn main() {
         let _ = writer.await;
         let restart = Instant::now();
         server.restart().await;
-        let snapshot = {
-            let a = acked.lock().unwrap();
-            Acked {
-                rows: a.rows.clone(),
-                in_flight: a.in_flight,
-            }
-        };
+        // Serving again: the first query answered (recovery runs before it is).
+        server
+            .connect()
+            .await
+            .simple_query("SELECT 1")
+            .await
+            .expect("first query after restart");
+        let serving_ms = restart.elapsed().as_millis();
+        let snapshot = Acked::snapshot(&acked);
         let outcome = tokio::spawn({
             let port = server.port;
             let data = server.data_dir.clone();
@@ -67,8 +69,7 @@ async fn main() {
             }
         })
         .await;
-        let serving_ms = restart.elapsed().as_millis();
-        let rows = snapshot_len(&acked);
+        let rows = acked.lock().unwrap().rows.len();
         match outcome {
             Ok(()) => {
                 passed += 1;
@@ -76,11 +77,7 @@ async fn main() {
             }
             Err(e) => println!("round {}: FAILED: {e}", round + 1),
         }
-        // Whatever landed (including the in-flight statement) is now the truth.
-        let table = table_state(&server.connect().await).await;
-        let mut a = acked.lock().unwrap();
-        a.rows = table;
-        a.in_flight = None;
+        settle(&server, &acked).await;
     }
     println!(
         "{passed} / {rounds} rounds passed ({:.0} s, checkpoint interval {interval}, parallelism {parallelism})",
@@ -89,8 +86,4 @@ async fn main() {
     if passed != rounds {
         std::process::exit(1);
     }
-}
-
-fn snapshot_len(acked: &Arc<Mutex<Acked>>) -> usize {
-    acked.lock().unwrap().rows.len()
 }
