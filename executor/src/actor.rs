@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{Receiver, UnboundedSender};
-use weir_storage::state_snapshot::StateDelta;
+use weir_storage::state_snapshot::{DeltaData, StateDelta};
 
 pub type ActorId = u64;
 
@@ -117,6 +117,66 @@ impl ActorOutput {
             ActorOutput::Hub { hub, index } => hub.publish(*index, msg).await,
         }
     }
+
+    /// Passes an unaligned cut on inside the job. Other jobs reading the hub cut at
+    /// the checkpoint barrier itself.
+    async fn send_cut(&self, barrier: &Barrier) -> Result<()> {
+        match self {
+            ActorOutput::Exchange(d) => d.dispatch_cut(barrier).await,
+            ActorOutput::Hub { .. } => Ok(()),
+        }
+    }
+}
+
+/// Waits for the next event: a lane barrier first, then the alignment timeout, then
+/// any readable input. `None` when nothing can ever arrive again.
+async fn next_event(
+    inputs: &mut [Receiver<Message>],
+    readable: &[usize],
+    lane: Option<&mut tokio::sync::mpsc::UnboundedReceiver<Barrier>>,
+    timeout_at: Option<Instant>,
+) -> Option<Event> {
+    let input = async {
+        if readable.is_empty() {
+            return std::future::pending::<Option<Event>>().await;
+        }
+        if inputs.len() == 1 {
+            return Some(Event::Input(0, inputs[0].recv().await, false));
+        }
+        let futs: Vec<_> = inputs
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| readable.contains(i))
+            .map(|(i, rx)| Box::pin(async move { (i, rx.recv().await) }))
+            .collect();
+        let ((i, m), _, _) = select_all(futs).await;
+        Some(Event::Input(i, m, false))
+    };
+    let has_lane = lane.is_some();
+    if readable.is_empty() && !has_lane && timeout_at.is_none() {
+        return None;
+    }
+    let lane_next = async {
+        match lane {
+            Some(l) => match l.recv().await {
+                Some(b) => Some(b),
+                None => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    };
+    let timer = async {
+        match timeout_at {
+            Some(t) => tokio::time::sleep_until(t.into()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        b = lane_next => b.map(Event::Lane),
+        _ = timer => Some(Event::AlignmentTimeout),
+        e = input => e,
+    }
 }
 
 pub struct Actor {
@@ -180,6 +240,41 @@ impl ActorClock {
     }
 }
 
+/// An unaligned checkpoint in progress at one actor.
+struct Cut {
+    barrier: Barrier,
+    /// When its first copy (lane or marker) arrived.
+    first_arrival: Instant,
+    /// The operators' state at the cut; `None` while still aligning (only with an
+    /// `aligned-checkpoint-timeout`).
+    state: Option<std::result::Result<Vec<StateDelta>, String>>,
+    alignment_ms: u64,
+    /// Inputs whose marker has not arrived yet.
+    waiting: Vec<bool>,
+    /// Per input: the chunks received after the cut and before the marker, i.e. the
+    /// data the barrier overtook.
+    inflight: Vec<Vec<StreamChunk>>,
+}
+
+/// What woke the actor up.
+enum Event {
+    Lane(Barrier),
+    /// A message from input `i`; `true` when it came from the stash.
+    Input(usize, Option<Message>, bool),
+    /// The aligned phase of a checkpoint timed out: switch to unaligned.
+    AlignmentTimeout,
+}
+
+/// Settings of an actor whose job runs unaligned checkpoints.
+pub struct UnalignedSetup {
+    pub lane: tokio::sync::mpsc::UnboundedReceiver<Barrier>,
+    /// `execution.checkpointing.aligned-checkpoint-timeout`: zero cuts at the first
+    /// arrival; otherwise the actor first aligns on the markers for this long.
+    pub aligned_timeout: Duration,
+    /// Uid prefix of this actor's overtaken data: `<prefix>.i<input>`.
+    pub inflight_uid: String,
+}
+
 impl Actor {
     /// The loop. Inputs deliver barriers in epoch order; `seen[i]` counts the barriers
     /// input `i` delivered and `done` those this actor processed. Barrier `done + 1`
@@ -187,7 +282,14 @@ impl Actor {
     /// input that already delivered it is not read meanwhile (alignment); in
     /// at-least-once mode it is, so records after the barrier may be counted in the
     /// snapshot and replayed again after a restore.
-    pub async fn run(mut self) {
+    ///
+    /// Unaligned checkpoints decouple the checkpoint from that alignment: the
+    /// barrier's copy on the priority lane triggers the snapshot at once (after
+    /// `on_checkpoint_cut`), the cut is passed on downstream, and every chunk that
+    /// still arrives on an input before that input's marker is both processed and
+    /// recorded as in-flight data of the checkpoint. The data barrier keeps its role of
+    /// committing the epoch for readers, aligned as before.
+    pub async fn run(mut self, mut unaligned: Option<UnalignedSetup>, initial: Vec<StreamChunk>) {
         let n = self.inputs.len();
         let mut open = vec![true; n];
         let mut seen = vec![0usize; n];
@@ -195,40 +297,84 @@ impl Actor {
         let mut pending: VecDeque<(Barrier, Instant)> = VecDeque::new();
         let mut clock = ActorClock::new(&self.job_name, self.id);
         let align = self.mode == CheckpointMode::ExactlyOnce;
+        let mut cut: Option<Cut> = None;
+        let mut last_cut: u64 = 0;
+        // Data an unaligned checkpoint overtook: processed before anything new.
+        for chunk in initial {
+            if let Err(e) = self.on_chunk(chunk, &mut clock).await {
+                self.health.fail(e.to_string());
+            }
+        }
+        // Messages taken off a channel early (while a cut waits for its markers), in
+        // channel order; read before the channel itself. `None`: the channel closed.
+        let mut stash: Vec<VecDeque<Option<Message>>> = vec![VecDeque::new(); n];
+        let mut rotate = 0usize;
         loop {
+            if let Some(c) = &mut cut {
+                self.drain_overtaken(c, &mut stash);
+            }
+            self.advance_cut(&mut cut, &mut last_cut, &unaligned, &stash, &mut clock)
+                .await;
             let waited = Instant::now();
-            let (idx, msg) = if n == 1 {
-                (0, self.inputs[0].recv().await)
-            } else {
-                let futs: Vec<_> = self
-                    .inputs
-                    .iter_mut()
-                    .enumerate()
-                    .filter(|(i, _)| open[*i] && !(align && seen[*i] > done))
-                    .map(|(i, rx)| Box::pin(async move { (i, rx.recv().await) }))
-                    .collect();
-                if futs.is_empty() {
-                    return;
+            let aligning_cut = cut.as_ref().filter(|c| c.state.is_none());
+            let readable: Vec<usize> = (0..n)
+                .filter(|&i| open[i] && !(align && seen[i] > done))
+                .filter(|&i| !aligning_cut.is_some_and(|c| !c.waiting[i]))
+                .collect();
+            let timeout_at = match (aligning_cut, &unaligned) {
+                (Some(c), Some(u)) => Some(c.first_arrival + u.aligned_timeout),
+                _ => None,
+            };
+            rotate = rotate.wrapping_add(1);
+            let stashed = (0..n)
+                .map(|k| (k + rotate) % n)
+                .find(|i| readable.contains(i) && !stash[*i].is_empty());
+            // The lane goes first, also ahead of stashed data.
+            let lane_now = unaligned.as_mut().and_then(|u| u.lane.try_recv().ok());
+            let event = match (lane_now, stashed) {
+                (Some(b), _) => Some(Event::Lane(b)),
+                (None, Some(i)) => Some(Event::Input(i, stash[i].pop_front().flatten(), true)),
+                (None, None) => {
+                    let lane = unaligned.as_mut().map(|u| &mut u.lane);
+                    next_event(&mut self.inputs, &readable, lane, timeout_at).await
                 }
-                select_all(futs).await.0
             };
             clock.idle += waited.elapsed();
-            match msg {
-                None => {
+            let Some(event) = event else {
+                return;
+            };
+            match event {
+                Event::Lane(b) => {
+                    if b.checkpoints(self.job) && b.epoch > last_cut && cut.is_none() {
+                        cut = Some(self.begin_cut(b, &open));
+                    }
+                }
+                Event::AlignmentTimeout => {}
+                Event::Input(idx, None, _) => {
                     open[idx] = false;
+                    if let Some(c) = &mut cut {
+                        c.waiting[idx] = false;
+                    }
                     if !open.iter().any(|o| *o) {
                         return;
                     }
                 }
-                Some(Message::Chunk(chunk)) => {
+                Event::Input(idx, Some(Message::Chunk(chunk)), stashed) => {
                     let started = Instant::now();
                     clock.records_in.inc_by(chunk.len() as u64);
+                    // Stashed chunks were recorded when they were taken off the channel.
+                    if let Some(c) = cut
+                        .as_mut()
+                        .filter(|c| !stashed && c.state.is_some() && c.waiting[idx])
+                    {
+                        c.inflight[idx].push(chunk.clone());
+                    }
                     if let Err(e) = self.on_chunk(chunk, &mut clock).await {
                         self.health.fail(e.to_string());
                     }
                     clock.busy += started.elapsed();
                 }
-                Some(Message::Watermark(w)) => {
+                Event::Input(_, Some(Message::Watermark(w)), _) => {
                     if n == 1 && self.health.failure().is_none() {
                         let mut w = Some(w);
                         for op in &mut self.chain {
@@ -242,13 +388,24 @@ impl Actor {
                         }
                     }
                 }
-                Some(Message::Barrier(b)) => {
+                Event::Input(idx, Some(Message::Marker(b)), _) => {
+                    // A marker can beat its lane copy: then it starts the cut.
+                    if b.epoch > last_cut && cut.is_none() {
+                        cut = Some(self.begin_cut(b.clone(), &open));
+                    }
+                    if let Some(c) = cut.as_mut().filter(|c| c.barrier.epoch == b.epoch) {
+                        c.waiting[idx] = false;
+                    }
+                }
+                Event::Input(idx, Some(Message::Barrier(b)), _) => {
                     seen[idx] += 1;
                     if seen[idx] > done + pending.len() {
                         pending.push_back((b, Instant::now()));
                     }
                 }
             }
+            self.advance_cut(&mut cut, &mut last_cut, &unaligned, &stash, &mut clock)
+                .await;
             // Process every barrier that all open inputs have delivered.
             while !pending.is_empty() && open.iter().zip(&seen).all(|(o, s)| !*o || *s > done) {
                 let (b, first_arrival) = pending.pop_front().expect("non-empty");
@@ -258,13 +415,169 @@ impl Actor {
                     .alignment_time
                     .with_label_values(&[&clock.labels[0], &clock.labels[1]])
                     .set(alignment_ms as i64);
-                let stop = self.on_barrier(b, alignment_ms, &mut clock).await;
+                let snapshot_here = unaligned.is_none();
+                let stop = self
+                    .on_barrier(b, alignment_ms, snapshot_here, &mut clock)
+                    .await;
                 clock.publish();
                 if stop {
                     return;
                 }
             }
         }
+    }
+
+    /// Takes the cut when it is due, and reports it once every marker is in.
+    async fn advance_cut(
+        &mut self,
+        cut: &mut Option<Cut>,
+        last_cut: &mut u64,
+        unaligned: &Option<UnalignedSetup>,
+        stash: &[VecDeque<Option<Message>>],
+        clock: &mut ActorClock,
+    ) {
+        let Some(c) = cut else {
+            return;
+        };
+        let all_in = !c.waiting.iter().any(|w| *w);
+        let timed_out = unaligned
+            .as_ref()
+            .is_some_and(|u| c.first_arrival.elapsed() >= u.aligned_timeout);
+        if c.state.is_none() && (all_in || timed_out) {
+            self.take_cut(c, clock).await;
+            // Chunks taken off a channel earlier and not processed yet precede the
+            // cut on their input: they are overtaken data too, ahead of what follows.
+            for (i, queued) in stash.iter().enumerate() {
+                let mut overtaken: Vec<StreamChunk> = queued
+                    .iter()
+                    .filter_map(|m| match m {
+                        Some(Message::Chunk(chunk)) => Some(chunk.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                overtaken.append(&mut c.inflight[i]);
+                c.inflight[i] = overtaken;
+            }
+        }
+        if c.state.is_some() && all_in {
+            let c = cut.take().expect("cut in progress");
+            *last_cut = c.barrier.epoch;
+            let prefix = unaligned
+                .as_ref()
+                .map(|u| u.inflight_uid.as_str())
+                .unwrap_or_default();
+            self.finish_cut(c, prefix);
+        }
+    }
+
+    /// After the cut, takes whatever is already queued on the inputs still waiting for
+    /// their marker, without processing it: that is the data the barrier overtook. It
+    /// is recorded now and processed later from the stash, in order. Emptying the
+    /// queues is what lets the markers (and the upstream actors) through quickly under
+    /// backpressure, so the checkpoint does not wait for the queued data to be
+    /// processed.
+    fn drain_overtaken(&mut self, c: &mut Cut, stash: &mut [VecDeque<Option<Message>>]) {
+        if c.state.is_none() {
+            return;
+        }
+        for (i, rx) in self.inputs.iter_mut().enumerate() {
+            while c.waiting[i] {
+                match rx.try_recv() {
+                    Ok(Message::Marker(b)) if b.epoch == c.barrier.epoch => c.waiting[i] = false,
+                    Ok(m) => {
+                        if let Message::Chunk(chunk) = &m {
+                            c.inflight[i].push(chunk.clone());
+                        }
+                        stash[i].push_back(Some(m));
+                    }
+                    Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                    Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
+                        c.waiting[i] = false;
+                        stash[i].push_back(None);
+                    }
+                }
+            }
+        }
+    }
+
+    fn begin_cut(&self, barrier: Barrier, open: &[bool]) -> Cut {
+        tracing::debug!(actor = self.id, epoch = barrier.epoch, "unaligned cut begins");
+        Cut {
+            barrier,
+            first_arrival: Instant::now(),
+            state: None,
+            alignment_ms: 0,
+            waiting: open.to_vec(),
+            inflight: vec![Vec::new(); open.len()],
+        }
+    }
+
+    /// The cut itself: deferred output out, state snapshot, then the cut passed on
+    /// downstream (lanes first, then markers after the output it follows).
+    async fn take_cut(&mut self, c: &mut Cut, clock: &mut ActorClock) {
+        c.alignment_ms = c.first_arrival.elapsed().as_millis() as u64;
+        if self.health.failure().is_none() {
+            if let Err(e) = self.run_chain_cut(clock).await {
+                self.health.fail(e.to_string());
+            }
+        }
+        c.state = Some(match self.health.failure() {
+            Some(reason) => Err(reason),
+            None => self.snapshot_chain(),
+        });
+        if self.output.send_cut(&c.barrier).await.is_err() {
+            tracing::debug!(actor = self.id, "downstream gone while passing a cut");
+        }
+    }
+
+    fn finish_cut(&mut self, c: Cut, inflight_prefix: &str) {
+        tracing::debug!(
+            actor = self.id,
+            epoch = c.barrier.epoch,
+            overtaken_chunks = c.inflight.iter().map(Vec::len).sum::<usize>(),
+            since_first_arrival_ms = c.first_arrival.elapsed().as_millis() as u64,
+            "unaligned cut complete"
+        );
+        let result = c.state.expect("cut taken").map(|mut deltas| {
+            for (i, chunks) in c.inflight.into_iter().enumerate() {
+                if !chunks.is_empty() {
+                    deltas.push(StateDelta {
+                        uid: format!("{inflight_prefix}.i{i}"),
+                        data: DeltaData::Rows(
+                            chunks
+                                .into_iter()
+                                .map(|c| (c.op_codes(), c.batch))
+                                .collect(),
+                        ),
+                    });
+                }
+            }
+            deltas
+        });
+        let _ = self.checkpoints.send(CheckpointPart {
+            epoch: c.barrier.epoch,
+            job: self.job,
+            actor: self.id,
+            result,
+            alignment_ms: c.alignment_ms,
+        });
+    }
+
+    async fn run_chain_cut(&mut self, clock: &mut ActorClock) -> Result<()> {
+        let mut carried: Vec<StreamChunk> = Vec::new();
+        for op in &mut self.chain {
+            let mut next = Vec::new();
+            for c in carried {
+                guard(|| op.process_chunk(c, &mut next))?;
+            }
+            guard(|| op.on_checkpoint_cut(&mut next))?;
+            carried = next;
+        }
+        for c in carried {
+            clock.records_out.inc_by(c.len() as u64);
+            self.output.send(Message::Chunk(c)).await?;
+        }
+        Ok(())
     }
 
     async fn on_chunk(&mut self, chunk: StreamChunk, clock: &mut ActorClock) -> Result<()> {
@@ -298,6 +611,7 @@ impl Actor {
         &mut self,
         barrier: Barrier,
         alignment_ms: u64,
+        snapshot_here: bool,
         clock: &mut ActorClock,
     ) -> bool {
         if self.health.failure().is_none() {
@@ -305,7 +619,7 @@ impl Actor {
                 self.health.fail(e.to_string());
             }
         }
-        if barrier.checkpoints(self.job) {
+        if snapshot_here && barrier.checkpoints(self.job) {
             let result = match self.health.failure() {
                 Some(reason) => Err(reason),
                 None => self.snapshot_chain(),

@@ -59,5 +59,10 @@ pub struct Watermark {
 pub enum Message {
     Chunk(StreamChunk),
     Barrier(Barrier),
+    /// Unaligned checkpoints: where the sender cut checkpoint `barrier` in this channel.
+    /// The receiver took its snapshot when the barrier overtook the queue on the
+    /// priority lane; the chunks it receives on this channel up to the marker are the
+    /// data the barrier overtook, stored with the checkpoint (see [`crate::actor`]).
+    Marker(Barrier),
     Watermark(Watermark),
 }

@@ -1,12 +1,12 @@
 //! Turning a [`StreamGraph`] into running actors: channels for every exchange edge,
 //! subscriptions to upstream hubs, and the backfill of existing upstream rows.
 
-use crate::actor::{Actor, ActorOutput, JobHealth};
-use crate::barrier::Message;
+use crate::actor::{Actor, ActorOutput, JobHealth, UnalignedSetup};
+use crate::barrier::{Barrier, Message};
 use crate::checkpoint::restore::{load_latest, RestoredJob};
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
-use crate::exchange::{Dispatcher, ExchangeKind, CHANNEL_CAPACITY};
+use crate::exchange::{Dispatcher, ExchangeKind, PriorityLane, CHANNEL_CAPACITY};
 use crate::graph::{FragmentInput, OperatorSpec, StreamGraph};
 use crate::hub::{RelationHub, Subscription};
 use crate::operator::Operator;
@@ -20,7 +20,7 @@ use crate::store::RelationStore;
 use arrow::array::RecordBatch;
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::sync::mpsc::{self, Receiver, Sender};
+use tokio::sync::mpsc::{self, Receiver, Sender, UnboundedReceiver};
 use weir_storage::{KeyGroup, KeyGroupRange, StateKey, WriteBatch};
 
 /// Rows per chunk when backfilling a new view from existing contents.
@@ -37,6 +37,17 @@ fn connect_to_all(downstream_inputs: &mut [Vec<Receiver<Message>>]) -> Vec<Sende
             tx
         })
         .collect()
+}
+
+/// The uid prefix of the data an unaligned checkpoint overtook at one actor.
+pub(crate) fn inflight_uid(view: &str, fragment: usize, actor: usize) -> String {
+    format!("{view}.inflight.f{fragment}a{actor}")
+}
+
+/// True for the uids of overtaken data: they belong to one checkpoint only (replaced,
+/// never chained or carried).
+pub(crate) fn is_inflight_uid(uid: &str) -> bool {
+    uid.contains(".inflight.f")
 }
 
 /// Uids of the keyed state a graph's operators keep.
@@ -164,6 +175,21 @@ pub(crate) async fn deploy_view(
         .iter()
         .map(|&c| (0..c).map(|_| None).collect())
         .collect();
+    // Unaligned checkpoints: one priority lane per actor.
+    let unaligned = spec.config.checkpoint.unaligned;
+    let mut lane_tx: Vec<Vec<PriorityLane>> = Vec::new();
+    let mut lane_rx: Vec<Vec<Option<UnboundedReceiver<Barrier>>>> = Vec::new();
+    for &c in &counts {
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..c)
+            .filter(|_| unaligned)
+            .map(|_| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                (tx, Some(rx))
+            })
+            .unzip();
+        lane_tx.push(txs);
+        lane_rx.push(rxs);
+    }
     let mut subscriptions: Vec<(String, Subscription)> = Vec::new();
     let mut backfill: Vec<(Vec<Sender<Message>>, Vec<StreamChunk>)> = Vec::new();
     let mut upstream_names = Vec::new();
@@ -184,9 +210,10 @@ pub(crate) async fn deploy_view(
                     };
                     for out in outputs[fi].iter_mut() {
                         let senders = connect_to_all(&mut receivers[gi]);
-                        *out = Some(ActorOutput::Exchange(Dispatcher::new(
-                            exchange, &key_types, senders, max_p,
-                        )?));
+                        *out = Some(ActorOutput::Exchange(
+                            Dispatcher::new(exchange, &key_types, senders, max_p)?
+                                .with_lanes(lane_tx[gi].clone()),
+                        ));
                     }
                 }
                 FragmentInput::Relation(rel_name) => {
@@ -214,12 +241,11 @@ pub(crate) async fn deploy_view(
                         if u == 0 {
                             first = senders.clone();
                         }
-                        per_upstream.push(Dispatcher::new(
-                            &ExchangeKind::RoundRobin,
-                            &[],
-                            senders,
-                            max_p,
-                        )?);
+                        per_upstream.push(
+                            Dispatcher::new(&ExchangeKind::RoundRobin, &[], senders, max_p)?
+                                .with_lanes(lane_tx[gi].clone())
+                                .cutting_for(job),
+                        );
                     }
                     subscriptions.push((rel_name.clone(), Subscription { job, per_upstream }));
                     backfill.push((first, snapshot));
@@ -266,7 +292,29 @@ pub(crate) async fn deploy_view(
             let output = outputs[gi][d].take().ok_or_else(|| {
                 ExecError::Internal(format!("fragment {} has no consumer", frag.id))
             })?;
-            actors.push(Actor {
+            let prefix = inflight_uid(name, frag.id, d);
+            // Data the last checkpoint's barrier overtook at this actor, in input order.
+            let mut initial = Vec::new();
+            if let Some(r) = &restored {
+                let mine = format!("{prefix}.i");
+                let mut uids: Vec<&String> =
+                    r.rows.keys().filter(|u| u.starts_with(&mine)).collect();
+                uids.sort();
+                for uid in uids {
+                    for (codes, batch) in &r.rows[uid] {
+                        initial.push(StreamChunk::from_op_codes(codes, batch.clone())?);
+                    }
+                }
+            }
+            let setup = lane_rx[gi]
+                .get_mut(d)
+                .and_then(Option::take)
+                .map(|lane| UnalignedSetup {
+                    lane,
+                    aligned_timeout: spec.config.checkpoint.aligned_checkpoint_timeout,
+                    inflight_uid: prefix,
+                });
+            actors.push((Actor {
                 id: rt.next_actor_id(),
                 job,
                 job_name: job_name.clone(),
@@ -277,7 +325,7 @@ pub(crate) async fn deploy_view(
                 checkpoints: rt.checkpoints.part_sender(),
                 mode: spec.config.checkpoint.mode,
                 health: health.clone(),
-            });
+            }, setup, initial));
             total += 1;
         }
     }
@@ -297,8 +345,8 @@ pub(crate) async fn deploy_view(
         parallelism,
         restored.map(|r| r.start).unwrap_or_default(),
     );
-    for a in actors {
-        tokio::spawn(a.run());
+    for (a, setup, initial) in actors {
+        tokio::spawn(a.run(setup, initial));
     }
     for (senders, chunks) in backfill {
         for (i, chunk) in chunks.into_iter().enumerate() {

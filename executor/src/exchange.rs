@@ -7,14 +7,20 @@
 //! - `Single`: everything to one actor (global aggregates).
 //!
 //! Barriers and watermarks are broadcast to every destination.
+//!
+//! Unaligned checkpoints: each destination actor of an unaligned job has a *priority
+//! lane* (unbounded). [`Dispatcher::dispatch_cut`] sends the checkpoint barrier on the
+//! lanes, where it overtakes the queued data, and then a [`Message::Marker`] down each
+//! data channel to mark where the sender cut. A dispatcher at a job's source edge (a
+//! hub subscription) cuts at the checkpoint barrier itself.
 
-use crate::barrier::Message;
+use crate::barrier::{Barrier, Message};
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
 use arrow::datatypes::DataType;
 use arrow::row::{RowConverter, SortField};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tokio::sync::mpsc::Sender;
+use tokio::sync::mpsc::{Sender, UnboundedSender};
 use weir_storage::key_group::{key_hash, KeyGroup};
 
 /// Bounded channel capacity between two actors, in messages. Bounded channels are what
@@ -28,8 +34,16 @@ pub enum ExchangeKind {
     Single,
 }
 
+/// The priority lane of an actor that runs unaligned checkpoints.
+pub type PriorityLane = UnboundedSender<Barrier>;
+
 pub struct Dispatcher {
     senders: Vec<Sender<Message>>,
+    /// One per destination when the destinations run unaligned checkpoints, else empty.
+    lanes: Vec<PriorityLane>,
+    /// Set on a job's source edge: the job whose checkpoint barriers this dispatcher
+    /// cuts as it forwards them.
+    cuts_for_job: Option<u64>,
     route: Route,
 }
 
@@ -64,7 +78,53 @@ impl Dispatcher {
             ExchangeKind::RoundRobin if senders.len() > 1 => Route::RoundRobin(AtomicUsize::new(0)),
             _ => Route::Single,
         };
-        Ok(Self { senders, route })
+        Ok(Self {
+            senders,
+            lanes: Vec::new(),
+            cuts_for_job: None,
+            route,
+        })
+    }
+
+    /// The destinations' priority lanes (unaligned checkpoints), one per sender.
+    pub fn with_lanes(mut self, lanes: Vec<PriorityLane>) -> Self {
+        if lanes.len() == self.senders.len() {
+            self.lanes = lanes;
+        }
+        self
+    }
+
+    /// Makes this the source edge of `job`: its checkpoint barriers are cut here.
+    pub fn cutting_for(mut self, job: u64) -> Self {
+        self.cuts_for_job = Some(job);
+        self
+    }
+
+    /// Sends a checkpoint barrier ahead of the queued data (lanes only).
+    pub fn overtake(&self, barrier: &Barrier) {
+        if self.cuts_for_job.is_some_and(|job| barrier.checkpoints(job)) {
+            for lane in &self.lanes {
+                let _ = lane.send(barrier.clone());
+            }
+        }
+    }
+
+    /// Cuts checkpoint `barrier` here: the barrier on every lane, then a marker in
+    /// every data channel. A no-op for aligned destinations.
+    pub async fn dispatch_cut(&self, barrier: &Barrier) -> Result<()> {
+        if self.lanes.is_empty() {
+            return Ok(());
+        }
+        for lane in &self.lanes {
+            // A lane's actor that is gone will be noticed on the data channel.
+            let _ = lane.send(barrier.clone());
+        }
+        for s in &self.senders {
+            s.send(Message::Marker(barrier.clone()))
+                .await
+                .map_err(|_| ExecError::ChannelClosed)?;
+        }
+        Ok(())
     }
 
     pub fn len(&self) -> usize {
@@ -80,6 +140,11 @@ impl Dispatcher {
         match msg {
             Message::Chunk(chunk) => self.dispatch_chunk(chunk).await,
             other => {
+                if let (Message::Barrier(b), Some(job)) = (&other, self.cuts_for_job) {
+                    if b.checkpoints(job) {
+                        self.dispatch_cut(b).await?;
+                    }
+                }
                 for s in &self.senders {
                     s.send(other.clone())
                         .await

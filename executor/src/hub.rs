@@ -40,6 +40,18 @@ impl RelationHub {
         *guard = Arc::new(next);
     }
 
+    /// Sends a checkpoint barrier ahead of the data queued towards subscribers that run
+    /// unaligned checkpoints (called where the barrier enters the source, before the
+    /// relation's own queue).
+    pub fn overtake(&self, barrier: &crate::barrier::Barrier) {
+        let subs = self.subscriptions.read().clone();
+        for sub in subs.iter() {
+            for d in &sub.per_upstream {
+                d.overtake(barrier);
+            }
+        }
+    }
+
     /// Delivers a message from upstream actor `upstream` to every subscriber. A
     /// subscriber that has gone away (its view was dropped) is skipped.
     pub async fn publish(&self, upstream: usize, msg: Message) -> Result<()> {

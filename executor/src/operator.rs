@@ -27,7 +27,15 @@ pub trait Operator: Send {
         Ok(())
     }
 
-    /// At a checkpoint barrier (after `on_barrier`): the state changed since the
+    /// Unaligned checkpoints: the snapshot is about to be taken between barriers. Emit
+    /// whatever output the state already accounts for but is still deferred, so that
+    /// the snapshot needs no record of pending emissions. Emitting early is allowed:
+    /// every change still lands in the same epoch downstream.
+    fn on_checkpoint_cut(&mut self, _out: &mut Vec<StreamChunk>) -> Result<()> {
+        Ok(())
+    }
+
+    /// At a checkpoint (after `on_barrier`, or after `on_checkpoint_cut` when unaligned): the state changed since the
     /// previous checkpoint, under the operator's uid. Stateless operators have none.
     /// Must be cheap: the upload happens elsewhere, asynchronously.
     fn snapshot(&mut self) -> Result<Vec<StateDelta>> {

@@ -271,6 +271,15 @@ impl Runtime {
             },
             None => Barrier::plain(epoch),
         };
+        if matches!(barrier.kind, BarrierKind::Checkpoint(_)) {
+            // Unaligned subscribers take their snapshot now, ahead of queued rows.
+            let relations = self.relations.lock();
+            for name in w.tables.keys() {
+                if let Some(r) = relations.get(name) {
+                    r.hub.overtake(&barrier);
+                }
+            }
+        }
         for t in w.tables.values() {
             t.send(Message::Barrier(barrier.clone())).await?;
         }
@@ -401,7 +410,7 @@ impl Runtime {
             1,
             start,
         );
-        tokio::spawn(actor.run());
+        tokio::spawn(actor.run(None, Vec::new()));
         w.tables.insert(name.to_string(), writer);
         self.relations.lock().insert(
             name.to_string(),

@@ -175,9 +175,10 @@ pub fn job_config(get: &dyn Fn(&str) -> Option<String>) -> Result<JobConfig, Str
     };
     let k = "execution.checkpointing.unaligned.enabled";
     let unaligned = boolean(k, &val(k))?;
-    if unaligned {
+    if unaligned && mode != CheckpointMode::ExactlyOnce {
+        // As in Flink: unaligned checkpoints are a variant of exactly-once.
         return Err(
-            "execution.checkpointing.unaligned.enabled = true is not supported yet: checkpoints are aligned (EXACTLY_ONCE) or AT_LEAST_ONCE"
+            "execution.checkpointing.unaligned.enabled = true needs execution.checkpointing.mode = EXACTLY_ONCE"
                 .into(),
         );
     }
@@ -208,6 +209,13 @@ pub fn job_config(get: &dyn Fn(&str) -> Option<String>) -> Result<JobConfig, Str
             &val("execution.checkpointing.aligned-checkpoint-timeout"),
         )?,
     };
+    if checkpoint.unaligned && checkpoint.max_concurrent > 1 {
+        // As in Flink: one unaligned checkpoint at a time.
+        return Err(
+            "unaligned checkpoints need execution.checkpointing.max-concurrent-checkpoints = 1"
+                .into(),
+        );
+    }
     if checkpoint.num_retained == 0 {
         return Err("execution.checkpointing.num-retained must be at least 1".into());
     }

@@ -433,14 +433,20 @@ async fn settings_show_their_source_and_bad_values_are_refused() {
         assert_eq!(error_code(&c, bad).await, "22023", "{bad}");
     }
     assert_eq!(
-        error_code(&c, "SET execution.checkpointing.unaligned.enabled = true").await,
-        "22023"
-    );
-    assert_eq!(
         error_code(&c, "SET jobmanager.execution.failover-strategy = 'full'").await,
         "55P02"
     );
     c.batch_execute("CREATE TABLE t (k int)").await.unwrap();
+    // Unaligned checkpoints are a variant of EXACTLY_ONCE, one at a time (as in Flink).
+    for bad in [
+        "\"execution.checkpointing.mode\" = 'AT_LEAST_ONCE'",
+        "\"execution.checkpointing.max-concurrent-checkpoints\" = '2'",
+    ] {
+        let sql = format!(
+            "CREATE MATERIALIZED VIEW u WITH (\"execution.checkpointing.unaligned.enabled\" = 'true', {bad}) AS SELECT k FROM t"
+        );
+        assert_eq!(error_code(&c, &sql).await, "22023", "{sql}");
+    }
     assert_eq!(
         error_code(
             &c,
@@ -570,4 +576,112 @@ async fn a_slow_operator_shows_as_backpressure_upstream() {
     writer.await.unwrap();
     c.batch_execute("FLUSH").await.unwrap();
     assert_eq!(value(&c, "SELECT sum(n) FROM slow").await, "400");
+}
+
+/// Unaligned checkpoints (Flink's `execution.checkpointing.unaligned.enabled`) under
+/// backpressure: a slow aggregation keeps every queue in front of it full. Aligned
+/// barriers wait behind those queues and expire at the 2 s timeout; unaligned ones
+/// overtake them, store the data they overtook with the checkpoint, and complete. A
+/// `kill -9` after that recovers both views exactly (the unaligned one by replaying
+/// the stored in-flight data before the table log's suffix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unaligned_checkpoints_complete_under_backpressure_and_recover_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = "[execution.checkpointing]\ninterval = \"300ms\"\ntimeout = \"2s\"\n\
+                  tolerable-failed-checkpoints = 1000\n";
+    let mut server = WeirProcess::start_with_config(&data, 2, config).await;
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE ta (id bigint PRIMARY KEY, g bigint, v bigint);
+         CREATE TABLE tu (id bigint PRIMARY KEY, g bigint, v bigint);
+         CREATE MATERIALIZED VIEW aligned_v AS SELECT g, count(*) AS n, sum(v) AS s FROM ta GROUP BY g;
+         CREATE MATERIALIZED VIEW unaligned_v WITH (\"execution.checkpointing.unaligned.enabled\" = 'true')
+             AS SELECT g, count(*) AS n, sum(v) AS s FROM tu GROUP BY g;
+         SET failpoint.operator.slow.aligned_v = '100';
+         SET failpoint.operator.slow.unaligned_v = '100';",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rows(&c, "SHOW execution.checkpointing.unaligned.enabled").await[0][0],
+        "false",
+        "the session default stays aligned"
+    );
+    // One writer per table, one row per INSERT: many small chunks fill every queue.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for table in ["ta", "tu"] {
+        let (port, stop) = (server.port, stop.clone());
+        writers.push(tokio::spawn(async move {
+            let c = weir_sql_tests::process::connect_port(port).await.unwrap();
+            let mut i = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                let sql = format!("INSERT INTO {table} VALUES ({i}, {}, {i})", i % 7);
+                if c.batch_execute(&sql).await.is_err() {
+                    break;
+                }
+            }
+        }));
+    }
+    // Wait for an unaligned checkpoint that stored overtaken data while the aligned
+    // view's checkpoints expire.
+    let mut history = Vec::new();
+    let mut ok = false;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        history = rows(&c, "SHOW CHECKPOINTS").await;
+        let completed_unaligned = history
+            .iter()
+            .filter(|r| r[1] == "unaligned_v" && r[2] == "COMPLETED")
+            .count();
+        let expired_aligned = history
+            .iter()
+            .filter(|r| r[1] == "aligned_v" && r[2] == "FAILED" && r[9].contains("expired"))
+            .count();
+        let inflight_stored = walk(&data.join("checkpoints"))
+            .iter()
+            .any(|p| p.contains("unaligned_v.inflight."));
+        if completed_unaligned >= 2 && expired_aligned >= 1 && inflight_stored {
+            ok = true;
+            break;
+        }
+    }
+    let show = |job: &str| -> Vec<String> {
+        history
+            .iter()
+            .filter(|r| r[1] == job)
+            .map(|r| format!("{} {} {}ms {}", r[0], r[2], r[4], r[9]))
+            .collect()
+    };
+    assert!(
+        ok,
+        "wanted completed unaligned checkpoints with in-flight data and expired aligned ones;\n\
+         unaligned_v: {:?}\naligned_v: {:?}",
+        show("unaligned_v"),
+        show("aligned_v")
+    );
+    eprintln!(
+        "unaligned_v: {:?}\naligned_v: {:?}",
+        show("unaligned_v"),
+        show("aligned_v")
+    );
+    server.kill9();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    server.restart().await;
+    let c = server.connect().await;
+    for (view, table) in [("unaligned_v", "tu"), ("aligned_v", "ta")] {
+        let want = rows(
+            &c,
+            &format!("SELECT g, count(*), sum(v) FROM {table} GROUP BY g ORDER BY g"),
+        )
+        .await;
+        let got = rows(&c, &format!("SELECT g, n, s FROM {view} ORDER BY g")).await;
+        assert_eq!(got, want, "{view} differs from {table} after kill -9");
+        assert!(!want.is_empty());
+    }
 }

@@ -20,6 +20,16 @@ async fn kill_9_with_frequent_checkpoints_loses_nothing() {
     crash_rounds("[execution.checkpointing]\ninterval = \"300ms\"\n").await;
 }
 
+/// The same with unaligned checkpoints: their in-flight data is replayed on restore.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_with_unaligned_checkpoints_loses_nothing() {
+    crash_rounds(
+        "[execution.checkpointing]\ninterval = \"300ms\"\n\
+         [execution.checkpointing.unaligned]\nenabled = true\n",
+    )
+    .await;
+}
+
 async fn crash_rounds(config: &str) {
     let dir = tempfile::tempdir().unwrap().keep();
     eprintln!("DATA DIR {}", dir.display());

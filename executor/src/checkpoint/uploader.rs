@@ -13,6 +13,7 @@ use super::config::CheckpointConfig;
 use super::coordinator::JobStart;
 use crate::barrier::Epoch;
 use crate::chunk::StreamChunk;
+use crate::deploy::is_inflight_uid;
 use crate::store::RowMultiset;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashSet, VecDeque};
@@ -116,7 +117,10 @@ impl JobUploader {
     ) {
         while let Some(msg) = rx.recv().await {
             match msg {
-                WorkerMsg::Carry(d) => self.carry.extend(d),
+                // Overtaken data belongs to its own checkpoint only: never carried.
+                WorkerMsg::Carry(d) => self
+                    .carry
+                    .extend(d.into_iter().filter(|x| !is_inflight_uid(&x.uid))),
                 WorkerMsg::Upload {
                     epoch,
                     trigger_ms,
@@ -144,7 +148,10 @@ impl JobUploader {
                             let _ = self.storage.delete(&key).await;
                         }
                         let _ = self.storage.delete(&metadata_key(self.job, epoch)).await;
-                        self.carry = deltas;
+                        self.carry = deltas
+                            .into_iter()
+                            .filter(|x| !is_inflight_uid(&x.uid))
+                            .collect();
                     } else {
                         self.collect_garbage().await;
                     }
@@ -198,6 +205,8 @@ impl JobUploader {
             }
         }
         let mut chain = self.chain.clone();
+        // Overtaken (in-flight) data is replaced by this checkpoint's, never chained.
+        chain.retain(|uid, _| !is_inflight_uid(uid));
         let mut uploaded = 0u64;
         for (uid, parts) in by_uid {
             let kind = parts[0].kind();
@@ -226,7 +235,7 @@ impl JobUploader {
         }
         // Compaction (or, without `incremental`, a full base every time).
         let uids: Vec<String> = chain.keys().cloned().collect();
-        for uid in uids {
+        for uid in uids.into_iter().filter(|u| !is_inflight_uid(u)) {
             let u = &chain[&uid];
             let needs = if !self.config.incremental {
                 !(u.files.len() == 1

@@ -230,6 +230,25 @@ impl Operator for HashAggOperator {
     }
 
     fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Vec<StreamChunk>) -> Result<()> {
+        self.emit_changes(out)
+    }
+
+    fn on_checkpoint_cut(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
+        self.emit_changes(out)
+    }
+
+    fn snapshot(&mut self) -> Result<Vec<StateDelta>> {
+        Ok(vec![StateDelta {
+            uid: self.spec.uid.clone(),
+            data: DeltaData::Keyed(self.state.take_checkpoint_delta()),
+        }])
+    }
+}
+
+impl HashAggOperator {
+    /// Emits, for every group changed since the last emission, a delete of the row
+    /// last emitted and an insert of the current one, and flushes the state table.
+    fn emit_changes(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
         if self.is_global() && !self.global_emitted && self.epoch_before.is_empty() {
             // Postgres returns one row for a global aggregate over no rows.
             self.epoch_before.insert(Vec::new(), None);
@@ -275,12 +294,5 @@ impl Operator for HashAggOperator {
             out.push(self.build_output(keys, ops, values)?);
         }
         Ok(())
-    }
-
-    fn snapshot(&mut self) -> Result<Vec<StateDelta>> {
-        Ok(vec![StateDelta {
-            uid: self.spec.uid.clone(),
-            data: DeltaData::Keyed(self.state.take_checkpoint_delta()),
-        }])
     }
 }

@@ -15,6 +15,8 @@ pub struct MaterializeOperator {
     store: Arc<RelationStore>,
     schema: SchemaRef,
     epoch_changes: Vec<StreamChunk>,
+    /// How many of `epoch_changes` an (unaligned) checkpoint already took.
+    epoch_checkpointed: usize,
     /// Changes since the last checkpoint: this actor's share of the next delta.
     since_checkpoint: Vec<StreamChunk>,
     uid: String,
@@ -34,6 +36,7 @@ impl MaterializeOperator {
             uid: materialize_uid(store.name()),
             store,
             epoch_changes: Vec::new(),
+            epoch_checkpointed: 0,
             since_checkpoint: Vec::new(),
             track_changes,
         }
@@ -57,14 +60,22 @@ impl Operator for MaterializeOperator {
         let changes = std::mem::take(&mut self.epoch_changes);
         // Chunks share their Arrow buffers: keeping them for the checkpoint is cheap.
         if self.track_changes {
-            self.since_checkpoint.extend(changes.iter().cloned());
+            let taken = std::mem::take(&mut self.epoch_checkpointed);
+            self.since_checkpoint
+                .extend(changes[taken.min(changes.len())..].iter().cloned());
         }
         self.store.stage(barrier.epoch, changes);
         Ok(())
     }
 
     fn snapshot(&mut self) -> Result<Vec<StateDelta>> {
-        let rows = std::mem::take(&mut self.since_checkpoint)
+        let mut taken = std::mem::take(&mut self.since_checkpoint);
+        if self.track_changes {
+            // An unaligned cut falls inside an epoch: its changes so far belong to it.
+            taken.extend(self.epoch_changes[self.epoch_checkpointed..].iter().cloned());
+            self.epoch_checkpointed = self.epoch_changes.len();
+        }
+        let rows = taken
             .into_iter()
             .map(|c| (c.op_codes(), c.batch))
             .collect();
