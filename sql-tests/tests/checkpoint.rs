@@ -598,8 +598,14 @@ async fn unaligned_checkpoints_complete_under_backpressure_and_recover_exactly()
          CREATE MATERIALIZED VIEW aligned_v AS SELECT g, count(*) AS n, sum(v) AS s FROM ta GROUP BY g;
          CREATE MATERIALIZED VIEW unaligned_v WITH (\"execution.checkpointing.unaligned.enabled\" = 'true')
              AS SELECT g, count(*) AS n, sum(v) AS s FROM tu GROUP BY g;
+         CREATE TABLE tt (id bigint PRIMARY KEY, g bigint, v bigint);
+         CREATE MATERIALIZED VIEW switching_v WITH (
+                 \"execution.checkpointing.unaligned.enabled\" = 'true',
+                 \"execution.checkpointing.aligned-checkpoint-timeout\" = '300ms')
+             AS SELECT g, count(*) AS n, sum(v) AS s FROM tt GROUP BY g;
          SET failpoint.operator.slow.aligned_v = '100';
-         SET failpoint.operator.slow.unaligned_v = '100';",
+         SET failpoint.operator.slow.unaligned_v = '100';
+         SET failpoint.operator.slow.switching_v = '100';",
     )
     .await
     .unwrap();
@@ -611,7 +617,7 @@ async fn unaligned_checkpoints_complete_under_backpressure_and_recover_exactly()
     // One writer per table, one row per INSERT: many small chunks fill every queue.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut writers = Vec::new();
-    for table in ["ta", "tu"] {
+    for table in ["ta", "tu", "tt"] {
         let (port, stop) = (server.port, stop.clone());
         writers.push(tokio::spawn(async move {
             let c = weir_sql_tests::process::connect_port(port).await.unwrap();
@@ -643,7 +649,16 @@ async fn unaligned_checkpoints_complete_under_backpressure_and_recover_exactly()
         let inflight_stored = walk(&data.join("checkpoints"))
             .iter()
             .any(|p| p.contains("unaligned_v.inflight."));
-        if completed_unaligned >= 2 && expired_aligned >= 1 && inflight_stored {
+        // Starts aligned, switches to unaligned after 300 ms of alignment.
+        let completed_switching = history
+            .iter()
+            .filter(|r| r[1] == "switching_v" && r[2] == "COMPLETED")
+            .count();
+        if completed_unaligned >= 2
+            && completed_switching >= 2
+            && expired_aligned >= 1
+            && inflight_stored
+        {
             ok = true;
             break;
         }
@@ -658,13 +673,15 @@ async fn unaligned_checkpoints_complete_under_backpressure_and_recover_exactly()
     assert!(
         ok,
         "wanted completed unaligned checkpoints with in-flight data and expired aligned ones;\n\
-         unaligned_v: {:?}\naligned_v: {:?}",
+         unaligned_v: {:?}\nswitching_v: {:?}\naligned_v: {:?}",
         show("unaligned_v"),
+        show("switching_v"),
         show("aligned_v")
     );
     eprintln!(
-        "unaligned_v: {:?}\naligned_v: {:?}",
+        "unaligned_v: {:?}\nswitching_v: {:?}\naligned_v: {:?}",
         show("unaligned_v"),
+        show("switching_v"),
         show("aligned_v")
     );
     server.kill9();
@@ -674,7 +691,7 @@ async fn unaligned_checkpoints_complete_under_backpressure_and_recover_exactly()
     }
     server.restart().await;
     let c = server.connect().await;
-    for (view, table) in [("unaligned_v", "tu"), ("aligned_v", "ta")] {
+    for (view, table) in [("unaligned_v", "tu"), ("switching_v", "tt"), ("aligned_v", "ta")] {
         let want = rows(
             &c,
             &format!("SELECT g, count(*), sum(v) FROM {table} GROUP BY g ORDER BY g"),

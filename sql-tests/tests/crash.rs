@@ -34,7 +34,13 @@ async fn crash_rounds(config: &str) {
     let dir = tempfile::tempdir().unwrap().keep();
     eprintln!("DATA DIR {}", dir.display());
     let mut server = WeirProcess::start_with_config(&dir.join("data"), 2, config).await;
-    server.connect().await.batch_execute(SCHEMA).await.unwrap();
+    let c = server.connect().await;
+    c.batch_execute(SCHEMA).await.unwrap();
+    if config.contains("unaligned") {
+        let show = weir_sql_tests::query::value(&c, "SHOW execution.checkpointing.unaligned.enabled");
+        assert_eq!(show.await, "true");
+    }
+    drop(c);
     let acked = Arc::new(Mutex::new(Acked::default()));
     for round in 0..2i64 {
         let writer = tokio::spawn(stream_writes(
