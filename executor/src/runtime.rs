@@ -334,12 +334,14 @@ impl Runtime {
         log_path: &Path,
         restore: bool,
     ) -> Result<Vec<StreamChunk>> {
+        let started = std::time::Instant::now();
         let (log, entries) = TableLog::open(log_path)?;
         let restored = if restore {
             crate::checkpoint::restore::load_latest(&self.checkpoints.storage, id, name).await
         } else {
             None
         };
+        let read_ms = started.elapsed().as_millis() as u64;
         let from = restored
             .as_ref()
             .and_then(|r| r.meta.positions.get(name).copied())
@@ -362,18 +364,27 @@ impl Runtime {
                     Some(rows) => store.chunks_of(rows)?,
                     None => vec![],
                 };
-                // The readable store and the writer's latest rows are independent
-                // copies: load them on two threads (recovery time is what users wait).
+                // The readable store loads the rows while the writer rebuilds its
+                // primary-key index on another thread (recovery time is what users
+                // wait for); the writer's latest rows then share the store's.
                 tokio::task::block_in_place(|| {
                     std::thread::scope(|scope| {
                         let readable = scope.spawn(|| store.restore(&chunks));
-                        let latest = writer.restore(&chunks);
+                        let keys = writer.restore_keys(&chunks);
                         let readable = readable
                             .join()
                             .map_err(|_| ExecError::Internal("store restore panicked".into()))?;
-                        readable.and(latest)
+                        readable.and(keys)
                     })
                 })?;
+                writer.set_latest(store.committed_rows()?);
+                tracing::info!(
+                    table = name,
+                    read_ms = read_ms,
+                    load_ms = started.elapsed().as_millis() as u64 - read_ms,
+                    rows = chunks.iter().map(|c| c.len()).sum::<usize>(),
+                    "table restored from its checkpoint"
+                );
                 self.note_restore(name);
                 r.start.clone()
             }

@@ -21,9 +21,13 @@ use std::collections::BTreeMap;
 pub struct RowMultiset {
     schema: SchemaRef,
     converter: RowConverter,
-    rows: HashMap<Box<[u8]>, i64>,
+    /// Row bytes are shared (`Arc`) so that a restored table's readable store and its
+    /// writer's latest rows can hold one copy (see [`RowMultiset::share`]).
+    rows: HashMap<std::sync::Arc<[u8]>, i64>,
     /// Sum of positive multiplicities: the row count a reader sees.
     len: usize,
+    /// The encoding buffer, reused across chunks.
+    scratch: Option<arrow::row::Rows>,
 }
 
 impl RowMultiset {
@@ -38,6 +42,7 @@ impl RowMultiset {
             schema,
             rows: HashMap::new(),
             len: 0,
+            scratch: None,
         })
     }
 
@@ -53,11 +58,45 @@ impl RowMultiset {
         self.len == 0
     }
 
+    /// A second multiset with the same rows, sharing their bytes: no row is encoded
+    /// or hashed again (the table's layout is copied as is).
+    pub fn share(&self) -> Result<RowMultiset> {
+        let mut copy = RowMultiset::new(self.schema.clone())?;
+        copy.rows = self.rows.clone();
+        copy.len = self.len;
+        Ok(copy)
+    }
+
+    /// Room for `additional` more distinct rows: one allocation instead of a series of
+    /// doublings, each of which would hash every row again.
+    pub fn reserve(&mut self, additional: usize) {
+        self.rows.reserve(additional);
+    }
+
     pub fn apply(&mut self, chunk: &StreamChunk) -> Result<()> {
-        let rows = self.converter.convert_columns(chunk.columns())?;
-        for (i, op) in chunk.ops.iter().enumerate() {
-            self.add(rows.row(i).as_ref(), op.sign());
+        // Encode a slice at a time: the encoded rows are copied into the map anyway,
+        // and one small reused buffer beats one as large as the chunk (a restored
+        // checkpoint arrives as a single chunk of every row).
+        const SLICE_ROWS: usize = 8192;
+        let mut rows = self
+            .scratch
+            .take()
+            .unwrap_or_else(|| self.converter.empty_rows(SLICE_ROWS, 0));
+        for start in (0..chunk.len()).step_by(SLICE_ROWS) {
+            let len = SLICE_ROWS.min(chunk.len() - start);
+            let columns: Vec<_> = chunk
+                .columns()
+                .iter()
+                .map(|c| c.slice(start, len))
+                .collect();
+            rows.clear();
+            self.converter.append(&mut rows, &columns)?;
+            for (i, op) in chunk.ops[start..start + len].iter().enumerate() {
+                self.add(rows.row(i).as_ref(), op.sign());
+            }
         }
+        // Kept for the next chunk: a fresh buffer costs page faults and zeroing.
+        self.scratch = Some(rows);
         Ok(())
     }
 
@@ -158,11 +197,19 @@ impl RelationStore {
     /// Loads restored rows (from a checkpoint) as committed contents.
     pub fn restore(&self, changes: &[StreamChunk]) -> Result<()> {
         let mut inner = self.inner.lock();
+        inner
+            .committed
+            .reserve(changes.iter().map(|c| c.len()).sum());
         for chunk in changes {
             inner.committed.apply(chunk)?;
         }
         inner.cached = None;
         Ok(())
+    }
+
+    /// The committed rows as a separate multiset sharing their bytes.
+    pub fn committed_rows(&self) -> Result<RowMultiset> {
+        self.inner.lock().committed.share()
     }
 
     /// Stored change batches (a checkpoint's rows) as chunks of this store's schema.

@@ -68,12 +68,15 @@ impl TableWriter {
         })
     }
 
-    /// Loads the contents restored from a checkpoint (no log append, nothing sent: the
-    /// table's store is restored separately).
-    pub fn restore(&mut self, changes: &[StreamChunk]) -> Result<()> {
+    /// Loads the primary-key index of contents restored from a checkpoint (no log
+    /// append, nothing sent). The rows themselves come from the restored store through
+    /// [`TableWriter::set_latest`], so they are encoded and hashed once.
+    pub fn restore_keys(&mut self, changes: &[StreamChunk]) -> Result<()> {
+        if let Some(pk) = &mut self.pk {
+            pk.keys.reserve(changes.iter().map(|c| c.len()).sum());
+        }
         for chunk in changes {
             let pk_delta = self.check_primary_key(chunk)?;
-            self.latest.apply(chunk)?;
             if let (Some(pk), Some((removed, added))) = (&mut self.pk, pk_delta) {
                 for k in removed {
                     pk.keys.remove(&k);
@@ -82,6 +85,11 @@ impl TableWriter {
             }
         }
         Ok(())
+    }
+
+    /// The restored rows (a copy of the restored store's, sharing their bytes).
+    pub fn set_latest(&mut self, rows: RowMultiset) {
+        self.latest = rows;
     }
 
     /// Log offset after the last acknowledged write: this table's source position.

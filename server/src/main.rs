@@ -4,6 +4,10 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use weir_server::{bench, server, Config, Database};
 
+/// mimalloc reuses freed memory instead of returning it to the kernel (see Cargo.toml).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "weir", about = "Weir: a streaming SQL database", version)]
 struct Cli {

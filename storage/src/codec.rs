@@ -52,6 +52,31 @@ pub fn decode_change_batches(bytes: &[u8]) -> Result<Vec<(Vec<i8>, RecordBatch)>
     reader.map(|b| split_ops(b?)).collect::<Result<Vec<_>>>()
 }
 
+/// Decodes an IPC stream without copying: the batches' arrays point into `bytes`
+/// (a mapped checkpoint file, say) wherever its layout is aligned.
+pub fn decode_batches_zero_copy(bytes: bytes::Bytes) -> Result<Vec<RecordBatch>> {
+    let mut buffer = arrow::buffer::Buffer::from(bytes);
+    let mut decoder = arrow::ipc::reader::StreamDecoder::new();
+    let mut out = Vec::new();
+    while !buffer.is_empty() {
+        if let Some(batch) = decoder.decode(&mut buffer)? {
+            out.push(batch);
+        }
+    }
+    decoder.finish()?;
+    Ok(out)
+}
+
+/// [`decode_change_batches`] without copying the rows.
+pub fn decode_change_batches_zero_copy(
+    bytes: bytes::Bytes,
+) -> Result<Vec<(Vec<i8>, RecordBatch)>> {
+    decode_batches_zero_copy(bytes)?
+        .into_iter()
+        .map(split_ops)
+        .collect()
+}
+
 fn split_ops(batch: RecordBatch) -> Result<(Vec<i8>, RecordBatch)> {
     let n = batch.num_columns();
     if n == 0 || batch.schema().field(n - 1).name() != OP_COLUMN {

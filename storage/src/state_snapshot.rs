@@ -13,7 +13,6 @@
 use crate::{Result, StorageError};
 use arrow::array::{Array, BinaryArray, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema};
-use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -128,7 +127,8 @@ fn encode_keyed(parts: &[&[KeyedEntry]]) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-pub fn decode(kind: StateKind, bytes: &[u8]) -> Result<DeltaData> {
+/// Decodes a state file. Row batches keep pointing into `bytes` (no copy).
+pub fn decode(kind: StateKind, bytes: bytes::Bytes) -> Result<DeltaData> {
     if bytes.is_empty() {
         return Ok(match kind {
             StateKind::Keyed => DeltaData::Keyed(vec![]),
@@ -136,12 +136,12 @@ pub fn decode(kind: StateKind, bytes: &[u8]) -> Result<DeltaData> {
         });
     }
     match kind {
-        StateKind::Rows => Ok(DeltaData::Rows(crate::codec::decode_change_batches(bytes)?)),
+        StateKind::Rows => Ok(DeltaData::Rows(
+            crate::codec::decode_change_batches_zero_copy(bytes)?,
+        )),
         StateKind::Keyed => {
-            let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
             let mut out = Vec::new();
-            for batch in reader {
-                let batch = batch?;
+            for batch in crate::codec::decode_batches_zero_copy(bytes)? {
                 let bad = || StorageError::Corrupt("keyed state file has a wrong schema".into());
                 let kg = batch
                     .column(0)
@@ -199,7 +199,7 @@ mod tests {
         let files: Vec<_> = [d1, d2]
             .iter()
             .map(
-                |d| match decode(StateKind::Keyed, &encode(d).unwrap()).unwrap() {
+                |d| match decode(StateKind::Keyed, encode(d).unwrap().into()).unwrap() {
                     DeltaData::Keyed(e) => e,
                     _ => unreachable!(),
                 },

@@ -65,7 +65,7 @@ pub(crate) async fn read_chain(
             crate::ExecError::Internal(format!("state file {} is missing", f.path))
         })?;
         checkpoint_meta::verify(f, &bytes)?;
-        datas.push(state_snapshot::decode(u.kind, &bytes)?);
+        datas.push(state_snapshot::decode(u.kind, bytes)?);
     }
     Ok(datas)
 }
