@@ -319,7 +319,7 @@ impl Actor {
             let aligning_cut = cut.as_ref().filter(|c| c.state.is_none());
             let readable: Vec<usize> = (0..n)
                 .filter(|&i| open[i] && !(align && seen[i] > done))
-                .filter(|&i| !aligning_cut.is_some_and(|c| !c.waiting[i]))
+                .filter(|&i| aligning_cut.is_none_or(|c| c.waiting[i]))
                 .collect();
             let timeout_at = match (aligning_cut, &unaligned) {
                 (Some(c), Some(u)) => Some(c.first_arrival + u.aligned_timeout),
@@ -501,7 +501,11 @@ impl Actor {
     }
 
     fn begin_cut(&self, barrier: Barrier, open: &[bool]) -> Cut {
-        tracing::debug!(actor = self.id, epoch = barrier.epoch, "unaligned cut begins");
+        tracing::debug!(
+            actor = self.id,
+            epoch = barrier.epoch,
+            "unaligned cut begins"
+        );
         Cut {
             barrier,
             first_arrival: Instant::now(),

@@ -314,18 +314,22 @@ pub(crate) async fn deploy_view(
                     aligned_timeout: spec.config.checkpoint.aligned_checkpoint_timeout,
                     inflight_uid: prefix,
                 });
-            actors.push((Actor {
-                id: rt.next_actor_id(),
-                job,
-                job_name: job_name.clone(),
-                inputs: receivers[gi].pop().expect("receivers per actor"),
-                chain,
-                output,
-                acks: rt.coordinator.ack_sender(),
-                checkpoints: rt.checkpoints.part_sender(),
-                mode: spec.config.checkpoint.mode,
-                health: health.clone(),
-            }, setup, initial));
+            actors.push((
+                Actor {
+                    id: rt.next_actor_id(),
+                    job,
+                    job_name: job_name.clone(),
+                    inputs: receivers[gi].pop().expect("receivers per actor"),
+                    chain,
+                    output,
+                    acks: rt.coordinator.ack_sender(),
+                    checkpoints: rt.checkpoints.part_sender(),
+                    mode: spec.config.checkpoint.mode,
+                    health: health.clone(),
+                },
+                setup,
+                initial,
+            ));
             total += 1;
         }
     }

@@ -102,7 +102,10 @@ impl Dispatcher {
 
     /// Sends a checkpoint barrier ahead of the queued data (lanes only).
     pub fn overtake(&self, barrier: &Barrier) {
-        if self.cuts_for_job.is_some_and(|job| barrier.checkpoints(job)) {
+        if self
+            .cuts_for_job
+            .is_some_and(|job| barrier.checkpoints(job))
+        {
             for lane in &self.lanes {
                 let _ = lane.send(barrier.clone());
             }

@@ -691,7 +691,11 @@ async fn unaligned_checkpoints_complete_under_backpressure_and_recover_exactly()
     }
     server.restart().await;
     let c = server.connect().await;
-    for (view, table) in [("unaligned_v", "tu"), ("switching_v", "tt"), ("aligned_v", "ta")] {
+    for (view, table) in [
+        ("unaligned_v", "tu"),
+        ("switching_v", "tt"),
+        ("aligned_v", "ta"),
+    ] {
         let want = rows(
             &c,
             &format!("SELECT g, count(*), sum(v) FROM {table} GROUP BY g ORDER BY g"),

@@ -37,7 +37,8 @@ async fn crash_rounds(config: &str) {
     let c = server.connect().await;
     c.batch_execute(SCHEMA).await.unwrap();
     if config.contains("unaligned") {
-        let show = weir_sql_tests::query::value(&c, "SHOW execution.checkpointing.unaligned.enabled");
+        let show =
+            weir_sql_tests::query::value(&c, "SHOW execution.checkpointing.unaligned.enabled");
         assert_eq!(show.await, "true");
     }
     drop(c);

@@ -68,9 +68,7 @@ pub fn decode_batches_zero_copy(bytes: bytes::Bytes) -> Result<Vec<RecordBatch>>
 }
 
 /// [`decode_change_batches`] without copying the rows.
-pub fn decode_change_batches_zero_copy(
-    bytes: bytes::Bytes,
-) -> Result<Vec<(Vec<i8>, RecordBatch)>> {
+pub fn decode_change_batches_zero_copy(bytes: bytes::Bytes) -> Result<Vec<(Vec<i8>, RecordBatch)>> {
     decode_batches_zero_copy(bytes)?
         .into_iter()
         .map(split_ops)

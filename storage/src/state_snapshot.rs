@@ -169,17 +169,23 @@ pub fn decode(kind: StateKind, bytes: bytes::Bytes) -> Result<DeltaData> {
 }
 
 /// Applies keyed files in order (last write wins) and returns the live entries.
+/// The result is sorted by key group and key (so a file's key-group ranges are
+/// contiguous). A hash map plus one sort of the survivors costs far less than keeping
+/// every write ordered: compaction runs next to the dataflow, on the same cores.
 pub fn merge_keyed(files: Vec<Vec<KeyedEntry>>) -> Vec<(u32, Vec<u8>, Vec<u8>)> {
-    let mut map: std::collections::BTreeMap<(u32, Vec<u8>), Option<Vec<u8>>> =
-        std::collections::BTreeMap::new();
+    let mut map: ahash::AHashMap<(u32, Vec<u8>), Option<Vec<u8>>> =
+        ahash::AHashMap::with_capacity(files.iter().map(Vec::len).max().unwrap_or(0));
     for entries in files {
         for (kg, k, v) in entries {
             map.insert((kg, k), v);
         }
     }
-    map.into_iter()
+    let mut live: Vec<_> = map
+        .into_iter()
         .filter_map(|((kg, k), v)| v.map(|v| (kg, k, v)))
-        .collect()
+        .collect();
+    live.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    live
 }
 
 #[cfg(test)]

@@ -352,6 +352,25 @@ fn merge_chain(kind: StateKind, datas: Vec<DeltaData>) -> crate::Result<DeltaDat
             ))
         }
         StateKind::Rows => {
+            // An insert-only chain (an append-only table, say) merges by concatenation:
+            // nothing cancels out, so no row needs hashing.
+            let insert_only = datas.iter().all(|d| match d {
+                DeltaData::Rows(changes) => changes
+                    .iter()
+                    .all(|(codes, _)| codes.iter().all(|c| *c == 1)),
+                DeltaData::Keyed(_) => true,
+            });
+            if insert_only {
+                return Ok(DeltaData::Rows(
+                    datas
+                        .into_iter()
+                        .flat_map(|d| match d {
+                            DeltaData::Rows(changes) => changes,
+                            DeltaData::Keyed(_) => vec![],
+                        })
+                        .collect(),
+                ));
+            }
             let mut set: Option<RowMultiset> = None;
             for d in datas {
                 let DeltaData::Rows(changes) = d else {

@@ -72,13 +72,14 @@ impl Operator for MaterializeOperator {
         let mut taken = std::mem::take(&mut self.since_checkpoint);
         if self.track_changes {
             // An unaligned cut falls inside an epoch: its changes so far belong to it.
-            taken.extend(self.epoch_changes[self.epoch_checkpointed..].iter().cloned());
+            taken.extend(
+                self.epoch_changes[self.epoch_checkpointed..]
+                    .iter()
+                    .cloned(),
+            );
             self.epoch_checkpointed = self.epoch_changes.len();
         }
-        let rows = taken
-            .into_iter()
-            .map(|c| (c.op_codes(), c.batch))
-            .collect();
+        let rows = taken.into_iter().map(|c| (c.op_codes(), c.batch)).collect();
         Ok(vec![StateDelta {
             uid: self.uid.clone(),
             data: DeltaData::Rows(rows),

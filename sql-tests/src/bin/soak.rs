@@ -3,7 +3,7 @@
 //! present, nothing unwritten, every view equal to the answer from the recovered
 //! table). Not part of the default test run.
 //!
-//! `cargo run --release -p weir-sql-tests --bin soak -- --rounds 50 [--interval 500ms]`
+//! `cargo run --release -p weir-sql-tests --bin soak -- --rounds 50 [--interval 500ms] [--unaligned true]`
 //! (uses `$WEIR_BIN` or the `weir` next to this binary). Prints `rounds passed / N`.
 
 use rand::Rng;
@@ -27,7 +27,11 @@ async fn main() {
         .and_then(|r| r.parse().ok())
         .unwrap_or(2);
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = format!("[execution.checkpointing]\ninterval = \"{interval}\"\n");
+    let unaligned = arg("--unaligned").is_some_and(|v| v == "true");
+    let config = format!(
+        "[execution.checkpointing]\ninterval = \"{interval}\"\n\
+         [execution.checkpointing.unaligned]\nenabled = {unaligned}\n"
+    );
     let mut server =
         WeirProcess::start_with_config(&dir.path().join("data"), parallelism, &config).await;
     server
@@ -80,7 +84,7 @@ async fn main() {
         settle(&server, &acked).await;
     }
     println!(
-        "{passed} / {rounds} rounds passed ({:.0} s, checkpoint interval {interval}, parallelism {parallelism})",
+        "{passed} / {rounds} rounds passed ({:.0} s, checkpoint interval {interval}, parallelism {parallelism}, unaligned {unaligned})",
         started.elapsed().as_secs_f64()
     );
     if passed != rounds {
