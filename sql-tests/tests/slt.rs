@@ -27,7 +27,12 @@ async fn run_file(path: PathBuf, parallelism: u32) -> Result<(), String> {
 }
 
 fn slt_files() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("slt");
+    // The run-time variable (cargo sets it for `cargo test`), not the compile-time one:
+    // clones that share a target folder (CI's fresh clone and this one) share test
+    // binaries, and a baked-in path would point into whichever clone built them.
+    let manifest =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let dir = PathBuf::from(manifest).join("slt");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

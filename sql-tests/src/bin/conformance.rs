@@ -147,7 +147,13 @@ fn files(dir: &Path, base: &Path, out: &mut Vec<(PathBuf, String)>) {
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let dir = args.get(1).map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance")
+        PathBuf::from(
+            // Run-time first: a shared target folder may hold a binary built in
+            // another clone (see tests/slt.rs).
+            std::env::var("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+        )
+        .join("../../shared/conformance")
     });
     let filter = args.get(2).cloned().unwrap_or_default();
     let mut list = Vec::new();
