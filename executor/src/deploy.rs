@@ -114,13 +114,23 @@ async fn restorable(
     }
 }
 
+/// Where a deployed view's state comes from.
+pub enum Restore {
+    /// Empty: backfilled from its upstream's current contents.
+    Fresh,
+    /// Its latest intact checkpoint (falling back to `Fresh`).
+    Latest,
+    /// Given state, with the positions to replay from (a savepoint).
+    From(Box<RestoredJob>),
+}
+
 pub(crate) async fn deploy_view(
     rt: &Arc<Runtime>,
     w: &mut WriteState,
     job: u64,
     name: &str,
     spec: ViewSpec,
-    restore: bool,
+    restore: Restore,
 ) -> Result<RelationRuntime> {
     let graph = &spec.graph;
     let parallelism = spec.parallelism;
@@ -135,10 +145,10 @@ pub(crate) async fn deploy_view(
     for uid in state_uids(graph) {
         rt.backend.drop_uid(&uid);
     }
-    let restored = if restore {
-        restorable(rt, w, job, name, graph).await
-    } else {
-        None
+    let restored = match restore {
+        Restore::Fresh => None,
+        Restore::Latest => restorable(rt, w, job, name, graph).await,
+        Restore::From(r) => Some(*r),
     };
     if let Some(r) = &restored {
         for (uid, entries) in &r.keyed {
@@ -193,6 +203,7 @@ pub(crate) async fn deploy_view(
     let mut subscriptions: Vec<(String, Subscription)> = Vec::new();
     let mut backfill: Vec<(Vec<Sender<Message>>, Vec<StreamChunk>)> = Vec::new();
     let mut upstream_names = Vec::new();
+    let mut replayed = 0usize;
 
     for (gi, frag) in frags.iter().enumerate() {
         for input in &frag.inputs {
@@ -228,7 +239,9 @@ pub(crate) async fn deploy_view(
                                 let writer = w.table_ref(rel_name).ok_or_else(|| {
                                     ExecError::Internal(format!("{rel_name} is not a table"))
                                 })?;
-                                writer.read_log_from(r.meta.positions[rel_name])?
+                                let chunks = writer.read_log_from(r.meta.positions[rel_name])?;
+                                replayed += chunks.iter().map(|c| c.len()).sum::<usize>();
+                                chunks
                             }
                             None => split_inserts(&rel.store.snapshot()?),
                         };
@@ -349,6 +362,7 @@ pub(crate) async fn deploy_view(
         parallelism,
         restored.map(|r| r.start).unwrap_or_default(),
     );
+    rt.last_replayed.lock().insert(name.to_string(), replayed);
     for (a, setup, initial) in actors {
         tokio::spawn(a.run(setup, initial));
     }

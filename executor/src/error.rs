@@ -16,6 +16,9 @@ pub enum ExecError {
     NotNullViolation(String),
     #[error("{0}")]
     JobFailed(String),
+    /// A statement refused with a specific SQLSTATE (savepoints' errors, say).
+    #[error("{1}")]
+    Rejected(&'static str, String),
     #[error("channel closed")]
     ChannelClosed,
     #[error("{0}")]

@@ -15,6 +15,7 @@
 //! - [`runtime`]: `Runtime`, which owns all of the above.
 //! - [`checkpoint`]: checkpoint coordinator, asynchronous upload, restore, restart
 //!   strategies.
+//! - [`savepoint`]: SAVEPOINT / RESTORE: named, portable copies of views' state.
 //! - [`supervisor`]: restarts failed jobs' regions per their restart strategy.
 //! - [`metrics`]: Prometheus metrics with Flink's names.
 //! - [`aggregate`] and [`operators`]: the operators.
@@ -37,6 +38,7 @@ pub mod metrics;
 pub mod operator;
 pub mod operators;
 pub mod runtime;
+pub mod savepoint;
 pub mod store;
 pub mod supervisor;
 pub mod table_writer;

@@ -157,6 +157,13 @@ pub struct Runtime {
     /// Off during startup recovery: a table's log must not be truncated below what a
     /// view that is not restored yet still needs.
     truncation: std::sync::atomic::AtomicBool,
+    /// Table-log positions each savepoint needs (`savepoint → table → offset`): logs
+    /// are never truncated below them.
+    pub(crate) savepoint_pins: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
+    /// Held while a savepoint is taken or restored: the two exclude each other.
+    pub(crate) savepoint_busy: tokio::sync::Mutex<()>,
+    /// Table-log rows each view replayed at its last deployment.
+    pub(crate) last_replayed: Mutex<HashMap<String, usize>>,
 }
 
 impl Runtime {
@@ -180,6 +187,9 @@ impl Runtime {
             failures_tx,
             lives: Mutex::new(HashMap::new()),
             truncation: std::sync::atomic::AtomicBool::new(false),
+            savepoint_pins: Mutex::new(BTreeMap::new()),
+            savepoint_busy: tokio::sync::Mutex::new(()),
+            last_replayed: Mutex::new(HashMap::new()),
             config,
         });
         crate::supervisor::spawn(&rt, failures_rx, ckpt_failures_rx);
@@ -209,7 +219,10 @@ impl Runtime {
         if !self.truncation.load(Ordering::SeqCst) {
             return;
         }
+        let pins = self.savepoint_pins.lock().clone();
         for (table, offset) in self.checkpoints.log_retention() {
+            let pinned = pins.values().filter_map(|p| p.get(&table)).min().copied();
+            let offset = pinned.map_or(offset, |p| p.min(offset));
             if let Some(t) = w.tables.get_mut(&table) {
                 if let Err(e) = t.truncate_log(offset) {
                     tracing::warn!(%table, error = %e, "table log truncation failed");
@@ -482,7 +495,12 @@ impl Runtime {
         restore: bool,
     ) -> Result<()> {
         let strategy = spec.config.restart.clone();
-        let rel = crate::deploy::deploy_view(self, w, job, name, spec, restore).await?;
+        let from = if restore {
+            crate::deploy::Restore::Latest
+        } else {
+            crate::deploy::Restore::Fresh
+        };
+        let rel = crate::deploy::deploy_view(self, w, job, name, spec, from).await?;
         self.relations.lock().insert(name.to_string(), rel);
         self.lives.lock().insert(
             name.to_string(),

@@ -12,6 +12,7 @@ use crate::checkpoint::FailoverStrategy;
 use crate::error::{ExecError, Result};
 use crate::metrics::metrics;
 use crate::runtime::{JobStatus, Runtime};
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -130,7 +131,13 @@ fn region(rt: &Runtime, name: &str) -> Vec<String> {
         }
         v
     };
-    // Topological order: a view after every chosen view it reads.
+    drop(relations);
+    order_by_dependency(rt, std::mem::take(&mut chosen))
+}
+
+/// Topological order: a view after every other listed view it reads.
+fn order_by_dependency(rt: &Runtime, mut chosen: Vec<String>) -> Vec<String> {
+    let relations = rt.relations.lock();
     let mut ordered = Vec::with_capacity(chosen.len());
     while !chosen.is_empty() {
         let before = chosen.len();
@@ -157,9 +164,28 @@ fn region(rt: &Runtime, name: &str) -> Vec<String> {
 /// Restarts `name`'s region from the latest checkpoints. Reads of each view keep the
 /// old (frozen) contents until the restarted job has caught up.
 pub async fn restart(rt: &Arc<Runtime>, name: &str) -> Result<()> {
+    restart_with(rt, &[name.to_string()], HashMap::new()).await
+}
+
+/// Restarts the regions of `names` (every view that reads one of them too), each from
+/// its latest checkpoint, except those given state in `given` (a savepoint).
+pub(crate) async fn restart_with(
+    rt: &Arc<Runtime>,
+    names: &[String],
+    mut given: HashMap<String, crate::checkpoint::restore::RestoredJob>,
+) -> Result<()> {
     let mut w = rt.lock_writes().await;
     rt.flush_locked(&mut w).await?;
-    let views = region(rt, name);
+    let mut views: Vec<String> = Vec::new();
+    for name in names {
+        for v in region(rt, name) {
+            if !views.contains(&v) {
+                views.push(v);
+            }
+        }
+    }
+    // Dependency order across the merged regions.
+    let views = order_by_dependency(rt, views);
     // Stop the whole region first: no barrier may wait on an actor that is going away.
     let mut stopped = Vec::new();
     for v in &views {
@@ -185,7 +211,11 @@ pub async fn restart(rt: &Arc<Runtime>, name: &str) -> Result<()> {
     // Then bring it back, upstream first, each committed before its dependents
     // backfill from it.
     for (v, spec, job, old_store) in stopped {
-        let mut rel = crate::deploy::deploy_view(rt, &mut w, job, &v, spec, true).await?;
+        let from = match given.remove(&v) {
+            Some(r) => crate::deploy::Restore::From(Box::new(r)),
+            None => crate::deploy::Restore::Latest,
+        };
+        let mut rel = crate::deploy::deploy_view(rt, &mut w, job, &v, spec, from).await?;
         rel.serving = Some(old_store);
         rt.relations.lock().insert(v.clone(), rel);
         rt.flush_locked(&mut w).await?;

@@ -103,6 +103,11 @@ impl TableWriter {
         decode_log_entries(&self.name, &self.schema, entries)
     }
 
+    /// The oldest log offset still kept.
+    pub fn log_start(&self) -> u64 {
+        self.log.start_offset()
+    }
+
     /// Drops log entries below `offset` (no retained checkpoint needs them).
     pub fn truncate_log(&mut self, offset: u64) -> Result<()> {
         if offset > self.log.start_offset() {

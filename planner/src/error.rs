@@ -228,6 +228,7 @@ impl From<ExecError> for SqlError {
             ExecError::UniqueViolation(m) => SqlError::new(sqlstate::UNIQUE_VIOLATION, m),
             ExecError::NotNullViolation(m) => SqlError::new(sqlstate::NOT_NULL_VIOLATION, m),
             ExecError::Overflow(m) => SqlError::new(sqlstate::NUMERIC_OUT_OF_RANGE, m),
+            ExecError::Rejected(code, m) => SqlError::new(code, m),
             ExecError::JobFailed(m) => SqlError::new(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, m),
             ExecError::Arrow(a) => {
                 let msg = a.to_string();

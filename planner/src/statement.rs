@@ -27,6 +27,23 @@ pub enum WeirStatement {
     /// `SET key = value` for a dotted configuration key (Flink's keys contain `-`, which
     /// sqlparser does not take in an identifier).
     SetKey(String, String),
+    /// `SAVEPOINT name [FOR MATERIALIZED VIEW a, b]` (outside a transaction block:
+    /// Weir has no multi-statement transactions, so always).
+    Savepoint {
+        name: String,
+        views: Option<Vec<String>>,
+    },
+    /// `DROP SAVEPOINT name` / `RELEASE [SAVEPOINT] name`.
+    DropSavepoint(String),
+    /// `SHOW SAVEPOINTS`.
+    ShowSavepoints,
+    /// `RESTORE MATERIALIZED VIEW v FROM SAVEPOINT s`, `RESTORE ALL FROM SAVEPOINT s`,
+    /// `ROLLBACK TO [SAVEPOINT] s`; `WITH (ignore_unclaimed_state = true)` may follow.
+    RestoreSavepoint {
+        name: String,
+        views: Option<Vec<String>>,
+        ignore_unclaimed: bool,
+    },
     /// `SHOW <name>`: a configuration key such as `pipeline.max-parallelism`.
     ShowVariable(String),
     /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the streaming plan, not executed.
@@ -133,6 +150,97 @@ fn check_complexity(sql: &str) -> SqlResult<()> {
     Ok(())
 }
 
+/// The savepoint statements (see [`WeirStatement::Savepoint`] and the ones after it).
+fn parse_savepoint_statement(sql: &str, ws: &[&str]) -> SqlResult<WeirStatement> {
+    let raw: Vec<&str> = sql.split_whitespace().collect();
+    let ident = |i: usize| -> SqlResult<String> {
+        raw.get(i)
+            .map(|r| normalize_ident(r))
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| SqlError::syntax("a savepoint statement needs a name"))
+    };
+    // `WITH (ignore_unclaimed_state = true)` at the end of a RESTORE.
+    let lower = sql.to_ascii_lowercase();
+    let (lower_head, ignore_unclaimed) = match lower.find(" with ") {
+        Some(i) => {
+            let opts: String = lower[i..].chars().filter(|c| !c.is_whitespace()).collect();
+            if !opts.starts_with("with(") {
+                return Err(SqlError::syntax(
+                    "expected WITH (ignore_unclaimed_state = true)",
+                ));
+            }
+            let ignore = match opts.as_str().trim_end_matches(';') {
+                "with(ignore_unclaimed_state=true)" | "with(ignore_unclaimed_state='true')" => true,
+                "with(ignore_unclaimed_state=false)" | "with(ignore_unclaimed_state='false')" => {
+                    false
+                }
+                _ => {
+                    return Err(SqlError::syntax(
+                        "the only RESTORE option is ignore_unclaimed_state = true | false",
+                    ))
+                }
+            };
+            (lower[..i].to_string(), ignore)
+        }
+        None => (lower.clone(), false),
+    };
+    let n_head = lower_head.split_whitespace().count();
+    let head = &ws[..n_head.min(ws.len())];
+    let view_list = |from: usize| -> SqlResult<Vec<String>> {
+        let rest = raw[from..].join(" ");
+        let views: Vec<String> = rest
+            .split(',')
+            .map(normalize_ident)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if views.is_empty() {
+            return Err(SqlError::syntax("expected materialized view names"));
+        }
+        Ok(views)
+    };
+    Ok(match head {
+        ["savepoint", _] => WeirStatement::Savepoint {
+            name: ident(1)?,
+            views: None,
+        },
+        ["savepoint", _, "for", "materialized", "view", _, ..] => WeirStatement::Savepoint {
+            name: ident(1)?,
+            views: Some(view_list(5)?),
+        },
+        ["release", "savepoint", _] | ["drop", "savepoint", _] => {
+            WeirStatement::DropSavepoint(ident(2)?)
+        }
+        ["release", _] => WeirStatement::DropSavepoint(ident(1)?),
+        ["restore", "materialized", "view", _, "from", "savepoint", _] => {
+            WeirStatement::RestoreSavepoint {
+                name: ident(6)?,
+                views: Some(vec![ident(3)?]),
+                ignore_unclaimed,
+            }
+        }
+        ["restore", "all", "from", "savepoint", _] => WeirStatement::RestoreSavepoint {
+            name: ident(4)?,
+            views: None,
+            ignore_unclaimed,
+        },
+        ["rollback", "to", "savepoint", _] => WeirStatement::RestoreSavepoint {
+            name: ident(3)?,
+            views: None,
+            ignore_unclaimed,
+        },
+        ["rollback", "to", _] => WeirStatement::RestoreSavepoint {
+            name: ident(2)?,
+            views: None,
+            ignore_unclaimed,
+        },
+        _ => {
+            return Err(SqlError::syntax(
+                "expected SAVEPOINT name [FOR MATERIALIZED VIEW v, ...], RELEASE [SAVEPOINT] name, DROP SAVEPOINT name, RESTORE MATERIALIZED VIEW v FROM SAVEPOINT name, RESTORE ALL FROM SAVEPOINT name or ROLLBACK TO SAVEPOINT name",
+            ))
+        }
+    })
+}
+
 /// Parses one statement (as produced by [`split_statements`]).
 pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
     check_complexity(sql)?;
@@ -145,6 +253,12 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
         ["show", "materialized", "views"] => return Ok(WeirStatement::ShowMaterializedViews),
         ["show", "jobs"] => return Ok(WeirStatement::ShowJobs),
         ["show", "checkpoints"] => return Ok(WeirStatement::ShowCheckpoints),
+        ["show", "savepoints"] => return Ok(WeirStatement::ShowSavepoints),
+        ["savepoint", ..]
+        | ["release", ..]
+        | ["restore", ..]
+        | ["rollback", "to", ..]
+        | ["drop", "savepoint", ..] => return parse_savepoint_statement(sql, &ws),
         ["checkpoint"] => return Ok(WeirStatement::Checkpoint),
         ["alter", "materialized", "view", _name, "resume"] => {
             let raw = sql.split_whitespace().nth(3).unwrap_or_default();

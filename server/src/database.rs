@@ -122,6 +122,11 @@ impl Database {
                 .await
                 .map_err(|e| format!("cannot restore view {}: {}", entry.name, e.message))?;
         }
+        // Savepoints pin table-log positions: known before any truncation.
+        self.runtime
+            .load_savepoint_pins()
+            .await
+            .map_err(|e| format!("cannot read savepoints: {e}"))?;
         self.runtime.recovery_done();
         // Keep the catalog in creation order (restore_* appended tables first).
         {
@@ -193,6 +198,36 @@ impl Database {
             WeirStatement::ShowJobs => show::show_jobs(self),
             WeirStatement::ShowCheckpoints => show::show_checkpoints(self),
             WeirStatement::SetKey(key, value) => show::set_key(session, key, value),
+            WeirStatement::Savepoint { name, views } => {
+                self.runtime
+                    .take_savepoint(&name, views.as_deref())
+                    .await
+                    .map_err(SqlError::from)?;
+                Ok(Output::command("SAVEPOINT"))
+            }
+            WeirStatement::DropSavepoint(name) => {
+                self.runtime
+                    .drop_savepoint(&name)
+                    .await
+                    .map_err(SqlError::from)?;
+                Ok(Output::command("RELEASE"))
+            }
+            WeirStatement::ShowSavepoints => show::show_savepoints(self).await,
+            WeirStatement::RestoreSavepoint {
+                name,
+                views,
+                ignore_unclaimed,
+            } => {
+                let reports = weir_executor::savepoint::restore(
+                    &self.runtime,
+                    &name,
+                    views.as_deref(),
+                    ignore_unclaimed,
+                )
+                .await
+                .map_err(SqlError::from)?;
+                show::restore_report(reports)
+            }
             WeirStatement::Checkpoint => {
                 self.runtime
                     .checkpoint_now()

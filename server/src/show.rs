@@ -94,12 +94,89 @@ pub fn show_jobs(db: &Database) -> SqlResult<Output> {
     )
 }
 
+fn ms_to_text(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
+        .unwrap_or_default()
+}
+
+/// `SHOW SAVEPOINTS`: name, time, epoch, views, size, location, format version. A
+/// damaged savepoint is listed with the reason in `location`.
+pub async fn show_savepoints(db: &Database) -> SqlResult<Output> {
+    let rt = db.runtime();
+    let rows = rt
+        .list_savepoints()
+        .await
+        .map_err(SqlError::from)?
+        .into_iter()
+        .map(|m| match m {
+            Ok(m) => vec![
+                m.name.clone(),
+                ms_to_text(m.created_ms),
+                m.epoch.to_string(),
+                m.views
+                    .iter()
+                    .map(|v| v.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                m.size().to_string(),
+                rt.checkpoints
+                    .storage
+                    .location(&format!("savepoints/{}", m.name)),
+                m.format_version.to_string(),
+            ],
+            Err(reason) => vec![
+                reason.split(':').next().unwrap_or_default().to_string(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                format!("damaged: {reason}"),
+                String::new(),
+            ],
+        })
+        .collect();
+    text_table(
+        &[
+            "name",
+            "created",
+            "epoch",
+            "views",
+            "size",
+            "location",
+            "format_version",
+        ],
+        rows,
+    )
+}
+
+/// What `RESTORE ... FROM SAVEPOINT` did, one row per view.
+pub fn restore_report(reports: Vec<weir_executor::savepoint::RestoreReport>) -> SqlResult<Output> {
+    let rows = reports
+        .into_iter()
+        .map(|r| {
+            vec![
+                r.view,
+                r.restored_uids.join(", "),
+                r.new_uids.join(", "),
+                r.ignored_uids.join(", "),
+                r.replayed_rows.to_string(),
+            ]
+        })
+        .collect();
+    text_table(
+        &[
+            "view",
+            "restored_uids",
+            "started_empty_uids",
+            "ignored_uids",
+            "replayed_rows",
+        ],
+        rows,
+    )
+}
+
 pub fn show_checkpoints(db: &Database) -> SqlResult<Output> {
-    let ms_to_text = |ms: i64| {
-        chrono::DateTime::from_timestamp_millis(ms)
-            .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
-            .unwrap_or_default()
-    };
     let rows = db
         .runtime()
         .checkpoints

@@ -53,26 +53,11 @@ pub struct CheckpointMetadata {
 
 impl CheckpointMetadata {
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let body = serde_json::to_vec_pretty(self)?;
-        let mut out = format!("{:08x}\n", crc32fast::hash(&body)).into_bytes();
-        out.extend_from_slice(&body);
-        Ok(out)
+        to_checksummed_json(self)
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<CheckpointMetadata> {
-        let nl = bytes
-            .iter()
-            .position(|b| *b == b'\n')
-            .ok_or_else(|| StorageError::Corrupt("metadata has no checksum line".into()))?;
-        let want = std::str::from_utf8(&bytes[..nl])
-            .ok()
-            .and_then(|s| u32::from_str_radix(s.trim(), 16).ok())
-            .ok_or_else(|| StorageError::Corrupt("metadata checksum line unreadable".into()))?;
-        let body = &bytes[nl + 1..];
-        if crc32fast::hash(body) != want {
-            return Err(StorageError::Corrupt("metadata checksum mismatch".into()));
-        }
-        let meta: CheckpointMetadata = serde_json::from_slice(body)?;
+        let meta: CheckpointMetadata = from_checksummed_json(bytes)?;
         if meta.format_version > FORMAT_VERSION {
             return Err(StorageError::Corrupt(format!(
                 "format version {} is newer than this Weir's {}",
@@ -86,6 +71,31 @@ impl CheckpointMetadata {
     pub fn files(&self) -> impl Iterator<Item = &StateFile> {
         self.state.iter().flat_map(|u| u.files.iter())
     }
+}
+
+/// JSON with its crc32 on a first line: a torn or edited file is refused when read.
+pub fn to_checksummed_json<T: Serialize>(value: &T) -> Result<Vec<u8>> {
+    let body = serde_json::to_vec_pretty(value)?;
+    let mut out = format!("{:08x}\n", crc32fast::hash(&body)).into_bytes();
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// Reads what [`to_checksummed_json`] wrote, checking the checksum.
+pub fn from_checksummed_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    let nl = bytes
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or_else(|| StorageError::Corrupt("metadata has no checksum line".into()))?;
+    let want = std::str::from_utf8(&bytes[..nl])
+        .ok()
+        .and_then(|s| u32::from_str_radix(s.trim(), 16).ok())
+        .ok_or_else(|| StorageError::Corrupt("metadata checksum line unreadable".into()))?;
+    let body = &bytes[nl + 1..];
+    if crc32fast::hash(body) != want {
+        return Err(StorageError::Corrupt("metadata checksum mismatch".into()));
+    }
+    Ok(serde_json::from_slice(body)?)
 }
 
 /// Checks a state file read back against its handle.

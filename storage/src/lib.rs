@@ -15,6 +15,8 @@
 //! - [`state_snapshot`]: operator state as Arrow IPC files (deltas and bases).
 //! - [`checkpoint_meta`]: a checkpoint's `_metadata` (state files, source positions,
 //!   checksums, format version).
+//! - [`savepoint_meta`]: a savepoint's `_metadata` (one canonical file per uid, source
+//!   positions, format version).
 //! - [`failpoint`]: test-only failure injection, inert unless `WEIR_FAILPOINTS=1`.
 
 pub mod checkpoint_meta;
@@ -23,6 +25,7 @@ pub mod failpoint;
 pub mod key_group;
 pub mod meta_store;
 pub mod object_storage;
+pub mod savepoint_meta;
 pub mod state_backend;
 pub mod state_snapshot;
 pub mod state_table;

@@ -77,6 +77,9 @@ struct JobEntry {
 pub struct JobStart {
     pub chain: Vec<UidState>,
     pub retained: Vec<CheckpointMetadata>,
+    /// State the first checkpoint must upload in full (a job restored from a
+    /// savepoint starts a new chain: savepoint files are never referenced).
+    pub carry: Vec<weir_storage::state_snapshot::StateDelta>,
 }
 
 pub struct CheckpointCoordinator {

@@ -42,7 +42,7 @@ pub async fn list_checkpoints(storage: &ObjectStorage, job: u64) -> crate::Resul
     Ok(epochs)
 }
 
-async fn read_metadata(
+pub(crate) async fn read_metadata(
     storage: &ObjectStorage,
     job: u64,
     epoch: Epoch,
@@ -105,6 +105,7 @@ async fn load(storage: &ObjectStorage, meta: CheckpointMetadata) -> crate::Resul
         start: JobStart {
             chain: meta.state.clone(),
             retained: vec![meta.clone()],
+            carry: vec![],
         },
         meta,
         keyed,

@@ -54,7 +54,7 @@ pub fn metadata_key(job: u64, epoch: Epoch) -> String {
 }
 
 /// Object keys may not contain every character a uid can.
-fn key_safe(uid: &str) -> String {
+pub(crate) fn key_safe(uid: &str) -> String {
     uid.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
@@ -105,7 +105,7 @@ impl JobUploader {
                 .into_iter()
                 .map(|u| (u.uid.clone(), u))
                 .collect(),
-            carry: Vec::new(),
+            carry: start.carry,
             retained: start.retained.into_iter().collect(),
         }
     }
@@ -288,11 +288,7 @@ impl JobUploader {
 
     /// Reads a uid's chain back and merges it into one base file.
     async fn materialize(&self, u: &UidState) -> crate::Result<Vec<u8>> {
-        let datas = super::restore::read_chain(&self.storage, u).await?;
-        let merged = tokio::task::block_in_place(|| merge_chain(u.kind, datas))?;
-        Ok(tokio::task::block_in_place(|| {
-            state_snapshot::encode(&merged)
-        })?)
+        materialize_chain(&self.storage, u).await
     }
 
     /// Drops checkpoints beyond `num-retained`, then every file only they referenced.
@@ -325,7 +321,20 @@ impl JobUploader {
     }
 }
 
-fn chrono_now_ms() -> i64 {
+/// Reads a uid's chain back and merges it into one encoded file (a new base, or a
+/// savepoint's canonical file).
+pub(crate) async fn materialize_chain(
+    storage: &ObjectStorage,
+    u: &UidState,
+) -> crate::Result<Vec<u8>> {
+    let datas = super::restore::read_chain(storage, u).await?;
+    let merged = tokio::task::block_in_place(|| merge_chain(u.kind, datas))?;
+    Ok(tokio::task::block_in_place(|| {
+        state_snapshot::encode(&merged)
+    })?)
+}
+
+pub(crate) fn chrono_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -334,7 +343,7 @@ fn chrono_now_ms() -> i64 {
 
 /// Merges a chain of decoded files into one: last write wins for keyed state,
 /// multiplicities add up for rows.
-fn merge_chain(kind: StateKind, datas: Vec<DeltaData>) -> crate::Result<DeltaData> {
+pub(crate) fn merge_chain(kind: StateKind, datas: Vec<DeltaData>) -> crate::Result<DeltaData> {
     match kind {
         StateKind::Keyed => {
             let files = datas

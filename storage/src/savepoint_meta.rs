@@ -1,0 +1,95 @@
+//! Savepoint metadata (`savepoints/<name>/_metadata`): a user's named, portable copy of
+//! views' state (DESIGN.md §6). Unlike a checkpoint's, every uid's state is one
+//! canonical Arrow IPC file (no delta chain) with the key group on every row, so a
+//! savepoint reads back on any server pointed at the same storage. Never deleted
+//! automatically.
+
+use crate::checkpoint_meta::{from_checksummed_json, to_checksummed_json, UidState};
+use crate::{Result, StorageError};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Version of the savepoint format this build writes; it reads every version up to it.
+pub const SAVEPOINT_FORMAT_VERSION: u32 = 1;
+
+/// One view's state in a savepoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavepointView {
+    pub name: String,
+    /// Table-log positions the state corresponds to: a restore replays from here.
+    pub positions: BTreeMap<String, u64>,
+    pub parallelism: u32,
+    pub max_parallelism: u32,
+    /// Per uid, exactly one file.
+    pub state: Vec<UidState>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavepointMetadata {
+    pub format_version: u32,
+    pub name: String,
+    pub created_ms: i64,
+    /// The checkpoint (epoch) the savepoint was copied from.
+    pub epoch: u64,
+    pub views: Vec<SavepointView>,
+}
+
+impl SavepointMetadata {
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        to_checksummed_json(self)
+    }
+
+    /// Refuses a damaged file and one written by a newer format version.
+    pub fn from_bytes(bytes: &[u8]) -> Result<SavepointMetadata> {
+        let meta: SavepointMetadata = from_checksummed_json(bytes)?;
+        if meta.format_version > SAVEPOINT_FORMAT_VERSION {
+            return Err(StorageError::Corrupt(format!(
+                "savepoint format version {} is newer than this Weir's {}",
+                meta.format_version, SAVEPOINT_FORMAT_VERSION
+            )));
+        }
+        Ok(meta)
+    }
+
+    /// Bytes of every state file.
+    pub fn size(&self) -> u64 {
+        self.views
+            .iter()
+            .flat_map(|v| &v.state)
+            .flat_map(|u| &u.files)
+            .map(|f| f.size)
+            .sum()
+    }
+
+    pub fn view(&self, name: &str) -> Option<&SavepointView> {
+        self.views.iter().find(|v| v.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_refusals() {
+        let m = SavepointMetadata {
+            format_version: SAVEPOINT_FORMAT_VERSION,
+            name: "s1".into(),
+            created_ms: 1,
+            epoch: 7,
+            views: vec![],
+        };
+        let bytes = m.to_bytes().unwrap();
+        assert_eq!(SavepointMetadata::from_bytes(&bytes).unwrap(), m);
+        let mut damaged = bytes.clone();
+        let last = damaged.len() - 2;
+        damaged[last] ^= 1;
+        assert!(SavepointMetadata::from_bytes(&damaged).is_err());
+        let newer = SavepointMetadata {
+            format_version: SAVEPOINT_FORMAT_VERSION + 1,
+            ..m
+        };
+        let err = SavepointMetadata::from_bytes(&newer.to_bytes().unwrap()).unwrap_err();
+        assert!(err.to_string().contains("newer"), "{err}");
+    }
+}
