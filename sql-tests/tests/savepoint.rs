@@ -148,6 +148,42 @@ async fn savepoint_errors_change_nothing() {
         assert_eq!(error_code(&c, sql).await, code, "{sql}");
     }
     assert_eq!(rows(&c, "SHOW SAVEPOINTS").await.len(), 1);
+    // A view without checkpoints has no state to save.
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW unsaved WITH (\"execution.checkpointing.interval\" = 'off')
+             AS SELECT id FROM t",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        error_code(&c, "SAVEPOINT u FOR MATERIALIZED VIEW unsaved").await,
+        "55000"
+    );
+    // While a savepoint is being taken (its upload stalled by a failpoint), a restore
+    // and a drop are refused.
+    c.batch_execute("SET failpoint.object-store.put = 'stall'")
+        .await
+        .unwrap();
+    let taking = tokio::spawn({
+        let port = server.port;
+        async move {
+            let c = weir_sql_tests::process::connect_port(port).await.unwrap();
+            c.batch_execute("SAVEPOINT busy FOR MATERIALIZED VIEW big")
+                .await
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        error_code(&c, "RESTORE ALL FROM SAVEPOINT s").await,
+        "55006"
+    );
+    assert_eq!(error_code(&c, "DROP SAVEPOINT s").await, "55006");
+    c.batch_execute("SET failpoint.object-store.put = 'off'")
+        .await
+        .unwrap();
+    taking.await.unwrap().unwrap();
+    c.batch_execute("DROP SAVEPOINT busy").await.unwrap();
+    assert_eq!(rows(&c, "SHOW SAVEPOINTS").await.len(), 1);
     // A view whose query changed so that its aggregation's state means something
     // else: the savepoint's state is unclaimed, listed, and refused...
     c.batch_execute(
