@@ -9,6 +9,9 @@
 //! about `--payload` bytes (1M x 1000 B = ~1 GB of table state), and a view
 //! `per_g = SELECT g, count(*), sum(length(payload)) FROM t GROUP BY g`. Each round
 //! updates 1% of the rows (`k % 100 = round`) and takes a checkpoint.
+//!
+//! `--savepoint 1` adds a view of every row (`wide`) and, at the end, times a
+//! `SAVEPOINT` of both views and a `RESTORE ALL FROM SAVEPOINT` after 1% more changes.
 
 use std::time::{Duration, Instant};
 use weir_sql_tests::query::{rows, value};
@@ -59,6 +62,14 @@ async fn main() {
     )
     .await
     .unwrap();
+    // `--savepoint 1`: also a view holding every row (~1 GB of view state), then a
+    // savepoint of it and a restore, timed.
+    let savepoint = arg("--savepoint", 0) == 1;
+    if savepoint {
+        c.batch_execute("CREATE MATERIALIZED VIEW wide AS SELECT k, g, payload FROM t")
+            .await
+            .unwrap();
+    }
     let load = Instant::now();
     let step = 20_000;
     let mut from = 1;
@@ -122,4 +133,27 @@ async fn main() {
         "kill -9 to serving again (first correct SELECT answered): {:.2} s",
         serving.as_secs_f64()
     );
+    if savepoint {
+        let t = Instant::now();
+        c.batch_execute("SAVEPOINT bench").await.unwrap();
+        let took = t.elapsed();
+        let shown = rows(&c, "SHOW SAVEPOINTS").await;
+        println!(
+            "SAVEPOINT (views per_g and wide): {:.2} s, {:.1} MB",
+            took.as_secs_f64(),
+            shown[0][4].parse::<f64>().unwrap() / 1e6
+        );
+        c.batch_execute("UPDATE t SET g = g + 1 WHERE k % 100 = 50")
+            .await
+            .unwrap();
+        let t = Instant::now();
+        let report = rows(&c, "RESTORE ALL FROM SAVEPOINT bench").await;
+        let took = t.elapsed();
+        assert_eq!(value(&c, "SELECT count(*) FROM wide").await, n.to_string());
+        println!(
+            "RESTORE ALL FROM SAVEPOINT: {:.2} s (replayed {:?} table-log rows)",
+            took.as_secs_f64(),
+            report.iter().map(|r| r[4].clone()).collect::<Vec<_>>()
+        );
+    }
 }
