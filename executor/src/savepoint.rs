@@ -430,7 +430,7 @@ pub async fn restore(
     let mut reports = Vec::new();
     {
         let w = rt.lock_writes().await;
-        for (saved, (_, job)) in targets.iter().zip(&jobs) {
+        for saved in &targets {
             for (table, offset) in &saved.positions {
                 let start = w.table_ref(table).map(|t| t.log_start());
                 match start {
@@ -464,7 +464,6 @@ pub async fn restore(
                     ),
                 ));
             }
-            let _ = job;
         }
     }
     for (saved, (_, job)) in targets.iter().zip(&jobs) {

@@ -49,6 +49,22 @@ impl DeltaData {
             DeltaData::Rows(r) => r.iter().all(|(ops, _)| ops.is_empty()),
         }
     }
+
+    /// The keyed entries (none if this is row data): a uid's files are all one kind.
+    pub fn into_keyed(self) -> Vec<KeyedEntry> {
+        match self {
+            DeltaData::Keyed(e) => e,
+            DeltaData::Rows(_) => vec![],
+        }
+    }
+
+    /// The row changes (none if this is keyed data).
+    pub fn into_rows(self) -> Vec<RowChange> {
+        match self {
+            DeltaData::Rows(r) => r,
+            DeltaData::Keyed(_) => vec![],
+        }
+    }
 }
 
 /// The state an operator hands over at a checkpoint barrier, under its uid.

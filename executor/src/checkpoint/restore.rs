@@ -79,23 +79,11 @@ async fn load(storage: &ObjectStorage, meta: CheckpointMetadata) -> crate::Resul
             // Rows are applied change by change by the store that loads them: merging
             // the chain first would hash every row twice.
             StateKind::Rows => {
-                let changes = datas
-                    .into_iter()
-                    .flat_map(|d| match d {
-                        DeltaData::Rows(r) => r,
-                        DeltaData::Keyed(_) => vec![],
-                    })
-                    .collect();
+                let changes = datas.into_iter().flat_map(DeltaData::into_rows).collect();
                 rows.insert(u.uid.clone(), changes);
             }
             StateKind::Keyed => {
-                let files = datas
-                    .into_iter()
-                    .map(|d| match d {
-                        DeltaData::Keyed(e) => e,
-                        DeltaData::Rows(_) => vec![],
-                    })
-                    .collect();
+                let files = datas.into_iter().map(DeltaData::into_keyed).collect();
                 let live = tokio::task::block_in_place(|| state_snapshot::merge_keyed(files));
                 keyed.insert(u.uid.clone(), live);
             }

@@ -346,13 +346,7 @@ pub(crate) fn chrono_now_ms() -> i64 {
 pub(crate) fn merge_chain(kind: StateKind, datas: Vec<DeltaData>) -> crate::Result<DeltaData> {
     match kind {
         StateKind::Keyed => {
-            let files = datas
-                .into_iter()
-                .map(|d| match d {
-                    DeltaData::Keyed(e) => e,
-                    DeltaData::Rows(_) => vec![],
-                })
-                .collect();
+            let files = datas.into_iter().map(DeltaData::into_keyed).collect();
             Ok(DeltaData::Keyed(
                 state_snapshot::merge_keyed(files)
                     .into_iter()
@@ -371,13 +365,7 @@ pub(crate) fn merge_chain(kind: StateKind, datas: Vec<DeltaData>) -> crate::Resu
             });
             if insert_only {
                 return Ok(DeltaData::Rows(
-                    datas
-                        .into_iter()
-                        .flat_map(|d| match d {
-                            DeltaData::Rows(changes) => changes,
-                            DeltaData::Keyed(_) => vec![],
-                        })
-                        .collect(),
+                    datas.into_iter().flat_map(DeltaData::into_rows).collect(),
                 ));
             }
             let mut set: Option<RowMultiset> = None;
