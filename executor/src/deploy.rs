@@ -10,7 +10,6 @@ use crate::exchange::{Dispatcher, ExchangeKind, PriorityLane, CHANNEL_CAPACITY};
 use crate::graph::{FragmentInput, OperatorSpec, StreamGraph};
 use crate::hub::{RelationHub, Subscription};
 use crate::operator::Operator;
-use crate::operators::materialize::materialize_uid;
 use crate::operators::{
     filter::FilterOperator, hash_agg::HashAggOperator, materialize::MaterializeOperator,
     project::ProjectOperator,
@@ -166,7 +165,7 @@ pub(crate) async fn deploy_view(
             }
             rt.backend.write(batch);
         }
-        if let Some(rows) = r.rows.get(&materialize_uid(name)) {
+        if let Some(rows) = r.rows.get(&graph.output_uid) {
             store.restore(&store.chunks_of(rows)?)?;
         }
         rt.note_restore(name);
@@ -287,7 +286,7 @@ pub(crate) async fn deploy_view(
     let reemit = derived
         && restored
             .as_ref()
-            .is_some_and(|r| !r.rows.contains_key(&materialize_uid(name)));
+            .is_some_and(|r| !r.rows.contains_key(&graph.output_uid));
     for (gi, frag) in frags.iter().enumerate() {
         for d in (0..counts[gi]).rev() {
             let range = KeyGroupRange::for_actor(d as u32, counts[gi] as u32, max_p);
@@ -299,6 +298,7 @@ pub(crate) async fn deploy_view(
             if gi == last {
                 chain.push(Box::new(MaterializeOperator::new(
                     store.clone(),
+                    graph.output_uid.clone(),
                     track && !derived,
                 )));
             }
@@ -400,7 +400,7 @@ pub(crate) async fn deploy_view(
 /// fragment runs a HashAgg followed only by stateless operators. Such a view's rows
 /// are not checkpointed (halving what an aggregation view uploads); on restore the
 /// aggregation emits them again.
-fn rows_derived_from_state(graph: &StreamGraph) -> bool {
+pub(crate) fn rows_derived_from_state(graph: &StreamGraph) -> bool {
     let Some(last) = graph.fragments.last() else {
         return false;
     };

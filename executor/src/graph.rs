@@ -69,9 +69,53 @@ pub struct FragmentSpec {
 #[derive(Debug, Clone, Default)]
 pub struct StreamGraph {
     pub fragments: Vec<FragmentSpec>,
+    /// Uid of the view's stored rows: the view's name and a fingerprint of its whole
+    /// query, because those rows mean the whole query (a changed filter changes them).
+    pub output_uid: String,
+}
+
+/// The layout of stored rows: their column types.
+pub fn rows_layout(schema: &arrow::datatypes::Schema) -> String {
+    let types = schema
+        .fields()
+        .iter()
+        .map(|f| f.data_type().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("rows({types})")
 }
 
 impl StreamGraph {
+    /// Every stateful operator, in plan order (inputs first): what EXPLAIN numbers and
+    /// what `"uid.N"` pins.
+    pub fn stateful_mut(&mut self) -> Vec<&mut HashAggSpec> {
+        self.fragments
+            .iter_mut()
+            .flat_map(|f| f.chain.iter_mut())
+            .filter_map(|op| match op {
+                OperatorSpec::HashAgg(spec) => Some(spec),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Uid -> what its state holds (types), for every uid this graph keeps state
+    /// under; a savepoint records it so that a restore can refuse state that does not
+    /// fit.
+    pub fn state_schemas(&self, output: &arrow::datatypes::Schema) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .fragments
+            .iter()
+            .flat_map(|f| &f.chain)
+            .filter_map(|op| match op {
+                OperatorSpec::HashAgg(spec) => Some((spec.uid.clone(), spec.state_schema())),
+                _ => None,
+            })
+            .collect();
+        out.push((self.output_uid.clone(), rows_layout(output)));
+        out
+    }
+
     /// Relations this graph reads.
     pub fn upstream_relations(&self) -> Vec<String> {
         let mut v = Vec::new();

@@ -45,6 +45,7 @@ pub mod table_writer;
 
 pub use barrier::Epoch;
 pub use chunk::{Op, StreamChunk};
+pub use deploy::Restore;
 pub use error::{ExecError, Result};
 pub use graph::{FragmentInput, FragmentSpec, OperatorSpec, StreamGraph};
 pub use runtime::{JobStatus, Runtime, RuntimeConfig, ViewSpec, WriteState};

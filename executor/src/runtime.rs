@@ -47,6 +47,8 @@ pub struct RuntimeConfig {
     pub failover: FailoverStrategy,
     /// `execution.checkpointing.dir`, opened.
     pub checkpoint_storage: ObjectStorage,
+    /// `execution.checkpointing.savepoint-dir`, opened.
+    pub savepoint_storage: ObjectStorage,
 }
 
 impl RuntimeConfig {
@@ -164,6 +166,14 @@ pub struct Runtime {
     pub(crate) savepoint_busy: tokio::sync::Mutex<()>,
     /// Table-log rows each view replayed at its last deployment.
     pub(crate) last_replayed: Mutex<HashMap<String, usize>>,
+}
+
+impl Runtime {
+    /// Table-log rows the view replayed when it was last deployed (from a checkpoint or
+    /// a savepoint; a fresh view backfills instead and replays none).
+    pub fn replayed_rows(&self, view: &str) -> usize {
+        self.last_replayed.lock().get(view).copied().unwrap_or(0)
+    }
 }
 
 impl Runtime {
@@ -377,25 +387,12 @@ impl Runtime {
                     Some(rows) => store.chunks_of(rows)?,
                     None => vec![],
                 };
-                // The readable store loads the rows while the writer rebuilds its
-                // primary-key index on another thread (recovery time is what users
-                // wait for); the writer's latest rows then share the store's.
-                tokio::task::block_in_place(|| {
-                    std::thread::scope(|scope| {
-                        let readable = scope.spawn(|| store.restore(&chunks));
-                        let keys = writer.restore_keys(&chunks);
-                        let readable = readable
-                            .join()
-                            .map_err(|_| ExecError::Internal("store restore panicked".into()))?;
-                        readable.and(keys)
-                    })
-                })?;
-                writer.set_latest(store.committed_rows()?);
+                let rows = load_table_rows(&mut writer, &store, &chunks)?;
                 tracing::info!(
                     table = name,
                     read_ms = read_ms,
                     load_ms = started.elapsed().as_millis() as u64 - read_ms,
-                    rows = chunks.iter().map(|c| c.len()).sum::<usize>(),
+                    rows,
                     "table restored from its checkpoint"
                 );
                 self.note_restore(name);
@@ -412,6 +409,7 @@ impl Runtime {
             inputs: vec![rx],
             chain: vec![Box::new(MaterializeOperator::new(
                 store.clone(),
+                uid.clone(),
                 self.config.job.checkpoint.interval.is_some(),
             ))],
             output: ActorOutput::Hub {
@@ -481,10 +479,11 @@ impl Runtime {
         self.remove_relation(name);
     }
 
-    /// Deploys a view's graph. With `restore`, the job starts from its latest intact
-    /// checkpoint and replays its tables' logs from the positions recorded there;
-    /// otherwise (or when it reads another view) it is backfilled from its upstream
-    /// relations' committed contents. Call under the write lock, after `flush_locked`.
+    /// Deploys a view's graph. With `Restore::Latest` the job starts from its latest
+    /// intact checkpoint, with `Restore::From` from given (savepoint) state, and replays
+    /// its tables' logs from the positions recorded there; with `Restore::Fresh` (or
+    /// when it reads another view) it is backfilled from its upstream relations'
+    /// committed contents. Call under the write lock, after `flush_locked`.
     #[allow(clippy::too_many_arguments)]
     pub async fn create_view(
         self: &Arc<Self>,
@@ -492,14 +491,9 @@ impl Runtime {
         job: u64,
         name: &str,
         spec: ViewSpec,
-        restore: bool,
+        from: crate::deploy::Restore,
     ) -> Result<()> {
         let strategy = spec.config.restart.clone();
-        let from = if restore {
-            crate::deploy::Restore::Latest
-        } else {
-            crate::deploy::Restore::Fresh
-        };
         let rel = crate::deploy::deploy_view(self, w, job, name, spec, from).await?;
         self.relations.lock().insert(name.to_string(), rel);
         self.lives.lock().insert(
@@ -603,4 +597,27 @@ impl Runtime {
             })
             .collect()
     }
+}
+
+/// Loads restored rows into a table's readable store and its writer; returns how many.
+/// The store loads them while the writer rebuilds its primary-key index on another
+/// thread (recovery time is what users wait for); the writer's latest rows then share
+/// the store's.
+pub(crate) fn load_table_rows(
+    writer: &mut TableWriter,
+    store: &RelationStore,
+    chunks: &[StreamChunk],
+) -> Result<usize> {
+    tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            let readable = scope.spawn(|| store.restore(chunks));
+            let keys = writer.restore_keys(chunks);
+            let readable = readable
+                .join()
+                .map_err(|_| ExecError::Internal("store restore panicked".into()))?;
+            readable.and(keys)
+        })
+    })?;
+    writer.set_latest(store.committed_rows()?);
+    Ok(chunks.iter().map(|c| c.len()).sum())
 }

@@ -18,10 +18,10 @@
 use crate::checkpoint::coordinator::JobStart;
 use crate::checkpoint::restore::{list_checkpoints, read_chain, read_metadata, RestoredJob};
 use crate::checkpoint::uploader::{chrono_now_ms, key_safe, materialize_chain, merge_chain};
-use crate::deploy::{is_inflight_uid, state_uids};
+use crate::deploy::{is_inflight_uid, rows_derived_from_state, state_uids};
 use crate::error::{ExecError, Result};
 use crate::operators::materialize::materialize_uid;
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, ViewSpec, WriteState};
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -35,9 +35,11 @@ const SQLSTATE_OBJECT_IN_USE: &str = "55006";
 const SQLSTATE_INVALID_PARAMETER: &str = "22023";
 const SQLSTATE_UNDEFINED_TABLE: &str = "42P01";
 const SQLSTATE_NOT_IN_PREREQUISITE_STATE: &str = "55000";
+const SQLSTATE_DATATYPE_MISMATCH: &str = "42804";
 
+/// Keys are relative to `execution.checkpointing.savepoint-dir`.
 fn metadata_key(name: &str) -> String {
-    format!("savepoints/{}/_metadata", key_safe(name))
+    format!("{}/_metadata", key_safe(name))
 }
 
 fn busy() -> ExecError {
@@ -85,8 +87,65 @@ fn chosen_views(rt: &Runtime, only: Option<&[String]>) -> Result<Vec<(String, u6
     }
 }
 
+/// One job a savepoint copies: its name, job id, and uid -> state layout.
+struct Saved {
+    name: String,
+    job: u64,
+    table: bool,
+    schemas: BTreeMap<String, String>,
+}
+
+/// What `SAVEPOINT name [FOR MATERIALIZED VIEW ...]` copies: the named views, or every
+/// view and every table (so that a fresh server can be filled from it).
+fn chosen_jobs(rt: &Runtime, only: Option<&[String]>) -> Result<Vec<Saved>> {
+    let views = chosen_views(rt, only)?;
+    let relations = rt.relations.lock();
+    let mut out = Vec::new();
+    if only.is_none() {
+        let mut tables: Vec<_> = relations.iter().filter(|(_, r)| r.view.is_none()).collect();
+        tables.sort_by_key(|(n, _)| n.as_str());
+        for (n, r) in tables {
+            let schema = r.store.schema();
+            out.push(Saved {
+                name: n.clone(),
+                job: r.job,
+                table: true,
+                schemas: BTreeMap::from([(materialize_uid(n), crate::graph::rows_layout(&schema))]),
+            });
+        }
+    }
+    for (v, job) in views {
+        let spec = relations
+            .get(&v)
+            .and_then(|r| r.view.clone())
+            .ok_or_else(|| ExecError::Internal(format!("{v} is not running")))?;
+        if spec.config.checkpoint.interval.is_none() {
+            return Err(ExecError::Rejected(
+                SQLSTATE_NOT_IN_PREREQUISITE_STATE,
+                format!("materialized view \"{v}\" has checkpointing off (execution.checkpointing.interval = off): it has no state to save"),
+            ));
+        }
+        out.push(Saved {
+            schemas: spec.graph.state_schemas(&spec.schema).into_iter().collect(),
+            name: v,
+            job,
+            table: false,
+        });
+    }
+    Ok(out)
+}
+
 impl Runtime {
+    /// Where savepoints live (`execution.checkpointing.savepoint-dir`).
+    pub fn savepoint_storage(&self) -> &weir_storage::object_storage::ObjectStorage {
+        &self.config.savepoint_storage
+    }
+
     /// `SAVEPOINT name [FOR MATERIALIZED VIEW a, b]`; returns when it is complete.
+    ///
+    /// Every job is checkpointed at one forced epoch, and that epoch's checkpoint of
+    /// each job is copied: views' positions and tables' rows agree. Periodic
+    /// checkpoints wait meanwhile, so none garbage-collects a file being copied.
     pub async fn take_savepoint(
         self: &Arc<Self>,
         name: &str,
@@ -94,39 +153,40 @@ impl Runtime {
     ) -> Result<SavepointMetadata> {
         let _busy = self.savepoint_busy.try_lock().map_err(|_| busy())?;
         let storage = self.checkpoints.storage.clone();
-        if storage.get(&metadata_key(name)).await?.is_some() {
+        let target = self.savepoint_storage();
+        if target.get(&metadata_key(name)).await?.is_some() {
             return Err(ExecError::Rejected(
                 SQLSTATE_DUPLICATE_OBJECT,
                 format!("savepoint \"{name}\" already exists"),
             ));
         }
-        let views = chosen_views(self, only)?;
-        for (v, _) in &views {
-            let spec = self.relations.lock().get(v).and_then(|r| r.view.clone());
-            if spec.is_some_and(|s| s.config.checkpoint.interval.is_none()) {
-                return Err(ExecError::Rejected(
-                    SQLSTATE_NOT_IN_PREREQUISITE_STATE,
-                    format!("materialized view \"{v}\" has checkpointing off (execution.checkpointing.interval = off): it has no state to save"),
-                ));
-            }
-        }
+        let jobs = chosen_jobs(self, only)?;
+        let _hold = self.checkpoints.hold_periodic();
         let epoch = self.checkpoint_now().await?;
         let mut saved = Vec::new();
-        for (v, job) in views {
-            let Some(&latest) = list_checkpoints(&storage, job).await?.last() else {
+        for job in jobs {
+            let what = if job.table {
+                "table"
+            } else {
+                "materialized view"
+            };
+            if !list_checkpoints(&storage, job.job).await?.contains(&epoch) {
                 return Err(ExecError::Rejected(
                     SQLSTATE_NOT_IN_PREREQUISITE_STATE,
-                    format!("materialized view \"{v}\" has no completed checkpoint to save"),
+                    format!(
+                        "{what} \"{}\" has no completed checkpoint {epoch} to save (is checkpointing on, and did the checkpoint fail?)",
+                        job.name
+                    ),
                 ));
-            };
-            let meta = read_metadata(&storage, job, latest).await?;
+            }
+            let meta = read_metadata(&storage, job.job, epoch).await?;
             let mut state = Vec::new();
             for u in &meta.state {
                 let bytes = materialize_chain(&storage, u).await?;
                 let key = format!(
-                    "savepoints/{}/{}/{}/kg-0-{}.arrow",
+                    "{}/{}/{}/kg-0-{}.arrow",
                     key_safe(name),
-                    key_safe(&v),
+                    key_safe(&job.name),
                     key_safe(&u.uid),
                     meta.max_parallelism.saturating_sub(1)
                 );
@@ -136,7 +196,7 @@ impl Runtime {
                     path: key.clone(),
                     epoch: meta.epoch,
                 };
-                storage.put(&key, Bytes::from(bytes)).await?;
+                target.put(&key, Bytes::from(bytes)).await?;
                 state.push(UidState {
                     uid: u.uid.clone(),
                     kind: u.kind,
@@ -144,11 +204,13 @@ impl Runtime {
                 });
             }
             saved.push(SavepointView {
-                name: v,
+                name: job.name,
                 positions: meta.positions.clone(),
                 parallelism: meta.parallelism,
                 max_parallelism: meta.max_parallelism,
                 state,
+                schemas: job.schemas,
+                table: job.table,
             });
         }
         let meta = SavepointMetadata {
@@ -159,7 +221,7 @@ impl Runtime {
             views: saved,
         };
         // `_metadata` last: its presence marks the savepoint complete.
-        storage
+        target
             .put(&metadata_key(name), Bytes::from(meta.to_bytes()?))
             .await?;
         self.pin(&meta);
@@ -188,13 +250,9 @@ impl Runtime {
     pub async fn list_savepoints(
         &self,
     ) -> Result<Vec<std::result::Result<SavepointMetadata, String>>> {
-        let storage = &self.checkpoints.storage;
         let mut out = Vec::new();
-        for (key, _) in storage.list("savepoints").await? {
-            let Some(name) = key
-                .strip_prefix("savepoints/")
-                .and_then(|k| k.strip_suffix("/_metadata"))
-            else {
+        for (key, _) in self.savepoint_storage().list("").await? {
+            let Some(name) = key.strip_suffix("/_metadata").filter(|n| !n.contains('/')) else {
                 continue;
             };
             out.push(match self.read_savepoint(name).await {
@@ -208,8 +266,7 @@ impl Runtime {
 
     pub async fn read_savepoint(&self, name: &str) -> Result<SavepointMetadata> {
         let bytes = self
-            .checkpoints
-            .storage
+            .savepoint_storage()
             .get(&metadata_key(name))
             .await?
             .ok_or_else(|| {
@@ -238,7 +295,7 @@ impl Runtime {
     /// so a half-deleted savepoint is never listed as usable) and unpins its logs.
     pub async fn drop_savepoint(&self, name: &str) -> Result<()> {
         let _busy = self.savepoint_busy.try_lock().map_err(|_| busy())?;
-        let storage = &self.checkpoints.storage;
+        let storage = self.savepoint_storage();
         if storage.get(&metadata_key(name)).await?.is_none() {
             return Err(ExecError::Rejected(
                 SQLSTATE_UNDEFINED_SAVEPOINT,
@@ -246,10 +303,7 @@ impl Runtime {
             ));
         }
         storage.delete(&metadata_key(name)).await?;
-        for (key, _) in storage
-            .list(&format!("savepoints/{}", key_safe(name)))
-            .await?
-        {
+        for (key, _) in storage.list(&key_safe(name)).await? {
             storage.delete(&key).await?;
         }
         self.savepoint_pins.lock().remove(name);
@@ -257,47 +311,120 @@ impl Runtime {
     }
 }
 
-/// Loads one view's state from a savepoint, matched against the uids its current plan
-/// has. Nothing changes on error.
-async fn load_view(
+/// How a savepoint's state for one view matches a plan's uids: what a restore would
+/// do (`EXPLAIN RESTORE`), decided before anything changes.
+#[derive(Debug, Clone, Default)]
+pub struct UidMatch {
+    /// Saved uids the plan claims: their state is loaded.
+    pub matched: Vec<String>,
+    /// Saved uids no operator of the plan claims.
+    pub unclaimed: Vec<String>,
+    /// Uids of the plan with no saved state: they start empty.
+    pub new: Vec<String>,
+    /// Matched uids whose saved layout differs from the operator's: (uid, saved, now).
+    pub misfit: Vec<(String, String, String)>,
+}
+
+/// Matches a saved view against a plan. Data an unaligned checkpoint overtook is
+/// claimed only by the very same query (its rows uid is the same), since it belongs to
+/// the old plan's channels.
+pub fn match_uids(saved: &SavepointView, spec: &ViewSpec) -> UidMatch {
+    let layouts = spec.graph.state_schemas(&spec.schema);
+    let same_query = saved.schemas.contains_key(&spec.graph.output_uid)
+        || saved.state.iter().any(|u| u.uid == spec.graph.output_uid);
+    let mut m = UidMatch::default();
+    for u in &saved.state {
+        if is_inflight_uid(&u.uid) {
+            if same_query {
+                m.matched.push(u.uid.clone());
+            } else {
+                m.unclaimed.push(u.uid.clone());
+            }
+            continue;
+        }
+        match layouts.iter().find(|(uid, _)| *uid == u.uid) {
+            Some((_, now)) => {
+                if let Some(was) = saved.schemas.get(&u.uid) {
+                    if was != now {
+                        m.misfit.push((u.uid.clone(), was.clone(), now.clone()));
+                    }
+                }
+                m.matched.push(u.uid.clone());
+            }
+            None => m.unclaimed.push(u.uid.clone()),
+        }
+    }
+    let mut stateful = state_uids(&spec.graph);
+    // An aggregation view's rows are derived from its state, never stored.
+    if !rows_derived_from_state(&spec.graph) {
+        stateful.push(spec.graph.output_uid.clone());
+    }
+    m.new = stateful
+        .into_iter()
+        .filter(|u| !m.matched.contains(u))
+        .collect();
+    m
+}
+
+/// How a savepoint's rows of a table match the table here.
+fn match_table(saved: &SavepointView, schema: &arrow::datatypes::Schema) -> UidMatch {
+    let uid = materialize_uid(&saved.name);
+    let now = crate::graph::rows_layout(schema);
+    let mut m = UidMatch::default();
+    for u in &saved.state {
+        if u.uid == uid {
+            if let Some(was) = saved.schemas.get(&uid).filter(|was| **was != now) {
+                m.misfit.push((uid.clone(), was.clone(), now.clone()));
+            }
+            m.matched.push(uid.clone());
+        } else {
+            m.unclaimed.push(u.uid.clone());
+        }
+    }
+    m
+}
+
+/// Refuses a restore that cannot be done as asked. Nothing has changed yet.
+fn check_match(
     rt: &Runtime,
     sp: &SavepointMetadata,
     saved: &SavepointView,
-    job: u64,
+    m: &UidMatch,
+    parallelism: u32,
     ignore_unclaimed: bool,
-) -> Result<(RestoredJob, RestoreReport)> {
-    let spec = rt
-        .relations
-        .lock()
-        .get(&saved.name)
-        .and_then(|r| r.view.clone())
-        .ok_or_else(|| ExecError::Internal(format!("{} is not running", saved.name)))?;
-    let mut claimed = state_uids(&spec.graph);
-    claimed.push(materialize_uid(&saved.name));
-    let unclaimed: Vec<String> = saved
-        .state
-        .iter()
-        .map(|u| u.uid.clone())
-        .filter(|u| !claimed.contains(u) && !is_inflight_uid(u))
-        .collect();
-    if !unclaimed.is_empty() && !ignore_unclaimed {
+) -> Result<()> {
+    if !m.misfit.is_empty() {
+        return Err(ExecError::Rejected(
+            SQLSTATE_DATATYPE_MISMATCH,
+            format!(
+                "savepoint \"{}\" has state for \"{}\" that does not fit: {}",
+                sp.name,
+                saved.name,
+                m.misfit
+                    .iter()
+                    .map(|(uid, was, now)| format!("{uid} was saved as {was}, it is now {now}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        ));
+    }
+    if !m.unclaimed.is_empty() && !ignore_unclaimed {
         return Err(ExecError::Rejected(
             SQLSTATE_INVALID_PARAMETER,
             format!(
                 "savepoint \"{}\" has state no operator of \"{}\" claims: {} (restore with ignore_unclaimed_state = true to drop it)",
                 sp.name,
                 saved.name,
-                unclaimed.join(", ")
+                m.unclaimed.join(", ")
             ),
         ));
     }
-    let has_inflight = saved.state.iter().any(|u| is_inflight_uid(&u.uid));
-    if has_inflight && saved.parallelism != spec.parallelism {
+    if m.matched.iter().any(|u| is_inflight_uid(u)) && saved.parallelism != parallelism {
         return Err(ExecError::Rejected(
             SQLSTATE_INVALID_PARAMETER,
             format!(
-                "savepoint \"{}\" holds in-flight data of an unaligned checkpoint at parallelism {}; \"{}\" runs at {}",
-                sp.name, saved.parallelism, saved.name, spec.parallelism
+                "savepoint \"{}\" holds in-flight data of an unaligned checkpoint at parallelism {}; \"{}\" runs at {parallelism}",
+                sp.name, saved.parallelism, saved.name
             ),
         ));
     }
@@ -310,12 +437,23 @@ async fn load_view(
             ),
         ));
     }
-    let storage = &rt.checkpoints.storage;
+    Ok(())
+}
+
+/// Reads the matched uids' state. Keyed state carries its key group on every entry,
+/// so it loads at any parallelism: each actor reads its own key-group range.
+async fn load_matched(
+    rt: &Runtime,
+    sp: &SavepointMetadata,
+    saved: &SavepointView,
+    m: UidMatch,
+    job: u64,
+) -> Result<(RestoredJob, RestoreReport)> {
+    let storage = rt.savepoint_storage();
     let mut keyed = HashMap::new();
     let mut rows = HashMap::new();
     let mut carry = Vec::new();
-    let mut restored_uids = Vec::new();
-    for u in saved.state.iter().filter(|u| !unclaimed.contains(&u.uid)) {
+    for u in saved.state.iter().filter(|u| m.matched.contains(&u.uid)) {
         let datas = read_chain(storage, u).await?;
         let merged = tokio::task::block_in_place(|| merge_chain(u.kind, datas))?;
         match (u.kind, merged) {
@@ -343,22 +481,18 @@ async fn load_view(
             }
             _ => {
                 return Err(ExecError::Rejected(
-                    SQLSTATE_INVALID_PARAMETER,
+                    SQLSTATE_DATATYPE_MISMATCH,
                     format!("savepoint state of {} does not fit its kind", u.uid),
                 ))
             }
         }
-        restored_uids.push(u.uid.clone());
     }
-    let new_uids: Vec<String> = state_uids(&spec.graph)
-        .into_iter()
-        .filter(|u| !restored_uids.contains(u))
-        .collect();
     // The job's older checkpoints stay retained until the next checkpoint (of the
     // restored state, in full) replaces them; then garbage collection removes them.
+    let cps = &rt.checkpoints.storage;
     let mut retained = Vec::new();
-    for epoch in list_checkpoints(storage, job).await? {
-        if let Ok(m) = read_metadata(storage, job, epoch).await {
+    for epoch in list_checkpoints(cps, job).await? {
+        if let Ok(m) = read_metadata(cps, job, epoch).await {
             retained.push(m);
         }
     }
@@ -378,9 +512,9 @@ async fn load_view(
     };
     let report = RestoreReport {
         view: saved.name.clone(),
-        restored_uids,
-        new_uids,
-        ignored_uids: unclaimed,
+        restored_uids: m.matched,
+        new_uids: m.new,
+        ignored_uids: m.unclaimed,
         replayed_rows: 0,
     };
     Ok((
@@ -398,9 +532,177 @@ async fn load_view(
     ))
 }
 
+/// Every relation a view restored from `saved` reads must be a table here, and its log
+/// must still hold the savepoint's position (or be about to start there: `filled`).
+fn check_sources(
+    w: &WriteState,
+    sp: &SavepointMetadata,
+    saved: &SavepointView,
+    upstream: &[String],
+    filled: &[&SavepointView],
+) -> Result<()> {
+    if !upstream.iter().all(|u| saved.positions.contains_key(u)) {
+        return Err(ExecError::Rejected(
+            "0A000",
+            format!(
+                "\"{}\" reads another materialized view: restoring it from a savepoint is not supported yet (restore the view it reads)",
+                saved.name
+            ),
+        ));
+    }
+    for (table, offset) in &saved.positions {
+        if let Some(t) = filled.iter().find(|t| &t.name == table) {
+            if t.positions.get(table) != Some(offset) {
+                return Err(ExecError::Rejected(
+                    SQLSTATE_INVALID_PARAMETER,
+                    format!(
+                        "savepoint \"{}\" saved \"{}\" and \"{table}\" at different positions",
+                        sp.name, saved.name
+                    ),
+                ));
+            }
+            continue;
+        }
+        match w.table_ref(table).map(|t| t.log_start()) {
+            Some(s) if s <= *offset => {}
+            Some(s) => {
+                return Err(ExecError::Rejected(
+                    SQLSTATE_NOT_IN_PREREQUISITE_STATE,
+                    format!(
+                        "savepoint \"{}\" needs the log of \"{table}\" from position {offset}, but it starts at {s} here (was the table re-created? a savepoint that holds the table fills it only while it is empty and was never written)",
+                        sp.name
+                    ),
+                ))
+            }
+            None => {
+                return Err(ExecError::Rejected(
+                    SQLSTATE_INVALID_PARAMETER,
+                    format!(
+                        "savepoint \"{}\" reads \"{table}\", which is not a table here",
+                        sp.name
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The savepoint's state of one view (not a table's rows).
+fn saved_view<'a>(sp: &'a SavepointMetadata, view: &str) -> Result<&'a SavepointView> {
+    sp.views
+        .iter()
+        .find(|v| v.name == view && !v.table)
+        .ok_or_else(|| {
+            ExecError::Rejected(
+                SQLSTATE_INVALID_PARAMETER,
+                format!("savepoint \"{}\" holds no state of \"{view}\"", sp.name),
+            )
+        })
+}
+
+/// `CREATE [OR REPLACE] MATERIALIZED VIEW v WITH (restore_from = 's') AS ...`: the
+/// state to deploy the new plan `spec` (as job `job`) with, matched by uid. Nothing
+/// changes here; deploy the result under the write lock.
+pub async fn state_for_new_view(
+    rt: &Arc<Runtime>,
+    savepoint: &str,
+    view: &str,
+    spec: &ViewSpec,
+    job: u64,
+    ignore_unclaimed: bool,
+) -> Result<(crate::deploy::Restore, RestoreReport)> {
+    let _busy = rt.savepoint_busy.try_lock().map_err(|_| busy())?;
+    let sp = rt.read_savepoint(savepoint).await?;
+    let saved = saved_view(&sp, view)?;
+    {
+        let w = rt.lock_writes().await;
+        check_sources(&w, &sp, saved, &spec.graph.upstream_relations(), &[])?;
+    }
+    let m = match_uids(saved, spec);
+    check_match(rt, &sp, saved, &m, spec.parallelism, ignore_unclaimed)?;
+    let (restored, report) = load_matched(rt, &sp, saved, m, job).await?;
+    Ok((crate::deploy::Restore::From(Box::new(restored)), report))
+}
+
+/// `EXPLAIN CREATE ... WITH (restore_from = 's')`: how the new plan's uids match.
+pub async fn preview_new_view(
+    rt: &Runtime,
+    savepoint: &str,
+    view: &str,
+    spec: &ViewSpec,
+) -> Result<UidMatch> {
+    let sp = rt.read_savepoint(savepoint).await?;
+    Ok(match_uids(saved_view(&sp, view)?, spec))
+}
+
+/// `EXPLAIN RESTORE ...`: per view (and table the savepoint would fill) how its uids
+/// match, without changing anything.
+pub async fn explain_restore(
+    rt: &Arc<Runtime>,
+    name: &str,
+    only: Option<&[String]>,
+) -> Result<Vec<(String, UidMatch)>> {
+    let sp = rt.read_savepoint(name).await?;
+    let mut out = Vec::new();
+    let w = rt.lock_writes().await;
+    for saved in targets(&sp, only)? {
+        let spec = rt
+            .relations
+            .lock()
+            .get(&saved.name)
+            .and_then(|r| r.view.clone())
+            .ok_or_else(|| {
+                ExecError::Rejected(
+                    SQLSTATE_UNDEFINED_TABLE,
+                    format!("materialized view \"{}\" does not exist", saved.name),
+                )
+            })?;
+        out.push((saved.name.clone(), match_uids(saved, &spec)));
+    }
+    for t in fillable(rt, &w, &sp, only) {
+        let schema = rt.relations.lock().get(&t.name).map(|r| r.store.schema());
+        if let Some(schema) = schema {
+            out.push((t.name.clone(), match_table(t, &schema)));
+        }
+    }
+    Ok(out)
+}
+
+/// The views a RESTORE names, or every view the savepoint holds.
+fn targets<'a>(
+    sp: &'a SavepointMetadata,
+    only: Option<&[String]>,
+) -> Result<Vec<&'a SavepointView>> {
+    match only {
+        Some(names) => names.iter().map(|n| saved_view(sp, n)).collect(),
+        None => Ok(sp.views.iter().filter(|v| !v.table).collect()),
+    }
+}
+
+/// Tables `RESTORE ALL` fills from the savepoint: those that exist here and were never
+/// written (a fresh server pointed at the savepoint-dir). A table with any write keeps
+/// its contents: a restore never loses an acknowledged write.
+fn fillable<'a>(
+    rt: &Runtime,
+    w: &WriteState,
+    sp: &'a SavepointMetadata,
+    only: Option<&[String]>,
+) -> Vec<&'a SavepointView> {
+    if only.is_some() {
+        return vec![];
+    }
+    sp.views
+        .iter()
+        .filter(|t| t.table)
+        .filter(|t| w.table_ref(&t.name).is_some_and(|tw| tw.never_written()))
+        .filter(|t| rt.relations.lock().contains_key(&t.name))
+        .collect()
+}
+
 /// `RESTORE MATERIALIZED VIEW v FROM SAVEPOINT s` (`only = Some([v])`), or
 /// `RESTORE ALL FROM SAVEPOINT s` / `ROLLBACK TO SAVEPOINT s` (`None`: every view the
-/// savepoint holds).
+/// savepoint holds, and its tables' rows into tables here that were never written).
 pub async fn restore(
     rt: &Arc<Runtime>,
     name: &str,
@@ -409,69 +711,68 @@ pub async fn restore(
 ) -> Result<Vec<RestoreReport>> {
     let _busy = rt.savepoint_busy.try_lock().map_err(|_| busy())?;
     let sp = rt.read_savepoint(name).await?;
-    let targets: Vec<&SavepointView> = match only {
-        Some(names) => names
-            .iter()
-            .map(|n| {
-                sp.view(n).ok_or_else(|| {
-                    ExecError::Rejected(
-                        SQLSTATE_INVALID_PARAMETER,
-                        format!("savepoint \"{name}\" holds no state of \"{n}\""),
-                    )
-                })
-            })
-            .collect::<Result<_>>()?,
-        None => sp.views.iter().collect(),
-    };
+    let targets = targets(&sp, only)?;
     let names: Vec<String> = targets.iter().map(|v| v.name.clone()).collect();
     let jobs = chosen_views(rt, Some(&names))?;
     // Every check first: nothing changes unless every view can be restored.
-    let mut given = HashMap::new();
-    let mut reports = Vec::new();
-    {
+    let filled: Vec<&SavepointView> = {
         let w = rt.lock_writes().await;
-        for saved in &targets {
-            for (table, offset) in &saved.positions {
-                let start = w.table_ref(table).map(|t| t.log_start());
-                match start {
-                    Some(s) if s <= *offset => {}
-                    Some(s) => {
-                        return Err(ExecError::Internal(format!(
-                            "table log of {table} starts at {s}, after the savepoint's position {offset}"
-                        )))
-                    }
-                    None => {
-                        return Err(ExecError::Rejected(
-                            SQLSTATE_INVALID_PARAMETER,
-                            format!(
-                                "savepoint \"{name}\" reads \"{table}\", which is no longer a table here"
-                            ),
-                        ))
-                    }
-                }
-            }
-            let upstream_all_tables = rt
-                .relations
-                .lock()
-                .get(&saved.name)
-                .is_some_and(|r| r.upstream.iter().all(|u| saved.positions.contains_key(u)));
-            if !upstream_all_tables {
+        let filled = fillable(rt, &w, &sp, only);
+        let relations = rt.relations.lock();
+        for t in &filled {
+            if let Some((reader, _)) = relations
+                .iter()
+                .find(|(v, r)| r.upstream.contains(&t.name) && !names.contains(v))
+            {
                 return Err(ExecError::Rejected(
-                    "0A000",
+                    SQLSTATE_NOT_IN_PREREQUISITE_STATE,
                     format!(
-                        "\"{}\" reads another materialized view: restoring it from a savepoint is not supported yet (restore the view it reads)",
-                        saved.name
+                        "RESTORE ALL would fill table \"{}\" from savepoint \"{name}\", but \"{reader}\" reads it and the savepoint holds no state of it (drop it, or create it after the restore)",
+                        t.name
                     ),
                 ));
             }
         }
-    }
+        for saved in &targets {
+            let upstream = relations
+                .get(&saved.name)
+                .map(|r| r.upstream.clone())
+                .unwrap_or_default();
+            check_sources(&w, &sp, saved, &upstream, &filled)?;
+        }
+        filled
+    };
+    let mut given = HashMap::new();
+    let mut reports = Vec::new();
     for (saved, (_, job)) in targets.iter().zip(&jobs) {
-        let (restored, report) = load_view(rt, &sp, saved, *job, ignore_unclaimed).await?;
+        let spec = rt
+            .relations
+            .lock()
+            .get(&saved.name)
+            .and_then(|r| r.view.clone())
+            .ok_or_else(|| ExecError::Internal(format!("{} is not running", saved.name)))?;
+        let m = match_uids(saved, &spec);
+        check_match(rt, &sp, saved, &m, spec.parallelism, ignore_unclaimed)?;
+        let (restored, report) = load_matched(rt, &sp, saved, m, *job).await?;
         given.insert(saved.name.clone(), restored);
         reports.push(report);
     }
-    crate::supervisor::restart_with(rt, &names, given).await?;
+    let mut fills = Vec::new();
+    for t in filled {
+        let (schema, job) = {
+            let relations = rt.relations.lock();
+            let r = relations
+                .get(&t.name)
+                .ok_or_else(|| ExecError::Internal(format!("{} is not running", t.name)))?;
+            (r.store.schema(), r.job)
+        };
+        let m = match_table(t, &schema);
+        check_match(rt, &sp, t, &m, 1, ignore_unclaimed)?;
+        let (restored, report) = load_matched(rt, &sp, t, m, job).await?;
+        fills.push((t.name.clone(), restored));
+        reports.push(report);
+    }
+    crate::supervisor::restart_with(rt, &names, given, fills).await?;
     for r in &mut reports {
         r.replayed_rows = rt.last_replayed.lock().get(&r.view).copied().unwrap_or(0);
     }
@@ -480,4 +781,53 @@ pub async fn restore(
     rt.checkpoint_now().await?;
     tracing::info!(savepoint = name, views = ?names, "restored from savepoint");
     Ok(reports)
+}
+
+impl Runtime {
+    /// Fills a table that was never written with a savepoint's rows: its log starts at
+    /// the savepoint's position (so the views restored with it replay nothing twice),
+    /// and its checkpoints continue from the filled rows. Call under the write lock
+    /// with every view reading the table stopped.
+    pub(crate) fn fill_table(
+        &self,
+        w: &mut WriteState,
+        name: &str,
+        restored: RestoredJob,
+    ) -> Result<usize> {
+        let (job, store) = {
+            let relations = self.relations.lock();
+            let r = relations
+                .get(name)
+                .ok_or_else(|| ExecError::Internal(format!("{name} is not running")))?;
+            (r.job, r.store.clone())
+        };
+        let writer = w
+            .table(name)
+            .ok_or_else(|| ExecError::Internal(format!("{name} is not a table")))?;
+        let position = restored.meta.positions.get(name).copied().unwrap_or(0);
+        let chunks = match restored.rows.get(&materialize_uid(name)) {
+            Some(rows) => store.chunks_of(rows)?,
+            None => vec![],
+        };
+        writer.rebase_log(position)?;
+        let rows = crate::runtime::load_table_rows(writer, &store, &chunks)?;
+        self.checkpoints.unregister_job(job);
+        self.checkpoints.register_job(
+            job,
+            name,
+            self.config.job.checkpoint.clone(),
+            1,
+            vec![name.to_string()],
+            1,
+            restored.start,
+        );
+        self.note_restore(name);
+        tracing::info!(
+            table = name,
+            rows,
+            position,
+            "table filled from a savepoint"
+        );
+        Ok(rows)
+    }
 }

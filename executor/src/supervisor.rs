@@ -164,15 +164,17 @@ fn order_by_dependency(rt: &Runtime, mut chosen: Vec<String>) -> Vec<String> {
 /// Restarts `name`'s region from the latest checkpoints. Reads of each view keep the
 /// old (frozen) contents until the restarted job has caught up.
 pub async fn restart(rt: &Arc<Runtime>, name: &str) -> Result<()> {
-    restart_with(rt, &[name.to_string()], HashMap::new()).await
+    restart_with(rt, &[name.to_string()], HashMap::new(), Vec::new()).await
 }
 
 /// Restarts the regions of `names` (every view that reads one of them too), each from
-/// its latest checkpoint, except those given state in `given` (a savepoint).
+/// its latest checkpoint, except those given state in `given` (a savepoint). Tables in
+/// `fill` (never written) get a savepoint's rows while their readers are stopped.
 pub(crate) async fn restart_with(
     rt: &Arc<Runtime>,
     names: &[String],
     mut given: HashMap<String, crate::checkpoint::restore::RestoredJob>,
+    fill: Vec<(String, crate::checkpoint::restore::RestoredJob)>,
 ) -> Result<()> {
     let mut w = rt.lock_writes().await;
     rt.flush_locked(&mut w).await?;
@@ -207,6 +209,9 @@ pub(crate) async fn restart_with(
         store.freeze();
         rt.teardown_job(job, actors, &upstream, &store);
         stopped.push((v.clone(), spec, job, old_store));
+    }
+    for (table, restored) in fill {
+        rt.fill_table(&mut w, &table, restored)?;
     }
     // Then bring it back, upstream first, each committed before its dependents
     // backfill from it.

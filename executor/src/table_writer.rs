@@ -103,6 +103,17 @@ impl TableWriter {
         decode_log_entries(&self.name, &self.schema, entries)
     }
 
+    /// True when nothing was ever written to this table: only then may a savepoint
+    /// fill it (no acknowledged write can be lost).
+    pub fn never_written(&self) -> bool {
+        self.log.start_offset() == 0 && self.log.end_offset() == 0
+    }
+
+    /// See [`TableLog::rebase_empty`].
+    pub fn rebase_log(&mut self, base: u64) -> Result<()> {
+        Ok(self.log.rebase_empty(base)?)
+    }
+
     /// The oldest log offset still kept.
     pub fn log_start(&self) -> u64 {
         self.log.start_offset()

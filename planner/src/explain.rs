@@ -1,8 +1,10 @@
 //! `EXPLAIN CREATE MATERIALIZED VIEW`: the operator graph as text: fragments, their
 //! parallelism and exchanges, every operator and each stateful operator's uid and state.
+//! Stateful operators are numbered in plan order (inputs first): `"uid.N" = 'name'` in
+//! the view's `WITH (...)` pins the N-th one's uid.
 
 use weir_executor::exchange::ExchangeKind;
-use weir_executor::{FragmentInput, StreamGraph};
+use weir_executor::{FragmentInput, OperatorSpec, StreamGraph};
 
 pub fn explain_graph(
     view: &str,
@@ -14,6 +16,15 @@ pub fn explain_graph(
         "StreamingJob: {view} (max_parallelism={max_parallelism})"
     )];
     let last = graph.fragments.len().saturating_sub(1);
+    let stateful: Vec<&str> = graph
+        .fragments
+        .iter()
+        .flat_map(|f| &f.chain)
+        .filter_map(|op| match op {
+            OperatorSpec::HashAgg(spec) => Some(spec.uid.as_str()),
+            _ => None,
+        })
+        .collect();
     for (i, f) in graph.fragments.iter().enumerate().rev() {
         let p = if f.single { 1 } else { parallelism };
         let role = if i == last { " (output)" } else { "" };
@@ -38,11 +49,20 @@ pub fn explain_graph(
             }
         }
         for op in &f.chain {
-            lines.push(format!("  {}", op.describe()));
+            let number = match op {
+                OperatorSpec::HashAgg(spec) => stateful
+                    .iter()
+                    .position(|u| *u == spec.uid)
+                    .map(|n| format!("[uid.{}] ", n + 1))
+                    .unwrap_or_default(),
+                _ => String::new(),
+            };
+            lines.push(format!("  {number}{}", op.describe()));
         }
         if i == last {
             lines.push(format!(
-                "  Materialize: {view} (state: committed rows per epoch)"
+                "  Materialize: {view} uid={} (state: committed rows per epoch)",
+                graph.output_uid
             ));
         }
     }

@@ -44,6 +44,11 @@ pub enum WeirStatement {
         views: Option<Vec<String>>,
         ignore_unclaimed: bool,
     },
+    /// `EXPLAIN RESTORE ...`: how a restore would match uids, changing nothing.
+    ExplainRestore {
+        name: String,
+        views: Option<Vec<String>>,
+    },
     /// `SHOW <name>`: a configuration key such as `pipeline.max-parallelism`.
     ShowVariable(String),
     /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the streaming plan, not executed.
@@ -259,6 +264,19 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
         | ["restore", ..]
         | ["rollback", "to", ..]
         | ["drop", "savepoint", ..] => return parse_savepoint_statement(sql, &ws),
+        ["explain", "restore", ..] | ["explain", "rollback", "to", ..] => {
+            let rest = sql.trim_start()["explain".len()..].trim_start();
+            let w = words(rest);
+            let ws: Vec<&str> = w.iter().map(|s| s.as_str()).collect();
+            return match parse_savepoint_statement(rest, &ws)? {
+                WeirStatement::RestoreSavepoint { name, views, .. } => {
+                    Ok(WeirStatement::ExplainRestore { name, views })
+                }
+                _ => Err(SqlError::syntax(
+                    "expected EXPLAIN RESTORE ... FROM SAVEPOINT name",
+                )),
+            };
+        }
         ["checkpoint"] => return Ok(WeirStatement::Checkpoint),
         ["alter", "materialized", "view", _name, "resume"] => {
             let raw = sql.split_whitespace().nth(3).unwrap_or_default();

@@ -7,7 +7,10 @@
 //! every branch into one fragment. The last fragment ends in the view's Materialize.
 //!
 //! Stateful operators get uids from the view's name and what their state means (group
-//! keys and aggregate calls), never from their position in the plan.
+//! keys and aggregate calls), never from their position in the plan, so edits around
+//! them (a projection, rename or filter after an aggregate, another branch) keep them.
+//! The view's stored rows get `<view>.materialize.<fingerprint of the whole plan>`:
+//! those rows mean the whole query, so any change to it must not reuse them.
 
 use crate::error::{SqlError, SqlResult};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -65,12 +68,25 @@ pub fn plan_view(state: &SessionState, plan: &LogicalPlan, view: &str) -> SqlRes
     let top = b.visit(plan)?;
     let schema = nullable_schema(&top.schema);
     b.finish(top, schema.clone());
-    Ok(PlannedView {
-        graph: StreamGraph {
-            fragments: b.fragments,
-        },
-        schema,
-    })
+    let fingerprint =
+        weir_storage::key_group::key_hash(plan.display_indent().to_string().as_bytes());
+    let mut graph = StreamGraph {
+        fragments: b.fragments,
+        output_uid: format!("{view}.materialize.{fingerprint:016x}"),
+    };
+    // Two aggregations with the same meaning in one view (a self-union) keep apart:
+    // the second is `<uid>.2`, in plan order.
+    let mut seen: Vec<String> = Vec::new();
+    for spec in graph.stateful_mut() {
+        let base = spec.uid.clone();
+        let mut n = 1;
+        while seen.contains(&spec.uid) {
+            n += 1;
+            spec.uid = format!("{base}.{n}");
+        }
+        seen.push(spec.uid.clone());
+    }
+    Ok(PlannedView { graph, schema })
 }
 
 impl Builder<'_> {

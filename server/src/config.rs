@@ -56,6 +56,16 @@ impl Config {
             .unwrap_or_else(|| self.data_dir.display().to_string())
     }
 
+    /// `execution.checkpointing.savepoint-dir`: where savepoints live (any server
+    /// pointed at it can restore them); `<checkpoint dir>/savepoints` by default.
+    pub fn savepoint_dir(&self) -> String {
+        self.file_value("execution.checkpointing.savepoint-dir")
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                format!("{}/savepoints", self.checkpoint_dir().trim_end_matches('/'))
+            })
+    }
+
     pub fn s3(&self) -> S3Settings {
         let get = |k: &str| self.file_value(k).map(str::to_string);
         S3Settings {

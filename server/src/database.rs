@@ -52,6 +52,8 @@ impl Database {
         let stored = Catalog::load(&meta)?;
         let storage = ObjectStorage::open(&config.checkpoint_dir(), &config.s3())
             .map_err(|e| format!("cannot open checkpoint storage: {e}"))?;
+        let savepoint_storage = ObjectStorage::open(&config.savepoint_dir(), &config.s3())
+            .map_err(|e| format!("cannot open savepoint storage: {e}"))?;
         // Epochs continue after the newest checkpoint any job wrote, so checkpoint ids
         // only grow across restarts.
         let last_epoch = newest_checkpoint_epoch(&storage)
@@ -72,6 +74,7 @@ impl Database {
                 job,
                 failover,
                 checkpoint_storage: storage,
+                savepoint_storage,
             },
             last_epoch,
         );
@@ -226,7 +229,20 @@ impl Database {
                 )
                 .await
                 .map_err(SqlError::from)?;
+                for r in &reports {
+                    session.notices.push(show::restore_notice(&name, r));
+                }
                 show::restore_report(reports)
+            }
+            WeirStatement::ExplainRestore { name, views } => {
+                let matches = weir_executor::savepoint::explain_restore(
+                    &self.runtime,
+                    &name,
+                    views.as_deref(),
+                )
+                .await
+                .map_err(SqlError::from)?;
+                show::explain_restore(matches)
             }
             WeirStatement::Checkpoint => {
                 self.runtime

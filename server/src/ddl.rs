@@ -219,6 +219,20 @@ struct ViewPlan {
     parallelism: u32,
     /// Checkpoint / restart keys set for this view (WITH, then session SETs).
     settings: BTreeMap<String, String>,
+    /// `restore_from = 's'`: the savepoint whose state of this view it starts from.
+    restore_from: Option<String>,
+    ignore_unclaimed: bool,
+}
+
+/// What `WITH (...)` of a materialized view sets besides checkpoint / restart keys.
+#[derive(Default)]
+struct ViewOptions {
+    parallelism: Option<u32>,
+    restore_from: Option<String>,
+    ignore_unclaimed: bool,
+    /// `"uid.N" = 'name'`: the N-th stateful operator (as EXPLAIN numbers them) keeps
+    /// state under `name` whatever its derived uid.
+    pinned_uids: BTreeMap<usize, String>,
 }
 
 impl ViewPlan {
@@ -261,17 +275,18 @@ fn option_text(value: &SqlExpr) -> String {
     }
 }
 
-/// `WITH (...)` of a view: its parallelism and checkpoint / restart keys.
+/// `WITH (...)` of a view: its parallelism, checkpoint / restart keys, the savepoint it
+/// starts from, and pinned uids.
 fn view_options(
     options: &CreateTableOptions,
     settings: &mut BTreeMap<String, String>,
-) -> SqlResult<Option<u32>> {
+) -> SqlResult<ViewOptions> {
+    let mut opts = ViewOptions::default();
     let list = match options {
-        CreateTableOptions::None => return Ok(None),
+        CreateTableOptions::None => return Ok(opts),
         CreateTableOptions::With(l) => l,
         _ => return Err(SqlError::unsupported("view options other than WITH (...)")),
     };
-    let mut parallelism = None;
     for o in list {
         let SqlOption::KeyValue { key, value } = o else {
             return Err(SqlError::syntax("expected key = value in WITH (...)"));
@@ -294,12 +309,54 @@ fn view_options(
                     },
                     _ => None,
                 };
-                parallelism = Some(n.filter(|n| *n >= 1).ok_or_else(|| {
+                opts.parallelism = Some(n.filter(|n| *n >= 1).ok_or_else(|| {
                     SqlError::new(
                         sqlstate::INVALID_PARAMETER_VALUE,
                         format!("invalid parallelism: {value}"),
                     )
                 })?);
+            }
+            "restore_from" => {
+                let sp = option_text(value);
+                if sp.is_empty() {
+                    return Err(SqlError::new(
+                        sqlstate::INVALID_PARAMETER_VALUE,
+                        "restore_from needs a savepoint name",
+                    ));
+                }
+                opts.restore_from = Some(sp);
+            }
+            "ignore_unclaimed_state" => {
+                opts.ignore_unclaimed = match option_text(value).to_ascii_lowercase().as_str() {
+                    "true" | "on" => true,
+                    "false" | "off" => false,
+                    other => {
+                        return Err(SqlError::new(
+                            sqlstate::INVALID_PARAMETER_VALUE,
+                            format!("ignore_unclaimed_state must be true or false, not {other}"),
+                        ))
+                    }
+                };
+            }
+            other if other.starts_with("uid.") => {
+                let n = other["uid.".len()..]
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| {
+                        SqlError::new(
+                            sqlstate::INVALID_PARAMETER_VALUE,
+                            format!("\"{other}\": pin a uid as \"uid.N\" = 'name', N numbering the stateful operators as EXPLAIN shows them"),
+                        )
+                    })?;
+                let uid = option_text(value);
+                if uid.is_empty() || uid.contains('/') {
+                    return Err(SqlError::new(
+                        sqlstate::INVALID_PARAMETER_VALUE,
+                        format!("invalid uid for \"{other}\": {uid:?} (non-empty, no '/')"),
+                    ));
+                }
+                opts.pinned_uids.insert(n, uid);
             }
             other => {
                 return Err(SqlError::new(
@@ -309,7 +366,43 @@ fn view_options(
             }
         }
     }
-    Ok(parallelism)
+    if opts.ignore_unclaimed && opts.restore_from.is_none() {
+        return Err(SqlError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            "ignore_unclaimed_state applies only with restore_from",
+        ));
+    }
+    Ok(opts)
+}
+
+/// Applies `"uid.N"` pins to the planned graph's stateful operators.
+fn pin_uids(
+    graph: &mut weir_executor::StreamGraph,
+    pins: &BTreeMap<usize, String>,
+) -> SqlResult<()> {
+    let mut stateful = graph.stateful_mut();
+    let count = stateful.len();
+    for (&n, uid) in pins {
+        let spec = stateful.get_mut(n - 1).ok_or_else(|| {
+            SqlError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!(
+                    "\"uid.{n}\": the view has {count} stateful operator(s) (EXPLAIN numbers them)"
+                ),
+            )
+        })?;
+        spec.uid = uid.clone();
+    }
+    let uids: Vec<&str> = stateful.iter().map(|s| s.uid.as_str()).collect();
+    for (i, u) in uids.iter().enumerate() {
+        if uids[..i].contains(u) {
+            return Err(SqlError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("two stateful operators would share uid \"{u}\""),
+            ));
+        }
+    }
+    Ok(())
 }
 
 async fn plan_create_view(
@@ -320,11 +413,6 @@ async fn plan_create_view(
     let Statement::CreateView(cv) = stmt else {
         return Err(SqlError::internal("not CREATE MATERIALIZED VIEW"));
     };
-    if cv.or_replace {
-        return Err(SqlError::unsupported(
-            "CREATE OR REPLACE MATERIALIZED VIEW is not supported yet",
-        ));
-    }
     let name = relation_name(&cv.name)?;
     // Session SETs first, then WITH (...) on top: the statement wins.
     let mut settings: BTreeMap<String, String> = session
@@ -336,7 +424,9 @@ async fn plan_create_view(
                 .collect()
         })
         .unwrap_or_default();
-    let parallelism = view_options(&cv.options, &mut settings)?
+    let opts = view_options(&cv.options, &mut settings)?;
+    let parallelism = opts
+        .parallelism
         .or_else(|| session.and_then(|s| s.parallelism()))
         .unwrap_or(db.config.parallelism);
     view_job_config(db, &settings)?;
@@ -354,7 +444,8 @@ async fn plan_create_view(
     let state = ctx.state();
     let plan = query::plan_statement(&state, &query).await?;
     let plan = state.optimize(&plan)?;
-    let planned = plan_view(&state, &plan, &name)?;
+    let mut planned = plan_view(&state, &plan, &name)?;
+    pin_uids(&mut planned.graph, &opts.pinned_uids)?;
     // Postgres names for the view's columns, or the names the user listed.
     let mut names: Vec<String> = planned
         .schema
@@ -400,12 +491,14 @@ async fn plan_create_view(
         schema,
         parallelism,
         settings,
+        restore_from: opts.restore_from,
+        ignore_unclaimed: opts.ignore_unclaimed,
     })
 }
 
 pub async fn create_view(
     db: &Database,
-    session: &Session,
+    session: &mut Session,
     stmt: &Statement,
     sql: &str,
 ) -> SqlResult<Output> {
@@ -414,15 +507,68 @@ pub async fn create_view(
     };
     let _ddl = db.ddl_lock.lock().await;
     let name = relation_name(&cv.name)?;
-    if db.catalog.read().get(&name).is_some() {
-        if cv.if_not_exists {
-            return Ok(Output::command("CREATE_MATERIALIZED_VIEW"));
+    let replacing = {
+        let cat = db.catalog.read();
+        match cat.get(&name) {
+            None => false,
+            Some(_) if cv.if_not_exists => return Ok(Output::command("CREATE_MATERIALIZED_VIEW")),
+            Some(_) if !cv.or_replace => return Err(duplicate_relation(&name)),
+            Some(e) if e.kind != RelationKind::MaterializedView => {
+                return Err(SqlError::new(
+                    sqlstate::WRONG_OBJECT_TYPE,
+                    format!("\"{name}\" is not a materialized view"),
+                ))
+            }
+            Some(_) => {
+                let dependents = cat.dependents(&name);
+                if !dependents.is_empty() {
+                    return Err(SqlError::new(
+                        sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                        format!(
+                            "cannot replace materialized view {name}: materialized view {} reads it",
+                            dependents.join(", ")
+                        ),
+                    ));
+                }
+                true
+            }
         }
-        return Err(duplicate_relation(&name));
-    }
+    };
     let plan = plan_create_view(db, Some(session), stmt).await?;
     let id = db.catalog.write().allocate_id();
-    deploy(db, id, &plan, false).await?;
+    let spec = plan.spec(db)?;
+    let rt = db.runtime();
+    // Everything that can refuse the statement happens before the old view goes.
+    let (from, report) = match &plan.restore_from {
+        Some(sp) => {
+            let (from, report) = weir_executor::savepoint::state_for_new_view(
+                rt,
+                sp,
+                &name,
+                &spec,
+                id,
+                plan.ignore_unclaimed,
+            )
+            .await
+            .map_err(SqlError::from)?;
+            (from, Some(report))
+        }
+        None => (weir_executor::Restore::Fresh, None),
+    };
+    {
+        let mut w = rt.lock_writes().await;
+        rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
+        if replacing {
+            rt.drop_view(&mut w, &name);
+            let mut cat = db.catalog.write();
+            cat.remove(&name);
+            db.schemas.write().retain(|(n, _)| n != &name);
+        }
+        rt.create_view(&mut w, id, &plan.name, spec, from)
+            .await
+            .map_err(SqlError::from)?;
+        rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
+    }
     let entry = RelationEntry {
         id,
         name: plan.name.clone(),
@@ -435,17 +581,23 @@ pub async fn create_view(
         settings: plan.settings.clone(),
     };
     commit_entry(db, entry, plan.schema.clone())?;
+    if let (Some(sp), Some(mut r)) = (&plan.restore_from, report) {
+        r.replayed_rows = rt.replayed_rows(&name);
+        session.notices.push(crate::show::restore_notice(sp, &r));
+        // Restored state is checkpointed at once, as after RESTORE.
+        rt.checkpoint_now().await.map_err(SqlError::from)?;
+    }
     Ok(Output::command("CREATE_MATERIALIZED_VIEW"))
 }
 
 /// Deploys under the write lock: flush (quiesce), deploy with backfill, flush again so
 /// the view is readable with its backfilled contents when the statement returns.
-async fn deploy(db: &Database, id: u64, plan: &ViewPlan, restore: bool) -> SqlResult<()> {
+async fn deploy(db: &Database, id: u64, plan: &ViewPlan) -> SqlResult<()> {
     let spec = plan.spec(db)?;
     let rt = db.runtime();
     let mut w = rt.lock_writes().await;
     rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
-    rt.create_view(&mut w, id, &plan.name, spec, restore)
+    rt.create_view(&mut w, id, &plan.name, spec, weir_executor::Restore::Latest)
         .await
         .map_err(SqlError::from)?;
     rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
@@ -466,7 +618,7 @@ pub async fn restore_view(db: &Database, entry: &RelationEntry) -> SqlResult<()>
         plan.parallelism = entry.parallelism;
     }
     plan.settings = entry.settings.clone();
-    deploy(db, entry.id, &plan, true).await?;
+    deploy(db, entry.id, &plan).await?;
     let mut cat = db.catalog.write();
     db.schemas
         .write()
@@ -481,12 +633,35 @@ pub async fn explain_create_view(
     stmt: &Statement,
 ) -> SqlResult<Output> {
     let plan = plan_create_view(db, Some(session), stmt).await?;
-    let lines = explain_graph(
+    let mut lines = explain_graph(
         &plan.name,
         &plan.graph,
         plan.parallelism,
         db.config.max_parallelism,
     );
+    if let Some(sp) = &plan.restore_from {
+        let spec = plan.spec(db)?;
+        let m = weir_executor::savepoint::preview_new_view(db.runtime(), sp, &plan.name, &spec)
+            .await
+            .map_err(SqlError::from)?;
+        lines.push(format!("Restore from savepoint {sp}:"));
+        for u in &m.matched {
+            match m.misfit.iter().find(|(uid, _, _)| uid == u) {
+                Some((_, was, now)) => lines.push(format!(
+                    "  {u}: error: does not fit (saved {was}, now {now})"
+                )),
+                None => lines.push(format!("  {u}: restore")),
+            }
+        }
+        for u in &m.new {
+            lines.push(format!("  {u}: start empty"));
+        }
+        for u in &m.unclaimed {
+            lines.push(format!(
+                "  {u}: unclaimed: error unless ignore_unclaimed_state = true"
+            ));
+        }
+    }
     crate::show::text_rows("QUERY PLAN", lines)
 }
 

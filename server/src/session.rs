@@ -10,6 +10,8 @@ pub struct Session {
     pub last_write_epoch: Epoch,
     /// `SET` variables of this session.
     pub settings: BTreeMap<String, String>,
+    /// NOTICE messages the last statements raised, sent ahead of their results.
+    pub notices: Vec<String>,
 }
 
 impl Session {

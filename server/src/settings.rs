@@ -57,6 +57,10 @@ pub const JOB_KEYS: &[(&str, &str)] = &[
 /// Server-wide keys (set in `weir.toml` only).
 pub const SERVER_KEYS: &[(&str, &str)] = &[
     ("execution.checkpointing.dir", "<data-dir>"),
+    (
+        "execution.checkpointing.savepoint-dir",
+        "<execution.checkpointing.dir>/savepoints",
+    ),
     ("jobmanager.execution.failover-strategy", "region"),
     ("metrics.reporter.prom.port", "9249"),
     ("s3.endpoint", ""),

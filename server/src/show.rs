@@ -104,6 +104,14 @@ fn ms_to_text(ms: i64) -> String {
 /// damaged savepoint is listed with the reason in `location`.
 pub async fn show_savepoints(db: &Database) -> SqlResult<Output> {
     let rt = db.runtime();
+    let names = |m: &weir_storage::savepoint_meta::SavepointMetadata, tables: bool| {
+        m.views
+            .iter()
+            .filter(|v| v.table == tables)
+            .map(|v| v.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let rows = rt
         .list_savepoints()
         .await
@@ -114,16 +122,11 @@ pub async fn show_savepoints(db: &Database) -> SqlResult<Output> {
                 m.name.clone(),
                 ms_to_text(m.created_ms),
                 m.epoch.to_string(),
-                m.views
-                    .iter()
-                    .map(|v| v.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                names(&m, false),
                 m.size().to_string(),
-                rt.checkpoints
-                    .storage
-                    .location(&format!("savepoints/{}", m.name)),
+                rt.savepoint_storage().location(&m.name),
                 m.format_version.to_string(),
+                names(&m, true),
             ],
             Err(reason) => vec![
                 reason.split(':').next().unwrap_or_default().to_string(),
@@ -132,6 +135,7 @@ pub async fn show_savepoints(db: &Database) -> SqlResult<Output> {
                 String::new(),
                 String::new(),
                 format!("damaged: {reason}"),
+                String::new(),
                 String::new(),
             ],
         })
@@ -145,12 +149,59 @@ pub async fn show_savepoints(db: &Database) -> SqlResult<Output> {
             "size",
             "location",
             "format_version",
+            "tables",
         ],
         rows,
     )
 }
 
 /// What `RESTORE ... FROM SAVEPOINT` did, one row per view.
+/// The NOTICE of a restore: what was restored, what started empty, what was dropped.
+pub fn restore_notice(savepoint: &str, r: &weir_executor::savepoint::RestoreReport) -> String {
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    format!(
+        "\"{}\" restored from savepoint \"{savepoint}\": state restored for {}; started empty: {}; unclaimed state ignored: {}; replayed {} table-log rows",
+        r.view,
+        list(&r.restored_uids),
+        list(&r.new_uids),
+        list(&r.ignored_uids),
+        r.replayed_rows
+    )
+}
+
+/// `EXPLAIN RESTORE`: one row per uid with what the restore would do to it.
+pub fn explain_restore(
+    matches: Vec<(String, weir_executor::savepoint::UidMatch)>,
+) -> SqlResult<Output> {
+    let mut rows = Vec::new();
+    for (view, m) in matches {
+        for u in &m.matched {
+            let action = match m.misfit.iter().find(|(uid, _, _)| uid == u) {
+                Some((_, was, now)) => format!("error: does not fit (saved {was}, now {now})"),
+                None => "restore".to_string(),
+            };
+            rows.push(vec![view.clone(), u.clone(), action]);
+        }
+        for u in &m.new {
+            rows.push(vec![view.clone(), u.clone(), "start empty".to_string()]);
+        }
+        for u in &m.unclaimed {
+            rows.push(vec![
+                view.clone(),
+                u.clone(),
+                "unclaimed: error unless ignore_unclaimed_state = true".to_string(),
+            ]);
+        }
+    }
+    text_table(&["view", "uid", "action"], rows)
+}
+
 pub fn restore_report(reports: Vec<weir_executor::savepoint::RestoreReport>) -> SqlResult<Output> {
     let rows = reports
         .into_iter()
@@ -326,6 +377,8 @@ pub fn show_variable(db: &Database, session: &Session, name: &str) -> SqlResult<
             (v.clone(), Source::ConfigFile)
         } else if key == "execution.checkpointing.dir" {
             (db.config.checkpoint_dir(), Source::Default)
+        } else if key == "execution.checkpointing.savepoint-dir" {
+            (db.config.savepoint_dir(), Source::Default)
         } else if key == "metrics.reporter.prom.port" {
             (db.config.metrics_port.to_string(), Source::Default)
         } else {

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_postgres::{Client, NoTls};
 
@@ -35,6 +36,28 @@ pub async fn connect_port(port: u16) -> Result<Client, tokio_postgres::Error> {
         let _ = conn.await;
     });
     Ok(client)
+}
+
+/// A connection whose NOTICE messages are collected (oldest first).
+pub async fn connect_with_notices(port: u16) -> (Client, Arc<Mutex<Vec<String>>>) {
+    use futures::StreamExt;
+    let (client, mut conn) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=weir dbname=weir"),
+        NoTls,
+    )
+    .await
+    .expect("connect to weir");
+    let notices = Arc::new(Mutex::new(Vec::new()));
+    let sink = notices.clone();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notice(n) = m {
+                sink.lock().unwrap().push(n.message().to_string());
+            }
+        }
+    });
+    (client, notices)
 }
 
 /// A free port never handed out before in this process: the kernel readily returns a

@@ -10,7 +10,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Version of the savepoint format this build writes; it reads every version up to it.
-pub const SAVEPOINT_FORMAT_VERSION: u32 = 1;
+///
+/// - 1: views' state per uid.
+/// - 2: adds each uid's state layout (`schemas`) and tables' rows (`table`). A version-1
+///   savepoint reads as one without layouts (not checked) and without tables.
+pub const SAVEPOINT_FORMAT_VERSION: u32 = 2;
 
 /// One view's state in a savepoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -22,6 +26,15 @@ pub struct SavepointView {
     pub max_parallelism: u32,
     /// Per uid, exactly one file.
     pub state: Vec<UidState>,
+    /// Uid -> the layout of its state when saved (key and accumulator types, or row
+    /// types); every uid the view's plan had, stored or not (the rows uid names the
+    /// query). A restore refuses state whose layout differs from the new plan's.
+    #[serde(default)]
+    pub schemas: BTreeMap<String, String>,
+    /// A table's rows rather than a view's state: restored only into a table that has
+    /// never been written (a migration), never over acknowledged writes.
+    #[serde(default)]
+    pub table: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -91,5 +104,30 @@ mod tests {
         };
         let err = SavepointMetadata::from_bytes(&newer.to_bytes().unwrap()).unwrap_err();
         assert!(err.to_string().contains("newer"), "{err}");
+    }
+
+    /// A version-1 document (no `schemas`, no `table`) still reads: a newer Weir reads
+    /// older savepoints.
+    #[test]
+    fn reads_version_1() {
+        let v1 = serde_json::json!({
+            "format_version": 1,
+            "name": "old",
+            "created_ms": 5,
+            "epoch": 3,
+            "views": [{
+                "name": "v",
+                "positions": {"t": 42},
+                "parallelism": 2,
+                "max_parallelism": 128,
+                "state": []
+            }]
+        });
+        let bytes = to_checksummed_json(&v1).unwrap();
+        let m = SavepointMetadata::from_bytes(&bytes).unwrap();
+        assert_eq!(m.format_version, 1);
+        let v = m.view("v").unwrap();
+        assert_eq!(v.positions["t"], 42);
+        assert!(v.schemas.is_empty() && !v.table);
     }
 }

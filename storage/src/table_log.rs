@@ -144,6 +144,39 @@ impl TableLog {
         Ok(())
     }
 
+    /// Makes a log that holds no entry start at logical offset `base`: a table filled
+    /// from a savepoint continues the offsets its views' saved positions refer to.
+    /// Crash-safe like [`TableLog::truncate_below`].
+    pub fn rebase_empty(&mut self, base: LogOffset) -> Result<()> {
+        if self.end != self.base {
+            return Err(StorageError::Corrupt(format!(
+                "table log {} holds entries: it cannot be rebased",
+                self.path.display()
+            )));
+        }
+        let tmp = self.path.with_extension("log.tmp");
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(MAGIC)?;
+            f.write_all(&base.to_le_bytes())?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&self.path)?;
+        file.seek(SeekFrom::End(0))?;
+        self.file = file;
+        self.base = base;
+        self.end = base;
+        self.header_len = 16;
+        Ok(())
+    }
+
     /// Logical offset of the oldest entry still in the log.
     pub fn start_offset(&self) -> LogOffset {
         self.base

@@ -90,6 +90,9 @@ pub struct CheckpointCoordinator {
     /// Jobs whose checkpoint failures exceeded their tolerance: (job, reason).
     failures_tx: mpsc::UnboundedSender<(u64, String)>,
     force_next: AtomicBool,
+    /// While above zero only forced checkpoints run: a savepoint is copying the files
+    /// of one epoch, which a newer periodic checkpoint could garbage-collect.
+    held: std::sync::atomic::AtomicUsize,
     /// Bumped whenever a job finishes a checkpoint (either way): waiters re-check.
     progress: watch::Sender<u64>,
     max_parallelism: u32,
@@ -123,6 +126,7 @@ impl CheckpointCoordinator {
             history: Mutex::new(CheckpointHistory::default()),
             failures_tx,
             force_next: AtomicBool::new(false),
+            held: std::sync::atomic::AtomicUsize::new(0),
             progress,
             max_parallelism,
             me: me.clone(),
@@ -209,6 +213,12 @@ impl CheckpointCoordinator {
         self.force_next.store(true, Ordering::SeqCst);
     }
 
+    /// Holds periodic checkpoints until the guard drops.
+    pub fn hold_periodic(self: &Arc<Self>) -> PeriodicHold {
+        self.held.fetch_add(1, Ordering::SeqCst);
+        PeriodicHold(self.clone())
+    }
+
     /// Called while injecting barrier `epoch` (under the write lock): returns the jobs
     /// that checkpoint at it, having recorded their source positions.
     pub fn trigger(
@@ -217,6 +227,7 @@ impl CheckpointCoordinator {
         positions: &BTreeMap<String, u64>,
     ) -> Option<Arc<CheckpointScope>> {
         let force = self.force_next.swap(false, Ordering::SeqCst);
+        let held = self.held.load(Ordering::SeqCst) > 0;
         let now = Instant::now();
         let mut scope = CheckpointScope::default();
         let mut jobs = self.jobs.lock();
@@ -226,6 +237,7 @@ impl CheckpointCoordinator {
             let due = match j.config.interval {
                 None => false,
                 Some(_) if force => true,
+                Some(_) if held => false,
                 Some(interval) => {
                     j.in_progress.len() + j.uploading < j.config.max_concurrent.max(1)
                         && j.last_trigger
@@ -479,5 +491,14 @@ impl CheckpointCoordinator {
         keep.into_iter()
             .filter_map(|(k, v)| v.filter(|v| *v != u64::MAX).map(|v| (k, v)))
             .collect()
+    }
+}
+
+/// See [`CheckpointCoordinator::hold_periodic`].
+pub struct PeriodicHold(Arc<CheckpointCoordinator>);
+
+impl Drop for PeriodicHold {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -33,6 +33,30 @@ pub struct HashAggSpec {
     pub output_schema: SchemaRef,
 }
 
+impl HashAggSpec {
+    /// The layout of this aggregation's state: group key types, then each call's
+    /// accumulator with its argument type. Two specs with equal text read each
+    /// other's state.
+    pub fn state_schema(&self) -> String {
+        let keys = self
+            .group_types
+            .iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let calls = self
+            .calls
+            .iter()
+            .map(|c| match &c.arg_type {
+                Some(t) => format!("{}({t})", c.kind.name()),
+                None => c.kind.name().to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("keys({keys}) accumulators({calls})")
+    }
+}
+
 pub struct GroupState {
     rows: i64,
     accs: Vec<AccState>,

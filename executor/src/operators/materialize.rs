@@ -24,16 +24,16 @@ pub struct MaterializeOperator {
     track_changes: bool,
 }
 
-/// The uid of a relation's stored rows.
+/// The uid of a table's stored rows (a view's is its graph's `output_uid`).
 pub fn materialize_uid(relation: &str) -> String {
     format!("{relation}.materialize")
 }
 
 impl MaterializeOperator {
-    pub fn new(store: Arc<RelationStore>, track_changes: bool) -> Self {
+    pub fn new(store: Arc<RelationStore>, uid: String, track_changes: bool) -> Self {
         Self {
             schema: store.schema(),
-            uid: materialize_uid(store.name()),
+            uid,
             store,
             epoch_changes: Vec::new(),
             epoch_checkpointed: 0,

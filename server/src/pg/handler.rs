@@ -9,7 +9,7 @@ use crate::query;
 use crate::session::Session;
 use arrow::datatypes::Schema;
 use async_trait::async_trait;
-use futures::{stream, Sink};
+use futures::{stream, Sink, SinkExt};
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
@@ -20,10 +20,28 @@ use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::response::NoticeResponse;
 use pgwire::messages::PgWireBackendMessage;
 use std::fmt::Debug;
 use std::sync::Arc;
 use weir_planner::{parse_statement, SqlError, WeirStatement};
+
+/// Sends the notices statements raised (Postgres sends them before the result).
+async fn send_notices<C>(client: &mut C, session: &mut Session) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for n in std::mem::take(&mut session.notices) {
+        let info = ErrorInfo::new("NOTICE".to_owned(), "00000".to_owned(), n);
+        client
+            .feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
+                info,
+            )))
+            .await?;
+    }
+    Ok(())
+}
 
 pub fn to_pg_error(e: SqlError) -> PgWireError {
     PgWireError::UserError(Box::new(ErrorInfo::new(
@@ -211,7 +229,7 @@ impl Connection {
 
 #[async_trait]
 impl SimpleQueryHandler for Connection {
-    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
@@ -221,6 +239,7 @@ impl SimpleQueryHandler for Connection {
         let sql = crate::pg_catalog::rewrite_psql_syntax(query);
         let mut session = self.session.lock().await;
         let results = self.db.execute(&mut session, &sql).await;
+        send_notices(client, &mut session).await?;
         let mut responses = Vec::with_capacity(results.len());
         for r in results {
             match r {
@@ -243,7 +262,7 @@ impl ExtendedQueryHandler for Connection {
 
     async fn do_query<C>(
         &self,
-        _client: &mut C,
+        client: &mut C,
         portal: &Portal<Prepared>,
         _max_rows: usize,
     ) -> PgWireResult<Response>
@@ -256,11 +275,9 @@ impl ExtendedQueryHandler for Connection {
         let stmt = &portal.statement.statement;
         let sql = params::bind(&stmt.sql, portal, &stmt.param_types)?;
         let mut session = self.session.lock().await;
-        let out = self
-            .db
-            .execute_one(&mut session, &sql)
-            .await
-            .map_err(to_pg_error)?;
+        let out = self.db.execute_one(&mut session, &sql).await;
+        send_notices(client, &mut session).await?;
+        let out = out.map_err(to_pg_error)?;
         let format = portal.result_column_format.clone();
         to_response(out, &|i| format.format_for(i))
     }
