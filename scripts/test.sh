@@ -5,6 +5,7 @@
 #
 # Services the tests need are installed when missing and started here, on loopback:
 # - psql (Debian's postgresql-client) for the client tests;
+# - libclang (Debian's libclang-dev, clang) to build RocksDB;
 # - an S3-compatible endpoint: moto_server (PyPI `moto[s3]`), in a venv under
 #   ~/.cache/weir-venv, stopped when this script exits.
 set -euo pipefail
@@ -14,6 +15,10 @@ export RUST_BACKTRACE="${RUST_BACKTRACE:-0}"
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 if ! command -v psql >/dev/null 2>&1; then
   $SUDO apt-get update -q && $SUDO apt-get install -y -q postgresql-client
+fi
+# RocksDB (the rocksdb state backend) is compiled from source: bindgen needs libclang.
+if ! ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 && ! ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1; then
+  $SUDO apt-get update -q && $SUDO apt-get install -y -q libclang-dev clang
 fi
 
 VENV="${WEIR_VENV:-$HOME/.cache/weir-venv}"

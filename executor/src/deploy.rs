@@ -142,7 +142,7 @@ pub(crate) async fn deploy_view(
     let health = Arc::new(JobHealth::new(job, store.clone(), rt.failures_tx.clone()));
     // Whatever a previous run of this job left in the backend is stale.
     for uid in state_uids(graph) {
-        rt.backend.drop_uid(&uid);
+        rt.backend.drop_uid(&uid)?;
     }
     let restored = match restore {
         Restore::Fresh => None,
@@ -163,7 +163,7 @@ pub(crate) async fn deploy_view(
                     value.clone(),
                 );
             }
-            rt.backend.write(batch);
+            rt.backend.write(batch)?;
         }
         if let Some(rows) = r.rows.get(&graph.output_uid) {
             store.restore(&store.chunks_of(rows)?)?;

@@ -31,9 +31,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use weir_storage::object_storage::ObjectStorage;
-use weir_storage::{MemoryStateBackend, StateBackend, TableLog};
+use weir_storage::{StateBackend, TableLog};
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RuntimeConfig {
     /// `parallelism.default`: actors per parallel fragment.
     pub parallelism: u32,
@@ -49,6 +49,8 @@ pub struct RuntimeConfig {
     pub checkpoint_storage: ObjectStorage,
     /// `execution.checkpointing.savepoint-dir`, opened.
     pub savepoint_storage: ObjectStorage,
+    /// `state.backend.type`: where operator state's ordered image lives.
+    pub state_backend: Arc<dyn StateBackend>,
 }
 
 impl RuntimeConfig {
@@ -192,7 +194,7 @@ impl Runtime {
                 tables: BTreeMap::new(),
             }),
             relations: Mutex::new(HashMap::new()),
-            backend: MemoryStateBackend::new(),
+            backend: config.state_backend.clone(),
             next_actor: AtomicU64::new(1),
             failures_tx,
             lives: Mutex::new(HashMap::new()),
@@ -513,7 +515,11 @@ impl Runtime {
     pub fn drop_view(&self, _w: &mut WriteState, name: &str) {
         if let Some(view) = self.relations.lock().get(name).and_then(|r| r.view.clone()) {
             for uid in crate::deploy::state_uids(&view.graph) {
-                self.backend.drop_uid(&uid);
+                // The view is gone either way; leftover entries are dropped again
+                // before any job with the uid deploys.
+                if let Err(e) = self.backend.drop_uid(&uid) {
+                    tracing::warn!(uid, error = %e, "could not drop operator state");
+                }
             }
         }
         self.remove_relation(name);

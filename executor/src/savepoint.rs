@@ -59,6 +59,10 @@ pub struct RestoreReport {
     /// Uids in the savepoint no operator claims (only with `ignore_unclaimed_state`).
     pub ignored_uids: Vec<String>,
     pub replayed_rows: usize,
+    /// For a view that reads other views (`RESTORE ALL` only): those views. It is
+    /// rebuilt from their restored contents instead of loading its own state, as at
+    /// recovery: no log positions exist for a view's output.
+    pub rebuilt_from: Vec<String>,
 }
 
 /// The view names (all running views when `only` is `None`) with their job ids.
@@ -323,6 +327,8 @@ pub struct UidMatch {
     pub new: Vec<String>,
     /// Matched uids whose saved layout differs from the operator's: (uid, saved, now).
     pub misfit: Vec<(String, String, String)>,
+    /// Views this one reads (`RESTORE ALL`): it is rebuilt from them instead.
+    pub rebuilt_from: Vec<String>,
 }
 
 /// Matches a saved view against a plan. Data an unaligned checkpoint overtook is
@@ -516,6 +522,7 @@ async fn load_matched(
         new_uids: m.new,
         ignored_uids: m.unclaimed,
         replayed_rows: 0,
+        rebuilt_from: vec![],
     };
     Ok((
         RestoredJob {
@@ -545,7 +552,7 @@ fn check_sources(
         return Err(ExecError::Rejected(
             "0A000",
             format!(
-                "\"{}\" reads another materialized view: restoring it from a savepoint is not supported yet (restore the view it reads)",
+                "\"{}\" reads another materialized view: its own state cannot be restored (no log positions exist for a view's output); RESTORE ALL rebuilds it from the restored views it reads",
                 saved.name
             ),
         ));
@@ -658,6 +665,20 @@ pub async fn explain_restore(
                     format!("materialized view \"{}\" does not exist", saved.name),
                 )
             })?;
+        let reads_views: Vec<String> = spec
+            .graph
+            .upstream_relations()
+            .into_iter()
+            .filter(|u| !w.has_table(u))
+            .collect();
+        if only.is_none() && !reads_views.is_empty() {
+            let m = UidMatch {
+                rebuilt_from: reads_views,
+                ..UidMatch::default()
+            };
+            out.push((saved.name.clone(), m));
+            continue;
+        }
         out.push((saved.name.clone(), match_uids(saved, &spec)));
     }
     for t in fillable(rt, &w, &sp, only) {
@@ -738,6 +759,10 @@ pub async fn restore(
                 .get(&saved.name)
                 .map(|r| r.upstream.clone())
                 .unwrap_or_default();
+            if only.is_none() && upstream.iter().any(|u| !w.has_table(u)) {
+                // Rebuilt from the views it reads: checked with them.
+                continue;
+            }
             check_sources(&w, &sp, saved, &upstream, &filled)?;
         }
         filled
@@ -745,6 +770,30 @@ pub async fn restore(
     let mut given = HashMap::new();
     let mut reports = Vec::new();
     for (saved, (_, job)) in targets.iter().zip(&jobs) {
+        let reads_views: Vec<String> = {
+            let w = rt.lock_writes().await;
+            let relations = rt.relations.lock();
+            relations
+                .get(&saved.name)
+                .map(|r| r.upstream.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|u| !w.has_table(u))
+                .collect()
+        };
+        if !reads_views.is_empty() {
+            // Redeployed from its latest checkpoint, which for a view reading views
+            // means a rebuild from their (restored) contents.
+            reports.push(RestoreReport {
+                view: saved.name.clone(),
+                restored_uids: vec![],
+                new_uids: vec![],
+                ignored_uids: vec![],
+                replayed_rows: 0,
+                rebuilt_from: reads_views,
+            });
+            continue;
+        }
         let spec = rt
             .relations
             .lock()
@@ -773,7 +822,7 @@ pub async fn restore(
         reports.push(report);
     }
     crate::supervisor::restart_with(rt, &names, given, fills).await?;
-    for r in &mut reports {
+    for r in reports.iter_mut().filter(|r| r.rebuilt_from.is_empty()) {
         r.replayed_rows = rt.last_replayed.lock().get(&r.view).copied().unwrap_or(0);
     }
     // The restored state becomes the latest checkpoint at once: a crash from here on

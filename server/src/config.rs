@@ -66,6 +66,34 @@ impl Config {
             })
     }
 
+    /// `state.backend.type`: `hashmap` (in memory, the default) or `rocksdb` (under
+    /// `<data-dir>/state/rocksdb`), as in Flink.
+    pub fn state_backend(&self) -> Result<std::sync::Arc<dyn weir_storage::StateBackend>, String> {
+        let kind = self
+            .file_value("state.backend.type")
+            .unwrap_or("hashmap")
+            .to_ascii_lowercase();
+        match kind.as_str() {
+            "hashmap" => Ok(weir_storage::MemoryStateBackend::new()),
+            "rocksdb" => {
+                let dir = self.data_dir.join("state").join("rocksdb");
+                Ok(
+                    weir_storage::rocksdb_backend::RocksDbStateBackend::open(&dir).map_err(
+                        |e| {
+                            format!(
+                                "cannot open the RocksDB state backend in {}: {e}",
+                                dir.display()
+                            )
+                        },
+                    )?,
+                )
+            }
+            other => Err(format!(
+                "state.backend.type must be hashmap or rocksdb, not {other}"
+            )),
+        }
+    }
+
     pub fn s3(&self) -> S3Settings {
         let get = |k: &str| self.file_value(k).map(str::to_string);
         S3Settings {

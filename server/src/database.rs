@@ -54,6 +54,7 @@ impl Database {
             .map_err(|e| format!("cannot open checkpoint storage: {e}"))?;
         let savepoint_storage = ObjectStorage::open(&config.savepoint_dir(), &config.s3())
             .map_err(|e| format!("cannot open savepoint storage: {e}"))?;
+        let state_backend = config.state_backend()?;
         // Epochs continue after the newest checkpoint any job wrote, so checkpoint ids
         // only grow across restarts.
         let last_epoch = newest_checkpoint_epoch(&storage)
@@ -75,6 +76,7 @@ impl Database {
                 failover,
                 checkpoint_storage: storage,
                 savepoint_storage,
+                state_backend,
             },
             last_epoch,
         );
@@ -201,6 +203,29 @@ impl Database {
             WeirStatement::ShowJobs => show::show_jobs(self),
             WeirStatement::ShowCheckpoints => show::show_checkpoints(self),
             WeirStatement::SetKey(key, value) => show::set_key(session, key, value),
+            WeirStatement::Savepoint { name, views } if session.transaction.is_some() => {
+                crate::tx_savepoint::savepoint(session, &name, views.is_some())
+            }
+            WeirStatement::DropSavepoint(name) if session.transaction.is_some() => {
+                if sql.trim_start().to_ascii_lowercase().starts_with("drop") {
+                    return Err(crate::tx_savepoint::refuse("DROP SAVEPOINT"));
+                }
+                crate::tx_savepoint::release(session, &name)
+            }
+            WeirStatement::RestoreSavepoint { name, views, .. }
+                if session.transaction.is_some() =>
+            {
+                if views.is_none()
+                    && sql
+                        .trim_start()
+                        .to_ascii_lowercase()
+                        .starts_with("rollback")
+                {
+                    crate::tx_savepoint::rollback_to(session, &name)
+                } else {
+                    Err(crate::tx_savepoint::refuse("RESTORE ... FROM SAVEPOINT"))
+                }
+            }
             WeirStatement::Savepoint { name, views } => {
                 self.runtime
                     .take_savepoint(&name, views.as_deref())
@@ -316,11 +341,20 @@ impl Database {
                 "plain (non-materialized) views are not supported; use CREATE MATERIALIZED VIEW",
             )),
             Statement::Drop { .. } => ddl::drop(self, stmt).await,
-            Statement::StartTransaction { .. } => Ok(Output::TransactionStart("BEGIN".into())),
-            Statement::Commit { .. } => Ok(Output::TransactionEnd("COMMIT".into())),
+            Statement::StartTransaction { .. } => {
+                session.transaction.get_or_insert_with(Vec::new);
+                Ok(Output::TransactionStart("BEGIN".into()))
+            }
+            Statement::Commit { .. } => {
+                session.transaction = None;
+                Ok(Output::TransactionEnd("COMMIT".into()))
+            }
             Statement::Rollback {
                 savepoint: None, ..
-            } => Ok(Output::TransactionEnd("ROLLBACK".into())),
+            } => {
+                session.transaction = None;
+                Ok(Output::TransactionEnd("ROLLBACK".into()))
+            }
             Statement::Set(_) => show::set(session, stmt),
             Statement::ShowVariable { variable } => {
                 let name = variable

@@ -108,6 +108,7 @@ async fn write(
         .ok_or_else(|| SqlError::internal(format!("table {table} has no writer")))?;
     writer.write(chunk, false).await.map_err(SqlError::from)?;
     session.last_write_epoch = w.write_epoch();
+    session.writes += 1;
     Ok(())
 }
 
@@ -237,6 +238,7 @@ async fn rewrite_rows(
             .ok_or_else(|| SqlError::internal(format!("table {table} has no writer")))?;
         writer.write(chunk, false).await.map_err(SqlError::from)?;
         session.last_write_epoch = w.write_epoch();
+        session.writes += 1;
     }
     Ok(n)
 }

@@ -12,6 +12,7 @@
 //! - [`settings`]: checkpoint / restart keys, defaults and provenance.
 //! - [`metrics_http`]: the Prometheus `/metrics` endpoint.
 //! - [`session`], [`output`]: per-connection state and statement results.
+//! - [`tx_savepoint`]: SAVEPOINT / RELEASE / ROLLBACK TO inside a transaction block.
 
 pub mod bench;
 pub mod catalog;
@@ -28,6 +29,7 @@ pub mod server;
 pub mod session;
 pub mod settings;
 pub mod show;
+pub mod tx_savepoint;
 
 pub use config::Config;
 pub use database::Database;

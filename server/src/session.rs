@@ -12,6 +12,11 @@ pub struct Session {
     pub settings: BTreeMap<String, String>,
     /// NOTICE messages the last statements raised, sent ahead of their results.
     pub notices: Vec<String>,
+    /// Inside `BEGIN` ... `COMMIT`: the transaction savepoints, each with the session's
+    /// write count when it was set (see `tx_savepoint`).
+    pub transaction: Option<Vec<(String, u64)>>,
+    /// Write statements (INSERT / UPDATE / DELETE) this session has run.
+    pub writes: u64,
 }
 
 impl Session {

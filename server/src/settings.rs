@@ -62,6 +62,7 @@ pub const SERVER_KEYS: &[(&str, &str)] = &[
         "<execution.checkpointing.dir>/savepoints",
     ),
     ("jobmanager.execution.failover-strategy", "region"),
+    ("state.backend.type", "hashmap"),
     ("metrics.reporter.prom.port", "9249"),
     ("s3.endpoint", ""),
     ("s3.region", ""),
@@ -136,6 +137,13 @@ pub fn validate(key: &str, value: &str) -> Result<(), String> {
         number::<u16>(key, value).map(|_| ())
     } else if key == "s3.allow-http" {
         boolean(key, value).map(|_| ())
+    } else if key == "state.backend.type" {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "hashmap" | "rocksdb" => Ok(()),
+            _ => Err(format!(
+                "invalid value for state.backend.type: {value} (hashmap or rocksdb)"
+            )),
+        }
     } else {
         Ok(())
     }

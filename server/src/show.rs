@@ -165,6 +165,13 @@ pub fn restore_notice(savepoint: &str, r: &weir_executor::savepoint::RestoreRepo
             v.join(", ")
         }
     };
+    if !r.rebuilt_from.is_empty() {
+        return format!(
+            "\"{}\" rebuilt from the restored contents of {} (savepoint \"{savepoint}\"): a view's own state is restored only when it reads tables",
+            r.view,
+            r.rebuilt_from.join(", ")
+        );
+    }
     format!(
         "\"{}\" restored from savepoint \"{savepoint}\": state restored for {}; started empty: {}; unclaimed state ignored: {}; replayed {} table-log rows",
         r.view,
@@ -181,6 +188,13 @@ pub fn explain_restore(
 ) -> SqlResult<Output> {
     let mut rows = Vec::new();
     for (view, m) in matches {
+        if !m.rebuilt_from.is_empty() {
+            rows.push(vec![
+                view.clone(),
+                String::new(),
+                format!("rebuilt from {}", m.rebuilt_from.join(", ")),
+            ]);
+        }
         for u in &m.matched {
             let action = match m.misfit.iter().find(|(uid, _, _)| uid == u) {
                 Some((_, was, now)) => format!("error: does not fit (saved {was}, now {now})"),
@@ -212,6 +226,7 @@ pub fn restore_report(reports: Vec<weir_executor::savepoint::RestoreReport>) -> 
                 r.new_uids.join(", "),
                 r.ignored_uids.join(", "),
                 r.replayed_rows.to_string(),
+                r.rebuilt_from.join(", "),
             ]
         })
         .collect();
@@ -222,6 +237,7 @@ pub fn restore_report(reports: Vec<weir_executor::savepoint::RestoreReport>) -> 
             "started_empty_uids",
             "ignored_uids",
             "replayed_rows",
+            "rebuilt_from",
         ],
         rows,
     )

@@ -264,7 +264,7 @@ async fn restore_at_parallelism_1_then_4_then_2_gives_identical_results() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn savepoint_migrates_to_a_fresh_server_sharing_only_the_savepoint_dir() {
+async fn savepoint_migrates_to_a_fresh_server_and_across_state_backends() {
     let dir = tempfile::tempdir().unwrap();
     let shared = dir.path().join("savepoints");
     let config = format!(
@@ -292,8 +292,9 @@ async fn savepoint_migrates_to_a_fresh_server_sharing_only_the_savepoint_dir() {
         "the savepoint lives in the savepoint-dir"
     );
 
-    // A fresh server: empty data dir, the same savepoint-dir.
-    let mut new = WeirProcess::start_with_config(&dir.path().join("new"), 2, &config).await;
+    // A fresh server on the RocksDB backend: empty data dir, the same savepoint-dir.
+    let rocks = format!("{config}[state.backend]\ntype = \"rocksdb\"\n");
+    let mut new = WeirProcess::start_with_config(&dir.path().join("new"), 2, &rocks).await;
     let (c, notices) = connect_with_notices(new.port).await;
     let shown = rows(&c, "SHOW SAVEPOINTS").await;
     assert_eq!(shown.len(), 1, "{shown:?}");
@@ -327,6 +328,10 @@ async fn savepoint_migrates_to_a_fresh_server_sharing_only_the_savepoint_dir() {
     assert_eq!(sorted(&c, "SELECT * FROM per_group").await, want_groups);
     assert_view(&c, "per_group", PER_GROUP).await;
     assert_view(&c, "big", "SELECT id, v FROM t WHERE v > 3000").await;
+    assert!(
+        dir.path().join("new/state/rocksdb/CURRENT").exists(),
+        "state lives in RocksDB"
+    );
     // The migrated server goes on: writes, then kill -9 and recovery.
     insert_range(&c, 4001, 4500).await;
     c.batch_execute("UPDATE t SET v = v + 1 WHERE id % 5 = 0")
@@ -346,4 +351,71 @@ async fn savepoint_migrates_to_a_fresh_server_sharing_only_the_savepoint_dir() {
     let report = rows(&c, "RESTORE ALL FROM SAVEPOINT move").await;
     assert!(report.iter().all(|r| r[0] != "t"), "{report:?}");
     assert_view(&c, "per_group", PER_GROUP).await;
+
+    // And back: a savepoint taken on RocksDB restores on the in-memory backend.
+    c.batch_execute("SAVEPOINT back").await.unwrap();
+    let want_t = sorted(&c, "SELECT * FROM t").await;
+    let want_groups = sorted(&c, "SELECT * FROM per_group").await;
+    new.kill9();
+    let third = WeirProcess::start_with_config(&dir.path().join("third"), 2, &config).await;
+    let c = third.connect().await;
+    c.batch_execute(TABLE).await.unwrap();
+    c.batch_execute(&views).await.unwrap();
+    let report = rows(&c, "RESTORE ALL FROM SAVEPOINT back").await;
+    assert_eq!(report.len(), 3, "{report:?}");
+    assert_eq!(sorted(&c, "SELECT * FROM t").await, want_t);
+    assert_eq!(sorted(&c, "SELECT * FROM per_group").await, want_groups);
+    assert_view(&c, "big", "SELECT id, v FROM t WHERE v > 3000").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_all_rebuilds_a_view_on_a_view_from_the_restored_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = WeirProcess::start(&dir.path().join("data"), 2).await;
+    let (c, notices) = connect_with_notices(server.port).await;
+    c.batch_execute(TABLE).await.unwrap();
+    c.batch_execute(&format!(
+        "CREATE MATERIALIZED VIEW per_group AS {PER_GROUP};
+         CREATE MATERIALIZED VIEW busy AS SELECT g, n FROM per_group WHERE n > 180;"
+    ))
+    .await
+    .unwrap();
+    let busy = "SELECT g, count(*) FROM t GROUP BY g HAVING count(*) > 180";
+    insert_range(&c, 1, 2000).await;
+    c.batch_execute("SAVEPOINT s").await.unwrap();
+    insert_range(&c, 2001, 2300).await;
+    let deleted: u64 = rows(&c, "SELECT count(*) FROM t WHERE g = 3").await[0][0]
+        .parse()
+        .unwrap();
+    c.batch_execute("DELETE FROM t WHERE g = 3").await.unwrap();
+    let explained = rows(&c, "EXPLAIN RESTORE ALL FROM SAVEPOINT s").await;
+    assert!(
+        explained
+            .iter()
+            .any(|r| r[0] == "busy" && r[2] == "rebuilt from per_group"),
+        "{explained:?}"
+    );
+    let report = rows(&c, "RESTORE ALL FROM SAVEPOINT s").await;
+    let busy_row = report.iter().find(|r| r[0] == "busy").unwrap();
+    assert_eq!(busy_row[5], "per_group", "{report:?}");
+    let per_group_row = report.iter().find(|r| r[0] == "per_group").unwrap();
+    assert_eq!(
+        per_group_row[4],
+        (300 + deleted).to_string(),
+        "only the log after the savepoint: {report:?}"
+    );
+    let said = notices.lock().unwrap().join("\n");
+    assert!(
+        said.contains("\"busy\" rebuilt from the restored contents of per_group"),
+        "{said}"
+    );
+    assert_view(&c, "per_group", PER_GROUP).await;
+    assert_view(&c, "busy", busy).await;
+    insert_range(&c, 2301, 2400).await;
+    assert_view(&c, "busy", busy).await;
+    // Its own state alone cannot be restored: no log positions exist for a view's output.
+    assert_eq!(
+        error_code(&c, "RESTORE MATERIALIZED VIEW busy FROM SAVEPOINT s").await,
+        "0A000"
+    );
 }

@@ -2,10 +2,10 @@
 //!
 //! Every entry is addressed by `(uid, key_group, key)` so that state can be split by
 //! key-group range when the parallelism changes. The in-memory backend is the embedded
-//! default for now; the RocksDB backend (incremental checkpoints) plugs in behind the
-//! same trait.
+//! default; the RocksDB backend ([`crate::rocksdb_backend`]) plugs in behind the same
+//! trait (`state.backend.type`).
 
-use crate::KeyGroup;
+use crate::{KeyGroup, Result};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -39,13 +39,13 @@ impl WriteBatch {
 }
 
 pub trait StateBackend: Send + Sync + 'static {
-    fn get(&self, key: &StateKey) -> Option<Vec<u8>>;
+    fn get(&self, key: &StateKey) -> Result<Option<Vec<u8>>>;
     /// Applies a batch atomically: readers see all of it or none of it.
-    fn write(&self, batch: WriteBatch);
+    fn write(&self, batch: WriteBatch) -> Result<()>;
     /// Every entry of `uid` within `[kg_start, kg_end)`, in key order.
-    fn scan(&self, uid: &str, kg_start: u32, kg_end: u32) -> Vec<(StateKey, Vec<u8>)>;
+    fn scan(&self, uid: &str, kg_start: u32, kg_end: u32) -> Result<Vec<(StateKey, Vec<u8>)>>;
     /// Removes all state of one operator (used when a view is dropped).
-    fn drop_uid(&self, uid: &str);
+    fn drop_uid(&self, uid: &str) -> Result<()>;
     /// Number of entries, for metrics and tests.
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
@@ -66,11 +66,11 @@ impl MemoryStateBackend {
 }
 
 impl StateBackend for MemoryStateBackend {
-    fn get(&self, key: &StateKey) -> Option<Vec<u8>> {
-        self.map.read().get(key).cloned()
+    fn get(&self, key: &StateKey) -> Result<Option<Vec<u8>>> {
+        Ok(self.map.read().get(key).cloned())
     }
 
-    fn write(&self, batch: WriteBatch) {
+    fn write(&self, batch: WriteBatch) -> Result<()> {
         let mut map = self.map.write();
         for (k, v) in batch.entries {
             match v {
@@ -82,24 +82,27 @@ impl StateBackend for MemoryStateBackend {
                 }
             }
         }
+        Ok(())
     }
 
-    fn scan(&self, uid: &str, kg_start: u32, kg_end: u32) -> Vec<(StateKey, Vec<u8>)> {
+    fn scan(&self, uid: &str, kg_start: u32, kg_end: u32) -> Result<Vec<(StateKey, Vec<u8>)>> {
         let lo = StateKey {
             uid: uid.into(),
             key_group: KeyGroup(kg_start),
             key: vec![],
         };
-        self.map
+        Ok(self
+            .map
             .read()
             .range(lo..)
             .take_while(|(k, _)| &*k.uid == uid && k.key_group.0 < kg_end)
             .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+            .collect())
     }
 
-    fn drop_uid(&self, uid: &str) {
+    fn drop_uid(&self, uid: &str) -> Result<()> {
         self.map.write().retain(|k, _| &*k.uid != uid);
+        Ok(())
     }
 
     fn len(&self) -> usize {
@@ -108,7 +111,7 @@ impl StateBackend for MemoryStateBackend {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn key(uid: &str, kg: u32, k: &[u8]) -> StateKey {
@@ -119,22 +122,45 @@ mod tests {
         }
     }
 
-    #[test]
-    fn scan_is_bounded_by_uid_and_key_group_range() {
-        let b = MemoryStateBackend::new();
+    /// What every backend must do; each backend's tests run it.
+    pub(crate) fn backend_contract(b: Arc<dyn StateBackend>) {
         let mut wb = WriteBatch::default();
         wb.put(key("a", 0, b"x"), b"1".to_vec());
         wb.put(key("a", 3, b"y"), b"2".to_vec());
+        wb.put(key("a", 3, b"\xff"), b"2b".to_vec());
         wb.put(key("a", 5, b"z"), b"3".to_vec());
+        wb.put(key("ab", 3, b"y"), b"5".to_vec());
         wb.put(key("b", 3, b"y"), b"4".to_vec());
-        b.write(wb);
-        let got: Vec<_> = b.scan("a", 1, 5).into_iter().map(|(_, v)| v).collect();
-        assert_eq!(got, vec![b"2".to_vec()]);
+        b.write(wb).unwrap();
+        assert_eq!(b.get(&key("a", 5, b"z")).unwrap(), Some(b"3".to_vec()));
+        assert_eq!(b.get(&key("a", 4, b"z")).unwrap(), None);
+        let got: Vec<_> = b
+            .scan("a", 1, 5)
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| (k.key_group.0, k.key, v))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (3, b"y".to_vec(), b"2".to_vec()),
+                (3, b"\xff".to_vec(), b"2b".to_vec())
+            ]
+        );
+        assert_eq!(b.scan("a", 0, 128).unwrap().len(), 4);
         let mut wb = WriteBatch::default();
         wb.delete(key("a", 3, b"y"));
-        b.write(wb);
-        assert!(b.scan("a", 1, 5).is_empty());
-        b.drop_uid("a");
-        assert_eq!(b.len(), 1);
+        wb.delete(key("a", 3, b"\xff"));
+        b.write(wb).unwrap();
+        assert!(b.scan("a", 1, 5).unwrap().is_empty());
+        b.drop_uid("a").unwrap();
+        assert!(b.scan("a", 0, 128).unwrap().is_empty());
+        assert_eq!(b.len(), 2, "other uids stay");
+        assert_eq!(b.scan("ab", 0, 128).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn memory_backend_meets_the_contract() {
+        backend_contract(MemoryStateBackend::new());
     }
 }

@@ -53,15 +53,15 @@ impl<V: StateValue> StateTable<V> {
 
     /// Loads the entries of the given key-group range from the backend into the cache
     /// (used when an actor starts on existing state).
-    pub fn load(&mut self, kg_start: u32, kg_end: u32) -> usize {
+    pub fn load(&mut self, kg_start: u32, kg_end: u32) -> crate::Result<usize> {
         let mut n = 0;
-        for (k, v) in self.backend.scan(&self.uid, kg_start, kg_end) {
+        for (k, v) in self.backend.scan(&self.uid, kg_start, kg_end)? {
             if let Some(v) = V::decode(&v) {
                 self.cache.insert(k.key, v);
                 n += 1;
             }
         }
-        n
+        Ok(n)
     }
 
     /// Every key in the cache (the whole state: there is no eviction).
@@ -100,9 +100,9 @@ impl<V: StateValue> StateTable<V> {
     }
 
     /// Writes the entries dirtied since the last flush as one batch. Returns how many.
-    pub fn flush(&mut self) -> usize {
+    pub fn flush(&mut self) -> crate::Result<usize> {
         if self.dirty.is_empty() {
-            return 0;
+            return Ok(0);
         }
         let mut batch = WriteBatch::default();
         for key in self.dirty.drain() {
@@ -128,8 +128,8 @@ impl<V: StateValue> StateTable<V> {
             }
         }
         let n = batch.len();
-        self.backend.write(batch);
-        n
+        self.backend.write(batch)?;
+        Ok(n)
     }
 
     /// Takes the changes flushed since the last checkpoint, as keyed-state entries.
@@ -171,12 +171,12 @@ mod tests {
             0,
             "nothing reaches the backend before the barrier"
         );
-        assert_eq!(t.flush(), 2);
-        assert_eq!(t.flush(), 0);
+        assert_eq!(t.flush().unwrap(), 2);
+        assert_eq!(t.flush().unwrap(), 0);
         t.remove(b"k1");
-        assert_eq!(t.flush(), 1);
+        assert_eq!(t.flush().unwrap(), 1);
         let mut again: StateTable<i64> = StateTable::new("agg", 16, backend);
-        assert_eq!(again.load(0, 16), 1);
+        assert_eq!(again.load(0, 16).unwrap(), 1);
         assert_eq!(again.get(b"k2"), Some(&7));
     }
 }

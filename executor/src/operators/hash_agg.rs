@@ -127,7 +127,7 @@ impl HashAggOperator {
         let mut state = StateTable::new(&spec.uid, max_parallelism, backend);
         state.set_track_changes(track_changes);
         if restored {
-            state.load(key_groups.start, key_groups.end);
+            state.load(key_groups.start, key_groups.end)?;
         }
         let mut epoch_before = HashMap::new();
         if restored && reemit {
@@ -313,7 +313,7 @@ impl HashAggOperator {
         if self.is_global() {
             self.global_emitted = true;
         }
-        self.state.flush();
+        self.state.flush()?;
         if !ops.is_empty() {
             out.push(self.build_output(keys, ops, values)?);
         }
