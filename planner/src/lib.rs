@@ -2,6 +2,7 @@
 //!
 //! Module map:
 //! - [`statement`]: Weir's dialect: statement splitting, Weir statements, sqlparser.
+//! - [`connector_ddl`]: RisingWave's CREATE SOURCE / FORMAT ... ENCODE, rewritten.
 //! - [`stream_plan`]: DataFusion logical plan → `StreamGraph` (fragments, exchanges, uids).
 //! - [`explain`]: `EXPLAIN CREATE MATERIALIZED VIEW` output.
 //! - [`naming`]: Postgres-style output column names.
@@ -9,6 +10,7 @@
 //!
 //! API: `parse_statement`, `split_statements`, `plan_view`, `explain_graph`, `SqlError`.
 
+pub mod connector_ddl;
 pub mod error;
 pub mod explain;
 pub mod naming;

@@ -37,6 +37,8 @@ pub enum WeirStatement {
     DropSavepoint(String),
     /// `SHOW SAVEPOINTS`.
     ShowSavepoints,
+    /// `SHOW SOURCE ERRORS`: the latest records connectors skipped as bad.
+    ShowSourceErrors,
     /// `RESTORE MATERIALIZED VIEW v FROM SAVEPOINT s`, `RESTORE ALL FROM SAVEPOINT s`,
     /// `ROLLBACK TO [SAVEPOINT] s`; `WITH (ignore_unclaimed_state = true)` may follow.
     RestoreSavepoint {
@@ -249,6 +251,8 @@ fn parse_savepoint_statement(sql: &str, ws: &[&str]) -> SqlResult<WeirStatement>
 /// Parses one statement (as produced by [`split_statements`]).
 pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
     check_complexity(sql)?;
+    let rewritten = crate::connector_ddl::rewrite(sql);
+    let sql = rewritten.as_str();
     let w = words(sql);
     let ws: Vec<&str> = w.iter().map(|s| s.as_str()).collect();
     match ws.as_slice() {
@@ -259,6 +263,7 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
         ["show", "jobs"] => return Ok(WeirStatement::ShowJobs),
         ["show", "checkpoints"] => return Ok(WeirStatement::ShowCheckpoints),
         ["show", "savepoints"] => return Ok(WeirStatement::ShowSavepoints),
+        ["show", "source", "errors"] => return Ok(WeirStatement::ShowSourceErrors),
         ["savepoint", ..]
         | ["release", ..]
         | ["restore", ..]

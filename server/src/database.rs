@@ -241,6 +241,7 @@ impl Database {
                 Ok(Output::command("RELEASE"))
             }
             WeirStatement::ShowSavepoints => show::show_savepoints(self).await,
+            WeirStatement::ShowSourceErrors => show::show_source_errors(self),
             WeirStatement::RestoreSavepoint {
                 name,
                 views,

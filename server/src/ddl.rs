@@ -83,6 +83,8 @@ async fn table_schema(db: &Database, stmt: &Statement) -> SqlResult<(SchemaRef, 
             }
         }
     }
+    // Connector options are Weir's, not DataFusion's: planned without them.
+    let stmt = &Statement::CreateTable(crate::connector::without_options(ct));
     let ctx = query::planning_context(db, stmt)?;
     let plan = query::plan_statement(&ctx.state(), stmt).await?;
     let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) = plan else {
@@ -136,6 +138,7 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
         return Err(duplicate_relation(&name));
     }
     let (schema, pk) = table_schema(db, stmt).await?;
+    let connector = crate::connector::kafka_spec(ct, &name)?;
     let id = db.catalog.write().allocate_id();
     let log_path = db.table_log_path(id);
     // A fresh table starts with a fresh log (ids are never reused).
@@ -159,6 +162,9 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
             .map_err(SqlError::from)?;
     }
     commit_entry(db, entry, schema)?;
+    if let Some(spec) = connector {
+        weir_executor::source::kafka::spawn(db.runtime(), spec).map_err(SqlError::from)?;
+    }
     Ok(Output::command("CREATE TABLE"))
 }
 
@@ -181,6 +187,10 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<us
         _ => return Err(SqlError::internal("stored table DDL is not CREATE TABLE")),
     };
     let (schema, pk) = table_schema(db, &stmt).await?;
+    let connector = match stmt.as_ref() {
+        Statement::CreateTable(ct) => crate::connector::kafka_spec(ct, &entry.name)?,
+        _ => None,
+    };
     let rows = {
         let mut w = db.runtime().lock_writes().await;
         let chunks = db
@@ -206,9 +216,15 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<us
         }
         rows
     };
-    let mut cat = db.catalog.write();
-    db.schemas.write().push((entry.name.clone(), schema));
-    cat.relations.push(entry.clone());
+    {
+        let mut cat = db.catalog.write();
+        db.schemas.write().push((entry.name.clone(), schema));
+        cat.relations.push(entry.clone());
+    }
+    // The connector resumes after the table's last logged batch.
+    if let Some(spec) = connector {
+        weir_executor::source::kafka::spawn(db.runtime(), spec).map_err(SqlError::from)?;
+    }
     Ok(rows)
 }
 
@@ -262,7 +278,7 @@ fn view_job_config(
         .map_err(|e| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, e))
 }
 
-fn option_text(value: &SqlExpr) -> String {
+pub(crate) fn option_text(value: &SqlExpr) -> String {
     match value {
         SqlExpr::Value(v) => match &v.value {
             Value::Number(n, _) => n.clone(),

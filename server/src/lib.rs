@@ -3,6 +3,7 @@
 //! Module map:
 //! - [`config`]: `weir.toml` and defaults.
 //! - [`database`]: `Database`: recovery at startup and statement dispatch.
+//! - [`connector`]: a table's connector options (`WITH (connector = 'kafka', ...)`).
 //! - [`catalog`]: the persisted catalog of tables and views.
 //! - [`ddl`], [`dml`], [`query`], [`show`]: statement execution by kind.
 //! - [`pg_catalog`]: the system tables psql and drivers query.
@@ -17,6 +18,7 @@
 pub mod bench;
 pub mod catalog;
 pub mod config;
+pub mod connector;
 pub mod database;
 pub mod ddl;
 pub mod dml;

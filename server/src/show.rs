@@ -102,6 +102,25 @@ fn ms_to_text(ms: i64) -> String {
 
 /// `SHOW SAVEPOINTS`: name, time, epoch, views, size, location, format version. A
 /// damaged savepoint is listed with the reason in `location`.
+/// `SHOW SOURCE ERRORS`: records connectors skipped (policy `skip`), oldest first.
+pub fn show_source_errors(db: &Database) -> SqlResult<Output> {
+    let rows = db
+        .runtime()
+        .bad_records()
+        .into_iter()
+        .map(|r| {
+            vec![
+                r.table,
+                r.partition.to_string(),
+                r.offset.to_string(),
+                r.reason,
+                ms_to_text(r.at_ms),
+            ]
+        })
+        .collect();
+    text_table(&["table", "partition", "offset", "reason", "at"], rows)
+}
+
 pub async fn show_savepoints(db: &Database) -> SqlResult<Output> {
     let rt = db.runtime();
     let names = |m: &weir_storage::savepoint_meta::SavepointMetadata, tables: bool| {

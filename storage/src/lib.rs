@@ -5,6 +5,7 @@
 //!   (`key_group = hash(key) % max_parallelism`, `actor = kg * parallelism / max_parallelism`).
 //! - [`state_backend`]: the `StateBackend` trait (bytes under `(uid, key_group, key)`) and
 //!   the in-memory backend.
+//! - [`source_positions`]: connector positions logged with a table's rows.
 //! - [`rocksdb_backend`]: the same entries in a local RocksDB (`state.backend.type`).
 //! - [`state_table`]: `StateTable`, the one state API operators use: a write-back cache
 //!   flushed into the backend as one write batch per barrier.
@@ -28,6 +29,7 @@ pub mod meta_store;
 pub mod object_storage;
 pub mod rocksdb_backend;
 pub mod savepoint_meta;
+pub mod source_positions;
 pub mod state_backend;
 pub mod state_snapshot;
 pub mod state_table;

@@ -249,11 +249,22 @@ impl CheckpointCoordinator {
             if !due {
                 continue;
             }
-            let job_positions: BTreeMap<String, u64> = j
+            let mut job_positions: BTreeMap<String, u64> = j
                 .sources
                 .iter()
                 .filter_map(|s| positions.get(s).map(|p| (s.clone(), *p)))
                 .collect();
+            // A table's own checkpoint also records its connector's positions
+            // (`<table>#<key>`); views only record the tables' log positions.
+            let own = format!("{}#", j.name);
+            if j.sources.contains(&j.name) {
+                job_positions.extend(
+                    positions
+                        .range(own.clone()..)
+                        .take_while(|(k, _)| k.starts_with(&own))
+                        .map(|(k, v)| (k.clone(), *v)),
+                );
+            }
             let trigger_ms = now_ms();
             j.last_trigger = Some(now);
             j.in_progress.insert(

@@ -1,0 +1,309 @@
+//! The Kafka connector: reads a topic's partitions into a table.
+//!
+//! One reader thread per table (librdkafka's consumer is blocking) assigns every
+//! partition itself (`assign()`, no consumer-group rebalancing: correctness never rests
+//! on the broker's group state), starts each partition at the position the table logged
+//! last or else at `scan.startup.mode`, and writes batches of decoded records into the
+//! table together with the positions after them. New partitions are picked up within
+//! `PARTITION_DISCOVERY` and read from their beginning. The consumer reads with
+//! `isolation.level = read_committed`.
+
+use super::decode::{decode, Encode};
+use super::{BadRecord, BadRecordPolicy};
+use crate::chunk::StreamChunk;
+use crate::error::{ExecError, Result};
+use crate::runtime::Runtime;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message as _;
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use weir_storage::source_positions::SourcePositions;
+
+/// Most records per table write (one log entry).
+const BATCH_RECORDS: usize = 20_000;
+/// Longest a batch waits to fill before it is written.
+const BATCH_WAIT: Duration = Duration::from_millis(100);
+/// How often the topic's partitions are looked up again.
+const PARTITION_DISCOVERY: Duration = Duration::from_secs(5);
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `scan.startup.mode`, for partitions the table has no logged position for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartupMode {
+    Earliest,
+    Latest,
+    /// `scan.startup.timestamp-millis`: the first record at or after this time.
+    Timestamp(i64),
+    /// The consumer group's committed offsets (`properties.group.id`), else earliest.
+    GroupOffsets,
+}
+
+#[derive(Debug, Clone)]
+pub struct KafkaSpec {
+    pub table: String,
+    pub topic: String,
+    pub bootstrap_servers: String,
+    pub startup: StartupMode,
+    pub encode: Encode,
+    pub bad_records: BadRecordPolicy,
+    /// `max.record.bytes`: larger records are bad records.
+    pub max_record_bytes: usize,
+    /// `properties.*` options, passed to librdkafka as they are.
+    pub properties: BTreeMap<String, String>,
+}
+
+impl KafkaSpec {
+    fn position_key(&self, partition: i32) -> String {
+        format!("kafka:{}:{partition}", self.topic)
+    }
+
+    fn consumer(&self) -> Result<BaseConsumer> {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap_servers)
+            .set("group.id", format!("weir-{}", self.table))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "false");
+        for (k, v) in &self.properties {
+            c.set(k, v);
+        }
+        c.create()
+            .map_err(|e| ExecError::Internal(format!("kafka consumer for {}: {e}", self.table)))
+    }
+}
+
+/// Starts reading `spec.topic` into `spec.table`; returns once the reader runs. The
+/// reader stops by itself when the table is dropped.
+pub fn spawn(rt: &Arc<Runtime>, spec: KafkaSpec) -> Result<()> {
+    let consumer = spec.consumer()?;
+    let weak = Arc::downgrade(rt);
+    let handle = tokio::runtime::Handle::current();
+    std::thread::Builder::new()
+        .name(format!("kafka-{}", spec.table))
+        .spawn(move || {
+            if let Err(e) = read(&weak, &handle, &spec, consumer) {
+                tracing::error!(table = %spec.table, error = %e, "kafka source stopped");
+                if let Some(rt) = weak.upgrade() {
+                    rt.fail_source(&spec.table, &e.to_string());
+                }
+            }
+        })
+        .map_err(|e| ExecError::Internal(format!("cannot start the kafka reader: {e}")))?;
+    Ok(())
+}
+
+fn partitions(consumer: &BaseConsumer, topic: &str) -> Result<Vec<i32>> {
+    let md = consumer
+        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+        .map_err(|e| ExecError::Internal(format!("kafka metadata of {topic}: {e}")))?;
+    let mut ids: Vec<i32> = md
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic)
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// Where each partition starts: its logged position, else the startup mode (new
+/// partitions discovered later start at their beginning).
+fn start_offsets(
+    consumer: &BaseConsumer,
+    spec: &KafkaSpec,
+    parts: &[i32],
+    logged: &SourcePositions,
+    initial: bool,
+) -> Result<TopicPartitionList> {
+    let mut tpl = TopicPartitionList::new();
+    let kafka_err = |e: rdkafka::error::KafkaError| ExecError::Internal(format!("kafka: {e}"));
+    let mut by_time = TopicPartitionList::new();
+    let mut by_group = TopicPartitionList::new();
+    for &p in parts {
+        let offset = match logged.get(&spec.position_key(p)) {
+            Some(&next) => Offset::Offset(next as i64),
+            None if !initial => Offset::Beginning,
+            None => match &spec.startup {
+                StartupMode::Earliest => Offset::Beginning,
+                StartupMode::Latest => Offset::End,
+                StartupMode::Timestamp(ms) => {
+                    by_time
+                        .add_partition_offset(&spec.topic, p, Offset::Offset(*ms))
+                        .map_err(kafka_err)?;
+                    continue;
+                }
+                StartupMode::GroupOffsets => {
+                    by_group.add_partition(&spec.topic, p);
+                    continue;
+                }
+            },
+        };
+        tpl.add_partition_offset(&spec.topic, p, offset)
+            .map_err(kafka_err)?;
+    }
+    if by_time.count() > 0 {
+        let found = consumer
+            .offsets_for_times(by_time, METADATA_TIMEOUT)
+            .map_err(kafka_err)?;
+        for e in found.elements() {
+            let o = match e.offset() {
+                Offset::Offset(o) => Offset::Offset(o),
+                _ => Offset::End,
+            };
+            tpl.add_partition_offset(&spec.topic, e.partition(), o)
+                .map_err(kafka_err)?;
+        }
+    }
+    if by_group.count() > 0 {
+        let found = consumer
+            .committed_offsets(by_group, METADATA_TIMEOUT)
+            .map_err(kafka_err)?;
+        for e in found.elements() {
+            let o = match e.offset() {
+                Offset::Offset(o) => Offset::Offset(o),
+                _ => Offset::Beginning,
+            };
+            tpl.add_partition_offset(&spec.topic, e.partition(), o)
+                .map_err(kafka_err)?;
+        }
+    }
+    Ok(tpl)
+}
+
+fn read(
+    rt: &Weak<Runtime>,
+    handle: &tokio::runtime::Handle,
+    spec: &KafkaSpec,
+    consumer: BaseConsumer,
+) -> Result<()> {
+    let (schema, mut positions) = {
+        let Some(rt) = rt.upgrade() else {
+            return Ok(());
+        };
+        let mut w = handle.block_on(rt.lock_writes());
+        let Some(t) = w.table(&spec.table) else {
+            return Ok(());
+        };
+        (t.schema.clone(), t.source_positions().clone())
+    };
+    let mut known = partitions(&consumer, &spec.topic)?;
+    let tpl = start_offsets(&consumer, spec, &known, &positions, true)?;
+    consumer
+        .assign(&tpl)
+        .map_err(|e| ExecError::Internal(format!("kafka assign: {e}")))?;
+    let mut last_discovery = Instant::now();
+    tracing::info!(table = %spec.table, topic = %spec.topic, partitions = known.len(), "kafka source reading");
+    loop {
+        // One batch: up to BATCH_RECORDS records or BATCH_WAIT.
+        let started = Instant::now();
+        let mut records: Vec<(i32, i64, Vec<u8>)> = Vec::new();
+        while records.len() < BATCH_RECORDS && started.elapsed() < BATCH_WAIT {
+            match consumer.poll(Duration::from_millis(20)) {
+                None => {}
+                Some(Ok(m)) => records.push((
+                    m.partition(),
+                    m.offset(),
+                    m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                )),
+                Some(Err(e)) => {
+                    tracing::warn!(table = %spec.table, error = %e, "kafka poll");
+                    break;
+                }
+            }
+        }
+        let Some(rt) = rt.upgrade() else {
+            return Ok(());
+        };
+        let mut next = positions.clone();
+        for (p, o, _) in &records {
+            next.insert(spec.position_key(*p), (*o + 1) as u64);
+        }
+        let payloads: Vec<&[u8]> = records.iter().map(|(_, _, b)| b.as_slice()).collect();
+        let (batch, bad) = decode(&schema, spec.encode, &payloads, spec.max_record_bytes)?;
+        if let Some((i, reason)) = bad.first() {
+            let (p, o, _) = &records[*i];
+            if spec.bad_records == BadRecordPolicy::Fail {
+                let msg = format!(
+                    "bad record in {} partition {p} offset {o}: {reason} (bad_records = 'fail': ingestion stopped)",
+                    spec.topic
+                );
+                // The records before it are kept: written with the positions up to it.
+                let mut upto = positions.clone();
+                for (p, o, _) in &records[..*i] {
+                    upto.insert(spec.position_key(*p), (*o + 1) as u64);
+                }
+                let rows = match &batch {
+                    Some(b) => b.slice(0, *i),
+                    None => arrow::array::RecordBatch::new_empty(schema.clone()),
+                };
+                handle.block_on(async {
+                    let mut w = rt.lock_writes().await;
+                    match w.table(&spec.table) {
+                        Some(t) => t.write_from_source(StreamChunk::inserts(rows), upto).await,
+                        None => Ok(()),
+                    }
+                })?;
+                rt.note_bad_record(BadRecord {
+                    table: spec.table.clone(),
+                    partition: *p,
+                    offset: *o,
+                    reason: msg.clone(),
+                    at_ms: crate::checkpoint::uploader::chrono_now_ms(),
+                });
+                return Err(ExecError::Internal(msg));
+            }
+        }
+        for (i, reason) in &bad {
+            let (p, o, _) = &records[*i];
+            rt.note_bad_record(BadRecord {
+                table: spec.table.clone(),
+                partition: *p,
+                offset: *o,
+                reason: reason.clone(),
+                at_ms: crate::checkpoint::uploader::chrono_now_ms(),
+            });
+        }
+        if next != positions {
+            let chunk = match batch {
+                Some(b) => StreamChunk::inserts(b),
+                None => StreamChunk::inserts(arrow::array::RecordBatch::new_empty(schema.clone())),
+            };
+            let written = handle.block_on(async {
+                let mut w = rt.lock_writes().await;
+                match w.table(&spec.table) {
+                    Some(t) => Some(t.write_from_source(chunk, next.clone()).await),
+                    None => None,
+                }
+            });
+            match written {
+                None => return Ok(()), // the table was dropped
+                Some(Ok(())) => positions = next,
+                Some(Err(e)) => {
+                    return Err(ExecError::Internal(format!(
+                        "writing records of {} into {}: {e}",
+                        spec.topic, spec.table
+                    )))
+                }
+            }
+        }
+        if last_discovery.elapsed() >= PARTITION_DISCOVERY {
+            last_discovery = Instant::now();
+            let now = partitions(&consumer, &spec.topic)?;
+            let added: Vec<i32> = now.iter().filter(|p| !known.contains(p)).copied().collect();
+            if !added.is_empty() {
+                tracing::info!(table = %spec.table, partitions = ?added, "kafka source found new partitions");
+                // Every record polled so far is written, so the partitions already
+                // assigned are exactly where the table's log says: only add the new.
+                let more = start_offsets(&consumer, spec, &added, &positions, false)?;
+                consumer
+                    .incremental_assign(&more)
+                    .map_err(|e| ExecError::Internal(format!("kafka assign: {e}")))?;
+                known = now;
+            }
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! Connectors that feed tables: `CREATE TABLE t (...) WITH (connector = 'kafka', ...)`.
+//!
+//! A connector-fed table is an ordinary table whose writes come from the connector: each
+//! batch of records is logged (fsynced) together with the connector's positions after
+//! it ([`weir_storage::source_positions`]), so rows and positions are durable as one,
+//! and checkpoints carry the positions in the table's own metadata. After a crash the
+//! table resumes exactly after its last logged batch: no duplicate and no gap, without
+//! depending on the broker's consumer-group commits. Views over the table are restored
+//! and replay from the table's log as for any table.
+//!
+//! - [`decode`]: record payloads (JSON, CSV) to Arrow rows, bad records singled out.
+//! - [`kafka`]: the Kafka reader (librdkafka): partitions, startup modes, polling.
+
+pub mod decode;
+pub mod kafka;
+
+/// What to do with a record that cannot be decoded into the table's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadRecordPolicy {
+    /// Count it (metric `weir_sourceBadRecords`, `SHOW SOURCE ERRORS`) and go on.
+    Skip,
+    /// Stop ingesting; the error names the record's partition and offset.
+    Fail,
+}
+
+impl BadRecordPolicy {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "skip" => Some(Self::Skip),
+            "fail" => Some(Self::Fail),
+            _ => None,
+        }
+    }
+}
+
+/// One skipped record, for `SHOW SOURCE ERRORS`.
+#[derive(Debug, Clone)]
+pub struct BadRecord {
+    pub table: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub reason: String,
+    pub at_ms: i64,
+}
+
+/// Most bad records kept for `SHOW SOURCE ERRORS` (oldest dropped first).
+pub const BAD_RECORDS_KEPT: usize = 1000;

@@ -1,0 +1,191 @@
+//! RisingWave's connector DDL, rewritten into what sqlparser reads:
+//!
+//! - `CREATE SOURCE s (...)` is `CREATE TABLE s (...)`: in Weir a source is a table fed
+//!   by its connector (its records are kept, as Materialize keeps source data), so
+//!   views over it recover like views over any table.
+//! - Bare dotted keys in `WITH (...)` (`properties.bootstrap.server = '...'`) are quoted.
+//! - A trailing `FORMAT f ENCODE e [(k = v, ...)]` becomes the options
+//!   `"format" = 'f', "encode" = 'e'` (plus the encode options).
+
+/// Byte ranges `[start, end)` in the statement.
+type Spans = Vec<(usize, usize)>;
+
+/// Top-level words (outside quotes and parentheses) with their byte ranges, and the
+/// byte range of each top-level parenthesised group.
+fn scan(sql: &str) -> (Spans, Spans) {
+    let bytes = sql.as_bytes();
+    let mut words = Vec::new();
+    let mut groups = Vec::new();
+    let mut depth = 0usize;
+    let mut quote: Option<u8> = None;
+    let mut word_start: Option<usize> = None;
+    let mut group_start = 0;
+    for (i, &c) in bytes.iter().enumerate() {
+        if let Some(q) = quote {
+            if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        let is_word = c.is_ascii_alphanumeric() || c == b'_';
+        if depth == 0 {
+            match (word_start, is_word) {
+                (None, true) => word_start = Some(i),
+                (Some(s), false) => {
+                    words.push((s, i));
+                    word_start = None;
+                }
+                _ => {}
+            }
+        }
+        match c {
+            b'\'' | b'"' => quote = Some(c),
+            b'(' => {
+                if depth == 0 {
+                    group_start = i;
+                }
+                depth += 1;
+            }
+            b')' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    groups.push((group_start, i + 1));
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = word_start {
+        words.push((s, bytes.len()));
+    }
+    (words, groups)
+}
+
+/// Splits `inner` (the text between a group's parentheses) at top-level commas.
+fn split_items(inner: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut cur = String::new();
+    for c in inner.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '\'' | '"' => quote = Some(c),
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                ',' if depth == 0 => {
+                    out.push(std::mem::take(&mut cur));
+                    continue;
+                }
+                _ => {}
+            },
+        }
+        cur.push(c);
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// `a.b = v` -> `"a.b" = v`; anything else unchanged.
+fn quote_key(item: &str) -> String {
+    let Some((key, value)) = item.split_once('=') else {
+        return item.to_string();
+    };
+    let k = key.trim();
+    if k.contains('.') && !k.starts_with('"') && !k.starts_with('\'') {
+        format!(" \"{k}\" ={value}")
+    } else {
+        item.to_string()
+    }
+}
+
+/// Rewrites connector DDL (see the module docs); other statements are returned as is.
+pub fn rewrite(sql: &str) -> String {
+    let lower = sql.to_ascii_lowercase();
+    let (words, groups) = scan(sql);
+    let word = |i: usize| -> Option<&str> { words.get(i).map(|&(s, e)| &lower[s..e]) };
+    if word(0) != Some("create") || !matches!(word(1), Some("table") | Some("source")) {
+        return sql.to_string();
+    }
+    let mut body = sql.to_string();
+    // `FORMAT f ENCODE e [(...)]` at the end.
+    let mut extra: Vec<String> = Vec::new();
+    if let Some(fi) = (0..words.len()).rev().find(|&i| word(i) == Some("format")) {
+        if word(fi + 2) == Some("encode") && word(fi + 3).is_some() {
+            let (start, _) = words[fi];
+            extra.push(format!(
+                "\"format\" = '{}'",
+                word(fi + 1).unwrap_or_default()
+            ));
+            extra.push(format!(
+                "\"encode\" = '{}'",
+                word(fi + 3).unwrap_or_default()
+            ));
+            let encode_end = words[fi + 3].1;
+            if let Some(&(gs, ge)) = groups.iter().find(|(gs, _)| *gs >= encode_end) {
+                extra.extend(split_items(&sql[gs + 1..ge - 1]));
+            }
+            body.truncate(start);
+        }
+    }
+    // The WITH group: the first top-level group after the word `with`.
+    let with_group = words
+        .iter()
+        .position(|&(s, e)| &lower[s..e] == "with")
+        .and_then(|wi| groups.iter().find(|(gs, _)| *gs >= words[wi].1).copied())
+        .filter(|(_, ge)| *ge <= body.len());
+    let mut out = match with_group {
+        Some((gs, ge)) => {
+            let mut items: Vec<String> = split_items(&sql[gs + 1..ge - 1]);
+            items.extend(extra.iter().map(|e| format!(" {e}")));
+            let items: Vec<String> = items.iter().map(|i| quote_key(i)).collect();
+            format!("{}({}){}", &body[..gs], items.join(","), &body[ge..])
+        }
+        None if !extra.is_empty() => format!(
+            "{} WITH ({})",
+            body.trim_end(),
+            extra
+                .iter()
+                .map(|i| quote_key(i))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => body,
+    };
+    if word(1) == Some("source") {
+        let (s, e) = words[1];
+        out.replace_range(s..e, "TABLE");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rewrite;
+
+    #[test]
+    fn risingwave_source_ddl() {
+        let got = rewrite(
+            "CREATE SOURCE s (id bigint, v text) WITH (connector = 'kafka', topic = 'a.b', properties.bootstrap.server = 'h:9092') FORMAT PLAIN ENCODE JSON",
+        );
+        assert_eq!(
+            got,
+            "CREATE TABLE s (id bigint, v text) WITH (connector = 'kafka', topic = 'a.b', \"properties.bootstrap.server\" = 'h:9092', \"format\" = 'plain', \"encode\" = 'json') "
+        );
+    }
+
+    #[test]
+    fn format_without_with_and_plain_tables() {
+        assert_eq!(
+            rewrite("create table t (a int) format plain encode csv"),
+            "create table t (a int) WITH (\"format\" = 'plain', \"encode\" = 'csv')"
+        );
+        let plain = "CREATE TABLE t (a int PRIMARY KEY, format text)";
+        assert_eq!(rewrite(plain), plain);
+        assert_eq!(rewrite("SELECT 1"), "SELECT 1");
+    }
+}

@@ -1,0 +1,147 @@
+//! `CREATE TABLE t (...) WITH (connector = 'kafka', ...) [FORMAT PLAIN ENCODE JSON | CSV]`
+//! (and `CREATE SOURCE`, the same): the table's connector options, checked up front so
+//! a bad option is a clear error before anything is created.
+//!
+//! Keys (Flink's and RisingWave's names):
+//! - `connector = 'kafka'`, `topic`, `properties.bootstrap.server` (or `...servers`);
+//! - `scan.startup.mode = 'earliest'` (default) `| 'latest' | 'timestamp' |
+//!   'group-offsets'`, with `scan.startup.timestamp-millis` for `timestamp`;
+//! - `bad_records = 'skip'` (default: counted and listed by `SHOW SOURCE ERRORS`)
+//!   `| 'fail'`, `max.record.bytes` (default 1 MiB);
+//! - any other `properties.<key>` goes to librdkafka as `<key>`.
+
+use datafusion::sql::sqlparser::ast::{CreateTable, CreateTableOptions, SqlOption};
+use std::collections::BTreeMap;
+use weir_executor::source::decode::Encode;
+use weir_executor::source::kafka::{KafkaSpec, StartupMode};
+use weir_executor::source::BadRecordPolicy;
+use weir_planner::{sqlstate, SqlError, SqlResult};
+
+const DEFAULT_MAX_RECORD_BYTES: usize = 1 << 20;
+
+fn invalid(msg: impl Into<String>) -> SqlError {
+    SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, msg)
+}
+
+/// The `WITH (...)` options of a CREATE TABLE as lower-case keys and text values.
+fn options(ct: &CreateTable) -> SqlResult<BTreeMap<String, String>> {
+    let list = match &ct.table_options {
+        CreateTableOptions::With(l) | CreateTableOptions::Options(l) => l,
+        CreateTableOptions::None => return Ok(BTreeMap::new()),
+        _ => return Err(SqlError::unsupported("table options other than WITH (...)")),
+    };
+    let mut out = BTreeMap::new();
+    for o in list {
+        let SqlOption::KeyValue { key, value } = o else {
+            return Err(SqlError::syntax("expected key = value in WITH (...)"));
+        };
+        out.insert(
+            key.value.to_ascii_lowercase(),
+            crate::ddl::option_text(value),
+        );
+    }
+    Ok(out)
+}
+
+/// The table's connector, or `None` for a table written by SQL only.
+pub fn kafka_spec(ct: &CreateTable, table: &str) -> SqlResult<Option<KafkaSpec>> {
+    let mut o = options(ct)?;
+    let Some(connector) = o.remove("connector") else {
+        if let Some(k) = o.keys().next() {
+            return Err(invalid(format!(
+                "unknown table option \"{k}\" (a table takes options only with a connector)"
+            )));
+        }
+        return Ok(None);
+    };
+    if !connector.eq_ignore_ascii_case("kafka") {
+        return Err(SqlError::unsupported(format!(
+            "connector '{connector}' is not supported (kafka is)"
+        )));
+    }
+    let topic = o
+        .remove("topic")
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| invalid("the kafka connector needs topic = '...'"))?;
+    let bootstrap_servers = o
+        .remove("properties.bootstrap.server")
+        .or_else(|| o.remove("properties.bootstrap.servers"))
+        .ok_or_else(|| {
+            invalid("the kafka connector needs properties.bootstrap.server = 'host:port'")
+        })?;
+    let format = o.remove("format").unwrap_or_else(|| "plain".into());
+    if !format.eq_ignore_ascii_case("plain") {
+        return Err(SqlError::unsupported(format!(
+            "FORMAT {format} is not supported yet (FORMAT PLAIN is)"
+        )));
+    }
+    let encode_text = o.remove("encode").unwrap_or_else(|| "json".into());
+    let encode = Encode::parse(&encode_text).ok_or_else(|| {
+        SqlError::unsupported(format!(
+            "ENCODE {encode_text} is not supported yet (JSON and CSV are)"
+        ))
+    })?;
+    let timestamp = o.remove("scan.startup.timestamp-millis");
+    let startup = match o
+        .remove("scan.startup.mode")
+        .unwrap_or_else(|| "earliest".into())
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "earliest" | "earliest-offset" => StartupMode::Earliest,
+        "latest" | "latest-offset" => StartupMode::Latest,
+        "group-offsets" => StartupMode::GroupOffsets,
+        "timestamp" => StartupMode::Timestamp(
+            timestamp
+                .as_deref()
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| {
+                    invalid("scan.startup.mode = 'timestamp' needs scan.startup.timestamp-millis = <ms>")
+                })?,
+        ),
+        other => {
+            return Err(invalid(format!(
+                "scan.startup.mode must be earliest, latest, timestamp or group-offsets, not {other}"
+            )))
+        }
+    };
+    let bad_records = match o.remove("bad_records") {
+        None => BadRecordPolicy::Skip,
+        Some(p) => BadRecordPolicy::parse(&p)
+            .ok_or_else(|| invalid(format!("bad_records must be skip or fail, not {p}")))?,
+    };
+    let max_record_bytes = match o.remove("max.record.bytes") {
+        None => DEFAULT_MAX_RECORD_BYTES,
+        Some(v) => v
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| invalid(format!("invalid max.record.bytes: {v}")))?,
+    };
+    let mut properties = BTreeMap::new();
+    for (k, v) in o {
+        match k.strip_prefix("properties.") {
+            Some(p) => {
+                properties.insert(p.to_string(), v);
+            }
+            None => return Err(invalid(format!("unknown kafka connector option \"{k}\""))),
+        }
+    }
+    Ok(Some(KafkaSpec {
+        table: table.to_string(),
+        topic,
+        bootstrap_servers,
+        startup,
+        encode,
+        bad_records,
+        max_record_bytes,
+        properties,
+    }))
+}
+
+/// The statement without its options, for DataFusion's planning of the columns.
+pub fn without_options(ct: &CreateTable) -> CreateTable {
+    let mut plain = ct.clone();
+    plain.table_options = CreateTableOptions::None;
+    plain
+}
