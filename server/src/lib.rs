@@ -9,13 +9,14 @@
 //! - [`pg_catalog`]: the system tables psql and drivers query.
 //! - [`pg`]: the Postgres wire protocol (pgwire): auth, handlers, encoding.
 //! - [`server`]: the TCP listener.
-//! - [`bench`]: `weir bench` subcommands.
+//! - [`bench`], [`bench_kafka`]: `weir bench` subcommands.
 //! - [`settings`]: checkpoint / restart keys, defaults and provenance.
 //! - [`metrics_http`]: the Prometheus `/metrics` endpoint.
 //! - [`session`], [`output`]: per-connection state and statement results.
 //! - [`tx_savepoint`]: SAVEPOINT / RELEASE / ROLLBACK TO inside a transaction block.
 
 pub mod bench;
+pub mod bench_kafka;
 pub mod catalog;
 pub mod config;
 pub mod connector;
