@@ -6,6 +6,9 @@
 //! - Bare dotted keys in `WITH (...)` (`properties.bootstrap.server = '...'`) are quoted.
 //! - A trailing `FORMAT f ENCODE e [(k = v, ...)]` becomes the options
 //!   `"format" = 'f', "encode" = 'e'` (plus the encode options).
+//! - `INCLUDE partition | offset | timestamp | key [AS name]` clauses (Kafka message
+//!   metadata) become columns (`int`, `bigint`, `timestamptz`, `bytea`; default names
+//!   `_kafka_<what>`) and options `"include.<name>" = '<what>'`.
 
 /// Byte ranges `[start, end)` in the statement.
 type Spans = Vec<(usize, usize)>;
@@ -112,6 +115,25 @@ pub fn rewrite(sql: &str) -> String {
         return sql.to_string();
     }
     let mut body = sql.to_string();
+    // `INCLUDE what [AS name]` clauses: removed here, added back as columns below.
+    let mut includes: Vec<(String, String)> = Vec::new();
+    let mut include_spans: Vec<(usize, usize)> = Vec::new();
+    let mut wi = 0;
+    while wi < words.len() {
+        if word(wi) == Some("include") {
+            let what = word(wi + 1).unwrap_or_default().to_string();
+            let (name, last) = if word(wi + 2) == Some("as") {
+                (word(wi + 3).unwrap_or_default().to_string(), wi + 3)
+            } else {
+                (format!("_kafka_{what}"), wi + 1)
+            };
+            include_spans.push((words[wi].0, words[last.min(words.len() - 1)].1));
+            includes.push((name, what));
+            wi = last + 1;
+        } else {
+            wi += 1;
+        }
+    }
     // `FORMAT f ENCODE e [(...)]` at the end.
     let mut extra: Vec<String> = Vec::new();
     if let Some(fi) = (0..words.len()).rev().find(|&i| word(i) == Some("format")) {
@@ -131,6 +153,9 @@ pub fn rewrite(sql: &str) -> String {
             }
             body.truncate(start);
         }
+    }
+    for (name, what) in &includes {
+        extra.push(format!("\"include.{name}\" = '{what}'"));
     }
     // The WITH group: the first top-level group after the word `with`.
     let with_group = words
@@ -156,6 +181,26 @@ pub fn rewrite(sql: &str) -> String {
         ),
         None => body,
     };
+    // Metadata columns join the column list; their clauses go (right to left, so the
+    // earlier byte ranges stay valid; all of them lie after the column list).
+    for &(s, e) in include_spans.iter().rev() {
+        out.replace_range(s..e, "");
+    }
+    if let (false, Some(&(_, ge))) = (includes.is_empty(), groups.first()) {
+        let columns: String = includes
+            .iter()
+            .map(|(name, what)| {
+                let t = match what.as_str() {
+                    "partition" => "int",
+                    "offset" => "bigint",
+                    "timestamp" => "timestamptz",
+                    _ => "bytea",
+                };
+                format!(", {name} {t}")
+            })
+            .collect();
+        out.insert_str(ge - 1, &columns);
+    }
     if word(1) == Some("source") {
         let (s, e) = words[1];
         out.replace_range(s..e, "TABLE");
@@ -175,6 +220,17 @@ mod tests {
         assert_eq!(
             got,
             "CREATE TABLE s (id bigint, v text) WITH (connector = 'kafka', topic = 'a.b', \"properties.bootstrap.server\" = 'h:9092', \"format\" = 'plain', \"encode\" = 'json') "
+        );
+    }
+
+    #[test]
+    fn include_clauses_become_columns_and_options() {
+        let got = rewrite(
+            "CREATE TABLE t (id bigint) INCLUDE partition INCLUDE key AS k WITH (connector = 'kafka') FORMAT PLAIN ENCODE JSON",
+        );
+        assert_eq!(
+            got,
+            "CREATE TABLE t (id bigint, _kafka_partition int, k bytea)   WITH (connector = 'kafka', \"format\" = 'plain', \"encode\" = 'json', \"include._kafka_partition\" = 'partition', \"include.k\" = 'key') "
         );
     }
 

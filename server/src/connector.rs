@@ -7,13 +7,14 @@
 //! - `scan.startup.mode = 'earliest'` (default) `| 'latest' | 'timestamp' |
 //!   'group-offsets'`, with `scan.startup.timestamp-millis` for `timestamp`;
 //! - `bad_records = 'skip'` (default: counted and listed by `SHOW SOURCE ERRORS`)
-//!   `| 'fail'`, `max.record.bytes` (default 1 MiB);
+//!   `| 'fail' | 'dead-letter'` (with `dead-letter.topic`), `max.record.bytes`
+//!   (default 1 MiB);
 //! - any other `properties.<key>` goes to librdkafka as `<key>`.
 
 use datafusion::sql::sqlparser::ast::{CreateTable, CreateTableOptions, SqlOption};
 use std::collections::BTreeMap;
 use weir_executor::source::decode::Encode;
-use weir_executor::source::kafka::{KafkaSpec, StartupMode};
+use weir_executor::source::kafka::{KafkaSpec, Metadata, StartupMode};
 use weir_executor::source::BadRecordPolicy;
 use weir_planner::{sqlstate, SqlError, SqlResult};
 
@@ -43,9 +44,34 @@ fn options(ct: &CreateTable) -> SqlResult<BTreeMap<String, String>> {
     Ok(out)
 }
 
-/// The table's connector, or `None` for a table written by SQL only.
-pub fn kafka_spec(ct: &CreateTable, table: &str) -> SqlResult<Option<KafkaSpec>> {
+/// The table's connector, or `None` for a table written by SQL only. `columns` are the
+/// table's column names, for `INCLUDE ... AS name` metadata columns.
+pub fn kafka_spec(
+    ct: &CreateTable,
+    table: &str,
+    columns: &[String],
+) -> SqlResult<Option<KafkaSpec>> {
     let mut o = options(ct)?;
+    let mut metadata = Vec::new();
+    for key in o
+        .keys()
+        .filter(|k| k.starts_with("include."))
+        .cloned()
+        .collect::<Vec<_>>()
+    {
+        let what = o.remove(&key).unwrap_or_default();
+        let column = &key["include.".len()..];
+        let m = Metadata::parse(&what).ok_or_else(|| {
+            invalid(format!(
+                "INCLUDE {what}: a Kafka table can include partition, offset, timestamp or key"
+            ))
+        })?;
+        let index = columns
+            .iter()
+            .position(|c| c == column)
+            .ok_or_else(|| invalid(format!("no column \"{column}\" for INCLUDE {what}")))?;
+        metadata.push((index, m));
+    }
     let Some(connector) = o.remove("connector") else {
         if let Some(k) = o.keys().next() {
             return Err(invalid(format!(
@@ -105,10 +131,14 @@ pub fn kafka_spec(ct: &CreateTable, table: &str) -> SqlResult<Option<KafkaSpec>>
             )))
         }
     };
+    let dead_letter = o.remove("dead-letter.topic");
     let bad_records = match o.remove("bad_records") {
         None => BadRecordPolicy::Skip,
-        Some(p) => BadRecordPolicy::parse(&p)
-            .ok_or_else(|| invalid(format!("bad_records must be skip or fail, not {p}")))?,
+        Some(p) => BadRecordPolicy::parse(&p, dead_letter).ok_or_else(|| {
+            invalid(format!(
+                "bad_records must be skip, fail or dead-letter (with dead-letter.topic = '...'), not {p}"
+            ))
+        })?,
     };
     let max_record_bytes = match o.remove("max.record.bytes") {
         None => DEFAULT_MAX_RECORD_BYTES,
@@ -136,6 +166,7 @@ pub fn kafka_spec(ct: &CreateTable, table: &str) -> SqlResult<Option<KafkaSpec>>
         bad_records,
         max_record_bytes,
         properties,
+        metadata,
     }))
 }
 

@@ -138,7 +138,8 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
         return Err(duplicate_relation(&name));
     }
     let (schema, pk) = table_schema(db, stmt).await?;
-    let connector = crate::connector::kafka_spec(ct, &name)?;
+    let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+    let connector = crate::connector::kafka_spec(ct, &name, &columns)?;
     let id = db.catalog.write().allocate_id();
     let log_path = db.table_log_path(id);
     // A fresh table starts with a fresh log (ids are never reused).
@@ -188,7 +189,10 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<us
     };
     let (schema, pk) = table_schema(db, &stmt).await?;
     let connector = match stmt.as_ref() {
-        Statement::CreateTable(ct) => crate::connector::kafka_spec(ct, &entry.name)?,
+        Statement::CreateTable(ct) => {
+            let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+            crate::connector::kafka_spec(ct, &entry.name, &columns)?
+        }
         _ => None,
     };
     let rows = {

@@ -245,6 +245,86 @@ async fn bad_records_fail_policy_csv_latest_and_option_errors() {
         "0"
     );
 
+    // dead-letter: the bad record goes to its own topic, the good ones to the table.
+    let src = format!("dl-src-{}", std::process::id());
+    let dlq = format!("dl-{}", std::process::id());
+    create_topic(&src, 1).await;
+    create_topic(&dlq, 1).await;
+    produce(
+        &p,
+        &src,
+        &[(0, json(1)), (0, b"not json".to_vec()), (0, json(3))],
+    );
+    c.batch_execute(
+        &table_sql(
+            &src,
+            &format!(", bad_records = 'dead-letter', dead-letter.topic = '{dlq}'"),
+        )
+        .replace("TABLE events", "TABLE dl"),
+    )
+    .await
+    .unwrap();
+    wait_for(&c, "SELECT count(*) FROM dl", "2").await;
+    let consumer: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("group.id", "weir-test-dlq")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&dlq, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    rdkafka::consumer::Consumer::assign(&consumer, &tpl).unwrap();
+    let m = loop {
+        if let Some(m) = consumer.poll(Duration::from_secs(10)) {
+            break m.expect("dead-letter record");
+        }
+    };
+    use rdkafka::message::{Headers, Message};
+    assert_eq!(m.key(), Some(format!("{src}/0/1").as_bytes()));
+    assert_eq!(m.payload(), Some(&b"not json"[..]));
+    let reason = m
+        .headers()
+        .and_then(|h| h.iter().find(|h| h.key == "weir.reason"));
+    assert!(reason.is_some_and(|h| h.value.is_some()), "reason header");
+
+    // Message metadata as columns (RisingWave's INCLUDE).
+    let keyed = format!("keyed-{}", std::process::id());
+    create_topic(&keyed, 2).await;
+    for (i, part) in [(10i64, 1), (11, 0), (12, 1)] {
+        let payload = json(i);
+        let key = format!("k{i}");
+        p.send(
+            BaseRecord::to(&keyed)
+                .partition(part)
+                .key(key.as_bytes())
+                .payload(&payload),
+        )
+        .expect("send");
+    }
+    p.flush(Duration::from_secs(30)).expect("flush");
+    c.batch_execute(&format!(
+        "CREATE SOURCE meta (id bigint, g bigint, v bigint)
+           INCLUDE partition INCLUDE offset AS off INCLUDE timestamp AS ts INCLUDE key AS k
+           WITH (connector = 'kafka', topic = '{keyed}', properties.bootstrap.server = '{}')
+           FORMAT PLAIN ENCODE JSON",
+        broker()
+    ))
+    .await
+    .unwrap();
+    wait_for(&c, "SELECT count(*) FROM meta", "3").await;
+    assert_eq!(
+        rows(
+            &c,
+            "SELECT id, _kafka_partition, off, encode(k, 'hex'), ts IS NOT NULL FROM meta ORDER BY id"
+        )
+        .await,
+        vec![
+            vec!["10", "1", "0", "6b3130", "t"],
+            vec!["11", "0", "0", "6b3131", "t"],
+            vec!["12", "1", "1", "6b3132", "t"],
+        ]
+    );
+
     for (sql, code) in [
         (table_sql(&topic, ", scan.startup.mode = 'someday'").replace("events", "e1"), "22023"),
         (table_sql(&topic, ", bad_records = 'ignore'").replace("events", "e2"), "22023"),
@@ -269,7 +349,7 @@ async fn bad_records_fail_policy_csv_latest_and_option_errors() {
     let tables = rows(&c, "SHOW TABLES").await;
     assert_eq!(
         tables.len(),
-        2,
+        4,
         "refused statements created nothing: {tables:?}"
     );
 }

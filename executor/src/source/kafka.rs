@@ -41,6 +41,32 @@ pub enum StartupMode {
     GroupOffsets,
 }
 
+/// A Kafka message's metadata, as a column (`INCLUDE partition | offset | timestamp |
+/// key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metadata {
+    /// `int`
+    Partition,
+    /// `bigint`
+    Offset,
+    /// `timestamptz`: the message's timestamp (ms), NULL when the broker has none.
+    Timestamp,
+    /// `bytea`, NULL for a message without a key.
+    Key,
+}
+
+impl Metadata {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "partition" => Some(Self::Partition),
+            "offset" => Some(Self::Offset),
+            "timestamp" => Some(Self::Timestamp),
+            "key" => Some(Self::Key),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct KafkaSpec {
     pub table: String,
@@ -53,6 +79,9 @@ pub struct KafkaSpec {
     pub max_record_bytes: usize,
     /// `properties.*` options, passed to librdkafka as they are.
     pub properties: BTreeMap<String, String>,
+    /// Columns filled from message metadata (by column index); the payload fills the
+    /// others.
+    pub metadata: Vec<(usize, Metadata)>,
 }
 
 impl KafkaSpec {
@@ -190,6 +219,16 @@ fn read(
         };
         (t.schema.clone(), t.source_positions().clone())
     };
+    // The payload fills every column but the metadata ones.
+    let payload_schema: arrow::datatypes::SchemaRef = Arc::new(arrow::datatypes::Schema::new(
+        schema
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !spec.metadata.iter().any(|(c, _)| c == i))
+            .map(|(_, f)| f.as_ref().clone())
+            .collect::<Vec<_>>(),
+    ));
     let mut known = partitions(&consumer, &spec.topic)?;
     let tpl = start_offsets(&consumer, spec, &known, &positions, true)?;
     consumer
@@ -201,14 +240,20 @@ fn read(
         // One batch: up to BATCH_RECORDS records or BATCH_WAIT.
         let started = Instant::now();
         let mut records: Vec<(i32, i64, Vec<u8>)> = Vec::new();
+        let mut meta: Vec<(Option<i64>, Option<Vec<u8>>)> = Vec::new();
         while records.len() < BATCH_RECORDS && started.elapsed() < BATCH_WAIT {
             match consumer.poll(Duration::from_millis(20)) {
                 None => {}
-                Some(Ok(m)) => records.push((
-                    m.partition(),
-                    m.offset(),
-                    m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
-                )),
+                Some(Ok(m)) => {
+                    records.push((
+                        m.partition(),
+                        m.offset(),
+                        m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                    ));
+                    if !spec.metadata.is_empty() {
+                        meta.push((m.timestamp().to_millis(), m.key().map(<[u8]>::to_vec)));
+                    }
+                }
                 Some(Err(e)) => {
                     tracing::warn!(table = %spec.table, error = %e, "kafka poll");
                     break;
@@ -223,7 +268,21 @@ fn read(
             next.insert(spec.position_key(*p), (*o + 1) as u64);
         }
         let payloads: Vec<&[u8]> = records.iter().map(|(_, _, b)| b.as_slice()).collect();
-        let (batch, bad) = decode(&schema, spec.encode, &payloads, spec.max_record_bytes)?;
+        let (batch, bad) = decode(
+            &payload_schema,
+            spec.encode,
+            &payloads,
+            spec.max_record_bytes,
+        )?;
+        let batch = match batch {
+            Some(b) if !spec.metadata.is_empty() => {
+                let good: Vec<usize> = (0..records.len())
+                    .filter(|i| !bad.iter().any(|(b, _)| b == i))
+                    .collect();
+                Some(with_metadata(&schema, spec, b, &good, &records, &meta)?)
+            }
+            other => other,
+        };
         if let Some((i, reason)) = bad.first() {
             let (p, o, _) = &records[*i];
             if spec.bad_records == BadRecordPolicy::Fail {
@@ -256,6 +315,9 @@ fn read(
                 });
                 return Err(ExecError::Internal(msg));
             }
+        }
+        if let (BadRecordPolicy::DeadLetter(dlq), false) = (&spec.bad_records, bad.is_empty()) {
+            dead_letter(spec, dlq, &bad, &records)?;
         }
         for (i, reason) in &bad {
             let (p, o, _) = &records[*i];
@@ -306,4 +368,88 @@ fn read(
             }
         }
     }
+}
+
+/// The table's rows: payload columns from `payload`, metadata columns from the good
+/// records' messages (`good`: their indexes in the polled batch).
+fn with_metadata(
+    schema: &arrow::datatypes::SchemaRef,
+    spec: &KafkaSpec,
+    payload: arrow::array::RecordBatch,
+    good: &[usize],
+    records: &[(i32, i64, Vec<u8>)],
+    meta: &[(Option<i64>, Option<Vec<u8>>)],
+) -> Result<arrow::array::RecordBatch> {
+    use arrow::array::{ArrayRef, BinaryArray, Int32Array, Int64Array, TimestampMillisecondArray};
+    use arrow::datatypes::{DataType, TimeUnit};
+    let mut payload_columns = payload.columns().iter();
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for (i, field) in schema.fields().iter().enumerate() {
+        let array: ArrayRef = match spec.metadata.iter().find(|(c, _)| *c == i) {
+            None => payload_columns
+                .next()
+                .cloned()
+                .ok_or_else(|| ExecError::Internal("payload has too few columns".into()))?,
+            Some((_, Metadata::Partition)) => Arc::new(Int32Array::from_iter_values(
+                good.iter().map(|&g| records[g].0),
+            )),
+            Some((_, Metadata::Offset)) => Arc::new(Int64Array::from_iter_values(
+                good.iter().map(|&g| records[g].1),
+            )),
+            Some((_, Metadata::Timestamp)) => {
+                let a = TimestampMillisecondArray::from_iter(good.iter().map(|&g| meta[g].0));
+                match field.data_type() {
+                    DataType::Timestamp(TimeUnit::Millisecond, tz) => {
+                        Arc::new(a.with_timezone_opt(tz.clone()))
+                    }
+                    other => arrow::compute::cast(&a, other)
+                        .map_err(|e| ExecError::Internal(e.to_string()))?,
+                }
+            }
+            Some((_, Metadata::Key)) => Arc::new(BinaryArray::from_iter(
+                good.iter().map(|&g| meta[g].1.as_deref()),
+            )),
+        };
+        columns.push(array);
+    }
+    arrow::array::RecordBatch::try_new(schema.clone(), columns)
+        .map_err(|e| ExecError::Internal(format!("metadata columns: {e}")))
+}
+
+/// Copies bad records to the dead-letter topic and waits for the broker's
+/// acknowledgement, before their batch's positions are logged.
+fn dead_letter(
+    spec: &KafkaSpec,
+    topic: &str,
+    bad: &[(usize, String)],
+    records: &[(i32, i64, Vec<u8>)],
+) -> Result<()> {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let err = |e: rdkafka::error::KafkaError| {
+        ExecError::Internal(format!("dead-letter topic {topic}: {e}"))
+    };
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &spec.bootstrap_servers);
+    for (k, v) in &spec.properties {
+        c.set(k, v);
+    }
+    let producer: BaseProducer = c.create().map_err(err)?;
+    for (i, reason) in bad {
+        let (p, o, payload) = &records[*i];
+        let key = format!("{}/{p}/{o}", spec.topic);
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "weir.reason",
+            value: Some(reason.as_bytes()),
+        });
+        producer
+            .send(
+                BaseRecord::to(topic)
+                    .key(key.as_bytes())
+                    .payload(payload.as_slice())
+                    .headers(headers),
+            )
+            .map_err(|(e, _)| err(e))?;
+    }
+    producer.flush(METADATA_TIMEOUT).map_err(err)
 }

@@ -15,19 +15,25 @@ pub mod decode;
 pub mod kafka;
 
 /// What to do with a record that cannot be decoded into the table's row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BadRecordPolicy {
     /// Count it (metric `weir_sourceBadRecords`, `SHOW SOURCE ERRORS`) and go on.
     Skip,
     /// Stop ingesting; the error names the record's partition and offset.
     Fail,
+    /// Copy it to this Kafka topic (same broker; key `<topic>/<partition>/<offset>`,
+    /// the original payload, the reason in header `weir.reason`), count it and go on.
+    /// Copied before the batch's positions are logged: at least once.
+    DeadLetter(String),
 }
 
 impl BadRecordPolicy {
-    pub fn parse(s: &str) -> Option<Self> {
+    /// `skip`, `fail`, or `dead-letter` with the topic it needs.
+    pub fn parse(s: &str, dead_letter_topic: Option<String>) -> Option<Self> {
         match s.to_ascii_lowercase().as_str() {
             "skip" => Some(Self::Skip),
             "fail" => Some(Self::Fail),
+            "dead-letter" => dead_letter_topic.map(Self::DeadLetter),
             _ => None,
         }
     }
