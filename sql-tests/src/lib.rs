@@ -4,6 +4,7 @@
 //! - [`process`]: `WeirProcess`: start a `weir` binary on a free port with its own
 //!   data dir, connect, kill it with SIGKILL, restart it.
 //! - [`query`]: small query helpers (rows as text, SQLSTATE of an error, polling).
+//! - [`s3`]: the test S3 endpoint: buckets and checkpoint configuration.
 //! - [`workload`]: the crash workload (acknowledged writes, oracle check) shared by the
 //!   kill -9 test and the soak command.
 //! - [`slt`]: the sqllogictest `AsyncDB` over tokio-postgres, and record-level runs.
@@ -13,6 +14,7 @@
 
 pub mod process;
 pub mod query;
+pub mod s3;
 pub mod slt;
 pub mod workload;
 

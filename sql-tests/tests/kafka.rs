@@ -102,9 +102,11 @@ fn table_sql(topic: &str, extra: &str) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kafka_records_reach_the_table_and_view_exactly_once_across_kill_9() {
-    let topic = format!("events-{}", std::process::id());
+/// Records of a 3-partition topic into a table and a view, bad records skipped, then
+/// `kills` × kill -9 while more records arrive: exactly every record once. `config`
+/// says where checkpoints go.
+async fn ingest_exactly_once_across_kill_9(name: &str, config: &str, kills: u64) {
+    let topic = format!("{name}-{}", std::process::id());
     create_topic(&topic, 3).await;
     let p = producer();
     let first: Vec<(i32, Vec<u8>)> = (0..3000).map(|i| ((i % 3) as i32, json(i))).collect();
@@ -127,7 +129,6 @@ async fn kafka_records_reach_the_table_and_view_exactly_once_across_kill_9() {
         ],
     );
     let dir = tempfile::tempdir().unwrap();
-    let config = "[execution.checkpointing]\ninterval = \"300ms\"\n";
     let mut server = WeirProcess::start_with_config(&dir.path().join("data"), 2, config).await;
     let c = server.connect().await;
     c.batch_execute(&table_sql(&topic, ", max.record.bytes = '300'"))
@@ -154,8 +155,15 @@ async fn kafka_records_reach_the_table_and_view_exactly_once_across_kill_9() {
         .await
         .contains("weir_sourceBadRecords{job=\"events\"} 3"));
 
-    // Records keep coming while the server is killed again and again.
+    // Records keep coming while the server is killed again and again
+    // (`WEIR_KAFKA_KILLS=20` for a longer run than the default suite's; production is
+    // paced so that it lasts through the kills).
+    let kills: u64 = std::env::var("WEIR_KAFKA_KILLS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(kills);
     let total = 9000i64;
+    let pause = Duration::from_millis(20 * (kills / 5).max(1));
     let writer = std::thread::spawn({
         let topic = topic.clone();
         move || {
@@ -164,13 +172,12 @@ async fn kafka_records_reach_the_table_and_view_exactly_once_across_kill_9() {
                 let recs: Vec<(i32, Vec<u8>)> =
                     chunk.iter().map(|&i| ((i % 3) as i32, json(i))).collect();
                 produce(&p, &topic, &recs);
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(pause);
             }
         }
     });
-    let kills = 5;
     for k in 0..kills {
-        tokio::time::sleep(Duration::from_millis(150 + 97 * k)).await;
+        tokio::time::sleep(Duration::from_millis(150 + 97 * (k % 7))).await;
         server.restart().await;
     }
     writer.join().unwrap();
@@ -186,6 +193,19 @@ async fn kafka_records_reach_the_table_and_view_exactly_once_across_kill_9() {
         format!("0-{}", total - 1)
     );
     assert_view_equals_query(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_records_reach_the_table_and_view_exactly_once_across_kill_9() {
+    let config = "[execution.checkpointing]\ninterval = \"300ms\"\n";
+    ingest_exactly_once_across_kill_9("events", config, 5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_with_checkpoints_on_s3() {
+    let bucket = format!("weir-kafka-{}", std::process::id());
+    let config = weir_sql_tests::s3::checkpoint_config(&bucket, "kafka", "300ms").await;
+    ingest_exactly_once_across_kill_9("events-s3", &config, 5).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,41 +2,15 @@
 //! `scripts/test.sh`, which exports `WEIR_TEST_S3_ENDPOINT`): checkpoint, kill -9,
 //! restore from S3.
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weir_sql_tests::query::{rows, value};
+use weir_sql_tests::s3::{checkpoint_config, endpoint, http};
 use weir_sql_tests::WeirProcess;
-
-/// A plain HTTP request to the endpoint (moto accepts unsigned requests).
-async fn http(endpoint: &str, method: &str, path: &str) -> String {
-    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
-    let mut s = tokio::net::TcpStream::connect(host)
-        .await
-        .expect("S3 endpoint");
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoints_round_trip_through_a_real_s3_endpoint() {
-    let endpoint = std::env::var("WEIR_TEST_S3_ENDPOINT").expect(
-        "WEIR_TEST_S3_ENDPOINT is not set: run the suite with ./scripts/test.sh, which starts moto_server",
-    );
+    let endpoint = endpoint();
     let bucket = format!("weir-test-{}", std::process::id());
-    let created = http(&endpoint, "PUT", &format!("/{bucket}")).await;
-    assert!(
-        created.starts_with("HTTP/1.1 200"),
-        "create bucket: {created}"
-    );
-    let config = format!(
-        "[execution.checkpointing]\ndir = \"s3://{bucket}/cluster-a\"\ninterval = \"300ms\"\n\
-         [s3]\nendpoint = \"{endpoint}\"\nregion = \"us-east-1\"\n\
-         access-key-id = \"testing\"\nsecret-access-key = \"testing\"\nallow-http = true\n"
-    );
+    let config = checkpoint_config(&bucket, "cluster-a", "300ms").await;
     let dir = tempfile::tempdir().unwrap();
     let mut server = WeirProcess::start_with_config(&dir.path().join("data"), 2, &config).await;
     let c = server.connect().await;
