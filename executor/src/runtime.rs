@@ -170,6 +170,8 @@ pub struct Runtime {
     pub(crate) last_replayed: Mutex<HashMap<String, usize>>,
     /// The latest records connectors skipped as bad (`SHOW SOURCE ERRORS`).
     bad_records: Mutex<std::collections::VecDeque<crate::source::BadRecord>>,
+    /// Tables fed by a connector: `SHOW JOBS` lists them with the views.
+    connector_tables: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Runtime {
@@ -190,6 +192,16 @@ impl Runtime {
     /// The latest bad records connectors skipped, oldest first.
     pub fn bad_records(&self) -> Vec<crate::source::BadRecord> {
         self.bad_records.lock().iter().cloned().collect()
+    }
+
+    /// A table's connector started (its job shows in `SHOW JOBS`).
+    pub(crate) fn note_connector(&self, table: &str) {
+        self.connector_tables.lock().insert(table.to_string());
+    }
+
+    /// True when `name` is a table fed by a connector.
+    pub fn has_connector(&self, name: &str) -> bool {
+        self.connector_tables.lock().contains(name)
     }
 
     /// A connector stopped: its table shows FAILED with the reason.
@@ -232,6 +244,7 @@ impl Runtime {
             savepoint_busy: tokio::sync::Mutex::new(()),
             last_replayed: Mutex::new(HashMap::new()),
             bad_records: Mutex::new(std::collections::VecDeque::new()),
+            connector_tables: Mutex::new(std::collections::BTreeSet::new()),
             config,
         });
         crate::supervisor::spawn(&rt, failures_rx, ckpt_failures_rx);

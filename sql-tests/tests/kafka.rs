@@ -242,6 +242,14 @@ async fn bad_records_fail_policy_csv_latest_and_option_errors() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!((errors[0][1].as_str(), errors[0][2].as_str()), ("0", "1"));
     assert!(errors[0][3].contains("ingestion stopped"), "{errors:?}");
+    // The table's connector job shows FAILED, with where it stopped.
+    let jobs = weir_sql_tests::query::wait_until(&c, "SHOW JOBS", 10, |r| {
+        r.iter().any(|row| row[0] == "events" && row[1] == "FAILED")
+    })
+    .await;
+    let job = jobs.iter().find(|r| r[0] == "events").expect("events job");
+    assert_eq!(job[1], "FAILED", "{jobs:?}");
+    assert!(job[4].contains("partition 0 offset 1"), "{jobs:?}");
     wait_for(&c, "SELECT count(*) FROM events", "1").await;
 
     // latest: records produced after the table exists. tansu answers a "latest"

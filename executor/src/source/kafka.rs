@@ -109,6 +109,7 @@ impl KafkaSpec {
 /// reader stops by itself when the table is dropped.
 pub fn spawn(rt: &Arc<Runtime>, spec: KafkaSpec) -> Result<()> {
     let consumer = spec.consumer()?;
+    rt.note_connector(&spec.table);
     let weak = Arc::downgrade(rt);
     let handle = tokio::runtime::Handle::current();
     std::thread::Builder::new()
