@@ -36,7 +36,13 @@ pub struct TableWriter {
     sender: Sender<Message>,
     /// Where the table's connector (if any) stands after the last logged entry.
     source_positions: SourcePositions,
+    /// Primary key -> row, for `FORMAT UPSERT` connectors (built on first use).
+    upsert_index: Option<upsert::UpsertIndex>,
 }
+
+#[path = "table_writer_upsert.rs"]
+mod upsert;
+pub use upsert::UpsertOp;
 
 impl TableWriter {
     pub fn new(
@@ -69,6 +75,7 @@ impl TableWriter {
             pk,
             sender,
             source_positions: SourcePositions::new(),
+            upsert_index: None,
         })
     }
 
@@ -76,6 +83,8 @@ impl TableWriter {
     /// append, nothing sent). The rows themselves come from the restored store through
     /// [`TableWriter::set_latest`], so they are encoded and hashed once.
     pub fn restore_keys(&mut self, changes: &[StreamChunk]) -> Result<()> {
+        // The contents are replaced: an upsert index is rebuilt on its next use.
+        self.upsert_index = None;
         if let Some(pk) = &mut self.pk {
             pk.keys.reserve(changes.iter().map(|c| c.len()).sum());
         }
@@ -93,6 +102,7 @@ impl TableWriter {
 
     /// The restored rows (a copy of the restored store's, sharing their bytes).
     pub fn set_latest(&mut self, rows: RowMultiset) {
+        self.upsert_index = None;
         self.latest = rows;
     }
 
@@ -135,6 +145,14 @@ impl TableWriter {
     /// The latest contents, including writes not yet committed to any epoch.
     pub fn latest_batch(&self) -> Result<RecordBatch> {
         self.latest.to_batch()
+    }
+
+    /// Column indexes of the primary key (empty without one).
+    pub fn primary_key(&self) -> &[usize] {
+        self.pk
+            .as_ref()
+            .map(|pk| pk.columns.as_slice())
+            .unwrap_or(&[])
     }
 
     /// The connector's positions after the last logged entry (empty without one).
@@ -201,6 +219,10 @@ impl TableWriter {
             };
         }
         self.latest.apply(&chunk)?;
+        if let Some(mut index) = self.upsert_index.take() {
+            index.apply(self, &chunk)?;
+            self.upsert_index = Some(index);
+        }
         if let (Some(pk), Some((removed, added))) = (&mut self.pk, pk_delta) {
             for k in removed {
                 pk.keys.remove(&k);

@@ -1,4 +1,4 @@
-//! `CREATE TABLE t (...) WITH (connector = 'kafka', ...) [FORMAT PLAIN ENCODE JSON | CSV]`
+//! `CREATE TABLE t (...) WITH (connector = 'kafka', ...) [FORMAT PLAIN | UPSERT ENCODE JSON | CSV]`
 //! (and `CREATE SOURCE`, the same): the table's connector options, checked up front so
 //! a bad option is a clear error before anything is created.
 //!
@@ -50,6 +50,7 @@ pub fn kafka_spec(
     ct: &CreateTable,
     table: &str,
     columns: &[String],
+    has_primary_key: bool,
 ) -> SqlResult<Option<KafkaSpec>> {
     let mut o = options(ct)?;
     let mut metadata = Vec::new();
@@ -96,11 +97,21 @@ pub fn kafka_spec(
             invalid("the kafka connector needs properties.bootstrap.server = 'host:port'")
         })?;
     let format = o.remove("format").unwrap_or_else(|| "plain".into());
-    if !format.eq_ignore_ascii_case("plain") {
-        return Err(SqlError::unsupported(format!(
-            "FORMAT {format} is not supported yet (FORMAT PLAIN is)"
-        )));
-    }
+    let upsert = match format.to_ascii_lowercase().as_str() {
+        "plain" => false,
+        "upsert" if has_primary_key => true,
+        "upsert" => {
+            return Err(SqlError::new(
+                "42P16",
+                "FORMAT UPSERT needs a PRIMARY KEY: records replace the row with their key",
+            ))
+        }
+        _ => {
+            return Err(SqlError::unsupported(format!(
+                "FORMAT {format} is not supported yet (PLAIN and UPSERT are)"
+            )))
+        }
+    };
     let encode_text = o.remove("encode").unwrap_or_else(|| "json".into());
     let encode = Encode::parse(&encode_text).ok_or_else(|| {
         SqlError::unsupported(format!(
@@ -167,6 +178,7 @@ pub fn kafka_spec(
         max_record_bytes,
         properties,
         metadata,
+        upsert,
     }))
 }
 

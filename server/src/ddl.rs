@@ -139,7 +139,7 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
     }
     let (schema, pk) = table_schema(db, stmt).await?;
     let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-    let connector = crate::connector::kafka_spec(ct, &name, &columns)?;
+    let connector = crate::connector::kafka_spec(ct, &name, &columns, !pk.is_empty())?;
     let id = db.catalog.write().allocate_id();
     let log_path = db.table_log_path(id);
     // A fresh table starts with a fresh log (ids are never reused).
@@ -191,7 +191,7 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<us
     let connector = match stmt.as_ref() {
         Statement::CreateTable(ct) => {
             let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-            crate::connector::kafka_spec(ct, &entry.name, &columns)?
+            crate::connector::kafka_spec(ct, &entry.name, &columns, !pk.is_empty())?
         }
         _ => None,
     };

@@ -381,3 +381,85 @@ async fn bad_records_fail_policy_csv_latest_and_option_errors() {
         "refused statements created nothing: {tables:?}"
     );
 }
+
+/// Sends `(key, payload)` records to partition 0 (`None` payload: a tombstone).
+fn produce_keyed(p: &BaseProducer, topic: &str, records: &[(Option<&str>, Option<&str>)]) {
+    for (key, payload) in records {
+        let mut r = BaseRecord::<str, str>::to(topic).partition(0);
+        if let Some(k) = key {
+            r = r.key(k);
+        }
+        if let Some(v) = payload {
+            r = r.payload(v);
+        }
+        p.send(r).expect("send");
+    }
+    p.flush(Duration::from_secs(30)).expect("flush");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upsert_records_replace_and_tombstones_delete_across_kill_9() {
+    let topic = format!("accounts-{}", std::process::id());
+    create_topic(&topic, 1).await;
+    let p = producer();
+    produce_keyed(
+        &p,
+        &topic,
+        &[
+            (Some(r#"{"id":1}"#), Some(r#"{"id":1,"balance":10}"#)),
+            (Some(r#"{"id":2}"#), Some(r#"{"id":2,"balance":20}"#)),
+            (Some(r#"{"id":1}"#), Some(r#"{"id":1,"balance":15}"#)),
+            (Some(r#"{"id":2}"#), None),
+            (Some(r#"{"id":3}"#), Some(r#"{"id":3,"balance":30}"#)),
+            (Some(r#"{"id":3}"#), Some(r#"{"id":3,"balance":30}"#)),
+            (None, None),
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[execution.checkpointing]\ninterval = \"300ms\"\n";
+    let mut server = WeirProcess::start_with_config(&dir.path().join("data"), 2, config).await;
+    let c = server.connect().await;
+    let create = format!(
+        "CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint) WITH (
+           connector = 'kafka', topic = '{topic}', properties.bootstrap.server = '{}'
+         ) FORMAT UPSERT ENCODE JSON",
+        broker()
+    );
+    assert_eq!(
+        error_code(&c, &create.replace(" PRIMARY KEY", "")).await,
+        "42P16"
+    );
+    c.batch_execute(&create).await.unwrap();
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW totals AS SELECT count(*) AS n, sum(balance) AS s FROM accounts",
+    )
+    .await
+    .unwrap();
+    wait_for(&c, "SELECT count(*) FROM accounts", "2").await;
+    wait_for(&c, "SELECT n || '/' || s FROM totals", "2/45").await;
+    assert_eq!(
+        rows(&c, "SELECT id, balance FROM accounts ORDER BY id").await,
+        vec![vec!["1", "15"], vec!["3", "30"]]
+    );
+    let errors = rows(&c, "SHOW SOURCE ERRORS").await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0][3].contains("without a message key"), "{errors:?}");
+    // After a crash the key index is rebuilt from the restored rows.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    server.restart().await;
+    let c = server.connect().await;
+    produce_keyed(
+        &p,
+        &topic,
+        &[
+            (Some(r#"{"id":3}"#), Some(r#"{"id":3,"balance":31}"#)),
+            (Some(r#"{"id":1}"#), None),
+            (Some(r#"{"id":4}"#), Some(r#"{"id":4,"balance":40}"#)),
+        ],
+    );
+    wait_for(&c, "SELECT n || '/' || s FROM totals", "2/71").await;
+    assert_eq!(
+        rows(&c, "SELECT id, balance FROM accounts ORDER BY id").await,
+        vec![vec!["3", "31"], vec!["4", "40"]]
+    );
+}

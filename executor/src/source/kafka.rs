@@ -13,6 +13,7 @@ use super::{BadRecord, BadRecordPolicy};
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
 use crate::runtime::Runtime;
+use crate::table_writer::UpsertOp;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message as _;
@@ -82,6 +83,10 @@ pub struct KafkaSpec {
     /// Columns filled from message metadata (by column index); the payload fills the
     /// others.
     pub metadata: Vec<(usize, Metadata)>,
+    /// `FORMAT UPSERT`: a record replaces the row with its primary key; a record
+    /// without payload (a tombstone) deletes the row whose key its message key holds
+    /// (encoded like the payload, primary-key columns only).
+    pub upsert: bool,
 }
 
 impl KafkaSpec {
@@ -210,7 +215,7 @@ fn read(
     spec: &KafkaSpec,
     consumer: BaseConsumer,
 ) -> Result<()> {
-    let (schema, mut positions) = {
+    let (schema, mut positions, pk) = {
         let Some(rt) = rt.upgrade() else {
             return Ok(());
         };
@@ -218,8 +223,23 @@ fn read(
         let Some(t) = w.table(&spec.table) else {
             return Ok(());
         };
-        (t.schema.clone(), t.source_positions().clone())
+        (
+            t.schema.clone(),
+            t.source_positions().clone(),
+            t.primary_key().to_vec(),
+        )
     };
+    if spec.upsert && pk.is_empty() {
+        return Err(ExecError::Internal(format!(
+            "FORMAT UPSERT needs a primary key on {}",
+            spec.table
+        )));
+    }
+    let pk_schema: arrow::datatypes::SchemaRef = Arc::new(arrow::datatypes::Schema::new(
+        pk.iter()
+            .map(|&c| schema.field(c).clone())
+            .collect::<Vec<_>>(),
+    ));
     // The payload fills every column but the metadata ones.
     let payload_schema: arrow::datatypes::SchemaRef = Arc::new(arrow::datatypes::Schema::new(
         schema
@@ -251,7 +271,7 @@ fn read(
                         m.offset(),
                         m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
                     ));
-                    if !spec.metadata.is_empty() {
+                    if !spec.metadata.is_empty() || spec.upsert {
                         meta.push((m.timestamp().to_millis(), m.key().map(<[u8]>::to_vec)));
                     }
                 }
@@ -268,21 +288,32 @@ fn read(
         for (p, o, _) in &records {
             next.insert(spec.position_key(*p), (*o + 1) as u64);
         }
-        let payloads: Vec<&[u8]> = records.iter().map(|(_, _, b)| b.as_slice()).collect();
-        let (batch, bad) = decode(
-            &payload_schema,
-            spec.encode,
-            &payloads,
-            spec.max_record_bytes,
-        )?;
-        let batch = match batch {
-            Some(b) if !spec.metadata.is_empty() => {
-                let good: Vec<usize> = (0..records.len())
-                    .filter(|i| !bad.iter().any(|(b, _)| b == i))
-                    .collect();
-                Some(with_metadata(&schema, spec, b, &good, &records, &meta)?)
-            }
-            other => other,
+        let (batch, bad, upserts) = if spec.upsert {
+            let (u, bad) = decode_upserts(
+                spec,
+                (&schema, &payload_schema, &pk_schema),
+                &records,
+                &meta,
+            )?;
+            (None, bad, Some(u))
+        } else {
+            let payloads: Vec<&[u8]> = records.iter().map(|(_, _, b)| b.as_slice()).collect();
+            let (batch, bad) = decode(
+                &payload_schema,
+                spec.encode,
+                &payloads,
+                spec.max_record_bytes,
+            )?;
+            let batch = match batch {
+                Some(b) if !spec.metadata.is_empty() => {
+                    let good: Vec<usize> = (0..records.len())
+                        .filter(|i| !bad.iter().any(|(b, _)| b == i))
+                        .collect();
+                    Some(with_metadata(&schema, spec, b, &good, &records, &meta)?)
+                }
+                other => other,
+            };
+            (batch, bad, None)
         };
         if let Some((i, reason)) = bad.first() {
             let (p, o, _) = &records[*i];
@@ -302,9 +333,20 @@ fn read(
                 };
                 handle.block_on(async {
                     let mut w = rt.lock_writes().await;
-                    match w.table(&spec.table) {
-                        Some(t) => t.write_from_source(StreamChunk::inserts(rows), upto).await,
-                        None => Ok(()),
+                    match (w.table(&spec.table), &upserts) {
+                        (Some(t), Some(u)) => {
+                            let before: Vec<UpsertOp> = u
+                                .order
+                                .iter()
+                                .filter(|(r, _)| r < i)
+                                .map(|(_, op)| *op)
+                                .collect();
+                            t.upsert_from_source(&u.rows, &u.keys, &before, upto).await
+                        }
+                        (Some(t), None) => {
+                            t.write_from_source(StreamChunk::inserts(rows), upto).await
+                        }
+                        (None, _) => Ok(()),
                     }
                 })?;
                 rt.note_bad_record(BadRecord {
@@ -337,9 +379,16 @@ fn read(
             };
             let written = handle.block_on(async {
                 let mut w = rt.lock_writes().await;
-                match w.table(&spec.table) {
-                    Some(t) => Some(t.write_from_source(chunk, next.clone()).await),
-                    None => None,
+                match (w.table(&spec.table), &upserts) {
+                    (Some(t), Some(u)) => {
+                        let ops: Vec<UpsertOp> = u.order.iter().map(|(_, op)| *op).collect();
+                        Some(
+                            t.upsert_from_source(&u.rows, &u.keys, &ops, next.clone())
+                                .await,
+                        )
+                    }
+                    (Some(t), None) => Some(t.write_from_source(chunk, next.clone()).await),
+                    (None, _) => None,
                 }
             });
             match written {
@@ -453,4 +502,88 @@ fn dead_letter(
             .map_err(|(e, _)| err(e))?;
     }
     producer.flush(METADATA_TIMEOUT).map_err(err)
+}
+
+/// An upsert batch: whole rows, deleted keys, and the records in arrival order
+/// (record index, operation).
+struct Upserts {
+    rows: arrow::array::RecordBatch,
+    keys: arrow::array::RecordBatch,
+    order: Vec<(usize, UpsertOp)>,
+}
+
+/// Decodes a `FORMAT UPSERT` batch: payloads into rows, tombstones' message keys into
+/// primary keys. Returns the upserts and the bad records (by record index).
+fn decode_upserts(
+    spec: &KafkaSpec,
+    (schema, payload_schema, pk_schema): (
+        &arrow::datatypes::SchemaRef,
+        &arrow::datatypes::SchemaRef,
+        &arrow::datatypes::SchemaRef,
+    ),
+    records: &[(i32, i64, Vec<u8>)],
+    meta: &[(Option<i64>, Option<Vec<u8>>)],
+) -> Result<(Upserts, super::decode::BadIndexes)> {
+    let (puts, tombs): (Vec<usize>, Vec<usize>) =
+        (0..records.len()).partition(|&i| !records[i].2.is_empty());
+    let mut bad = Vec::new();
+    // Rows.
+    let payloads: Vec<&[u8]> = puts.iter().map(|&i| records[i].2.as_slice()).collect();
+    let (rows, put_bad) = decode(
+        payload_schema,
+        spec.encode,
+        &payloads,
+        spec.max_record_bytes,
+    )?;
+    bad.extend(put_bad.into_iter().map(|(j, r)| (puts[j], r)));
+    let good_puts: Vec<usize> = puts
+        .iter()
+        .copied()
+        .filter(|i| !bad.iter().any(|(b, _)| b == i))
+        .collect();
+    let rows = match rows {
+        Some(b) if !spec.metadata.is_empty() => {
+            with_metadata(schema, spec, b, &good_puts, records, meta)?
+        }
+        Some(b) => b,
+        None => arrow::array::RecordBatch::new_empty(schema.clone()),
+    };
+    // Tombstones' keys.
+    let mut keyed = Vec::new();
+    for &i in &tombs {
+        match meta.get(i).and_then(|(_, k)| k.as_deref()) {
+            Some(_) => keyed.push(i),
+            None => bad.push((i, "a tombstone (no payload) without a message key".into())),
+        }
+    }
+    let keys_raw: Vec<&[u8]> = keyed
+        .iter()
+        .map(|&i| meta[i].1.as_deref().unwrap_or_default())
+        .collect();
+    let (keys, key_bad) = decode(pk_schema, spec.encode, &keys_raw, spec.max_record_bytes)?;
+    bad.extend(
+        key_bad
+            .into_iter()
+            .map(|(j, r)| (keyed[j], format!("tombstone key: {r}"))),
+    );
+    let good_tombs: Vec<usize> = keyed
+        .iter()
+        .copied()
+        .filter(|i| !bad.iter().any(|(b, _)| b == i))
+        .collect();
+    let keys = keys.unwrap_or_else(|| arrow::array::RecordBatch::new_empty(pk_schema.clone()));
+    bad.sort_by_key(|(i, _)| *i);
+    // Both lists are ascending: merge them back into arrival order.
+    let mut order = Vec::with_capacity(good_puts.len() + good_tombs.len());
+    let (mut p, mut t) = (0, 0);
+    while p < good_puts.len() || t < good_tombs.len() {
+        if t >= good_tombs.len() || (p < good_puts.len() && good_puts[p] < good_tombs[t]) {
+            order.push((good_puts[p], UpsertOp::Upsert(p)));
+            p += 1;
+        } else {
+            order.push((good_tombs[t], UpsertOp::Delete(t)));
+            t += 1;
+        }
+    }
+    Ok((Upserts { rows, keys, order }, bad))
 }
