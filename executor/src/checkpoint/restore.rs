@@ -103,13 +103,36 @@ async fn load(storage: &ObjectStorage, meta: CheckpointMetadata) -> crate::Resul
 
 /// The newest checkpoint of `job` that reads back intact, or `None`.
 pub async fn load_latest(storage: &ObjectStorage, job: u64, name: &str) -> Option<RestoredJob> {
-    let epochs = match list_checkpoints(storage, job).await {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::error!(job = name, error = %e, "cannot list checkpoints");
+    // A job that is being restarted may still have its previous run's upload in
+    // flight: that checkpoint completes while we read and garbage-collects the files
+    // of the one we picked. Then a newer checkpoint exists: look again.
+    let mut newest_tried = None;
+    for _ in 0..3 {
+        let epochs = match list_checkpoints(storage, job).await {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(job = name, error = %e, "cannot list checkpoints");
+                return None;
+            }
+        };
+        if epochs.last().is_none() || epochs.last() == newest_tried.as_ref() {
             return None;
         }
-    };
+        newest_tried = epochs.last().copied();
+        if let Some(r) = load_newest_intact(storage, job, name, &epochs).await {
+            return Some(r);
+        }
+    }
+    None
+}
+
+/// The newest checkpoint among `epochs` that loads, falling back past damaged ones.
+async fn load_newest_intact(
+    storage: &ObjectStorage,
+    job: u64,
+    name: &str,
+    epochs: &[Epoch],
+) -> Option<RestoredJob> {
     for &epoch in epochs.iter().rev() {
         let attempt = async {
             let meta = read_metadata(storage, job, epoch).await?;
