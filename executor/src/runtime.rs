@@ -607,7 +607,8 @@ impl Runtime {
     /// Call under the write lock after a flush, so no barrier of it is in flight.
     /// Do not hold the relations lock when calling this.
     pub(crate) fn teardown(&self, rel: &RelationRuntime) {
-        self.teardown_job(rel.job, rel.actors, &rel.upstream, &rel.store);
+        // A dropped job's last upload may finish on its own.
+        let _ = self.teardown_job(rel.job, rel.actors, &rel.upstream, &rel.store);
     }
 
     pub(crate) fn teardown_job(
@@ -616,7 +617,7 @@ impl Runtime {
         actors: usize,
         upstream: &[String],
         store: &Arc<RelationStore>,
-    ) {
+    ) -> Option<tokio::task::JoinHandle<()>> {
         let relations = self.relations.lock();
         for up in upstream {
             if let Some(u) = relations.get(up) {
@@ -626,7 +627,7 @@ impl Runtime {
         drop(relations);
         self.coordinator.remove_actors(actors);
         self.coordinator.unregister_store(store);
-        self.checkpoints.unregister_job(job);
+        self.checkpoints.unregister_job(job)
     }
 
     /// Committed contents of the named relations, all at one epoch.

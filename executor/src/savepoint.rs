@@ -842,7 +842,7 @@ impl Runtime {
         w: &mut WriteState,
         name: &str,
         restored: RestoredJob,
-    ) -> Result<usize> {
+    ) -> Result<Option<tokio::task::JoinHandle<()>>> {
         let (job, store) = {
             let relations = self.relations.lock();
             let r = relations
@@ -870,7 +870,8 @@ impl Runtime {
                 .collect(),
         );
         let rows = crate::runtime::load_table_rows(writer, &store, &chunks)?;
-        self.checkpoints.unregister_job(job);
+        // The caller awaits the previous uploader before anything reads checkpoints.
+        let previous = self.checkpoints.unregister_job(job);
         self.checkpoints.register_job(
             job,
             name,
@@ -887,6 +888,6 @@ impl Runtime {
             position,
             "table filled from a savepoint"
         );
-        Ok(rows)
+        Ok(previous)
     }
 }

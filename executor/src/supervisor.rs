@@ -161,6 +161,9 @@ fn order_by_dependency(rt: &Runtime, mut chosen: Vec<String>) -> Vec<String> {
     ordered
 }
 
+/// Longest a restart waits for a stopped job's last upload.
+const UPLOADER_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Restarts `name`'s region from the latest checkpoints. Reads of each view keep the
 /// old (frozen) contents until the restarted job has caught up.
 pub async fn restart(rt: &Arc<Runtime>, name: &str) -> Result<()> {
@@ -190,6 +193,7 @@ pub(crate) async fn restart_with(
     let views = order_by_dependency(rt, views);
     // Stop the whole region first: no barrier may wait on an actor that is going away.
     let mut stopped = Vec::new();
+    let mut uploaders = Vec::new();
     for v in &views {
         let old = rt.relations.lock().get(v).and_then(|r| {
             r.view.clone().map(|s| {
@@ -207,11 +211,17 @@ pub(crate) async fn restart_with(
             continue;
         };
         store.freeze();
-        rt.teardown_job(job, actors, &upstream, &store);
+        uploaders.extend(rt.teardown_job(job, actors, &upstream, &store));
         stopped.push((v.clone(), spec, job, old_store));
     }
     for (table, restored) in fill {
-        rt.fill_table(&mut w, &table, restored)?;
+        uploaders.extend(rt.fill_table(&mut w, &table, restored)?);
+    }
+    // The stopped jobs' uploaders finish first (an upload in flight would otherwise
+    // complete mid-restore and collect the files being read). Bounded: a stuck upload
+    // (a stalled object store) must not hold the restart forever.
+    for u in uploaders {
+        let _ = tokio::time::timeout(UPLOADER_DRAIN, u).await;
     }
     // Then bring it back, upstream first, each committed before its dependents
     // backfill from it.

@@ -66,6 +66,8 @@ struct JobEntry {
     /// Handed to the uploader, not yet finished.
     uploading: usize,
     worker: mpsc::UnboundedSender<WorkerMsg>,
+    /// The uploader task: it ends once `worker` is dropped and its queue is done.
+    uploader: Option<tokio::task::JoinHandle<()>>,
     consecutive_failures: u32,
     /// Positions of each retained checkpoint (what the table logs must keep).
     retained_positions: BTreeMap<Epoch, BTreeMap<String, u64>>,
@@ -173,7 +175,7 @@ impl CheckpointCoordinator {
             start,
         );
         let weak: Weak<Self> = Arc::downgrade(self);
-        tokio::spawn(uploader.run(rx, move |done| {
+        let uploader = tokio::spawn(uploader.run(rx, move |done| {
             if let Some(c) = weak.upgrade() {
                 c.on_upload_done(done);
             }
@@ -191,6 +193,7 @@ impl CheckpointCoordinator {
                 in_progress: BTreeMap::new(),
                 uploading: 0,
                 worker: tx,
+                uploader: Some(uploader),
                 consecutive_failures: 0,
                 retained_positions,
             },
@@ -198,13 +201,16 @@ impl CheckpointCoordinator {
     }
 
     /// Forgets a job (dropped, or about to be redeployed). In-flight parts are ignored.
-    pub fn unregister_job(&self, job: u64) {
-        if let Some(e) = self.jobs.lock().remove(&job) {
-            metrics()
-                .in_progress_checkpoints
-                .with_label_values(&[e.name.as_str()])
-                .set(0);
-        }
+    /// Forgets a job; returns its uploader, which finishes what it was given (an
+    /// upload in flight, its garbage collection) and then ends. A job deployed again
+    /// awaits it first, so it never reads files that upload is about to collect.
+    pub fn unregister_job(&self, job: u64) -> Option<tokio::task::JoinHandle<()>> {
+        let mut e = self.jobs.lock().remove(&job)?;
+        metrics()
+            .in_progress_checkpoints
+            .with_label_values(&[e.name.as_str()])
+            .set(0);
+        e.uploader.take()
     }
 
     /// Makes the next barrier a checkpoint of every job that has checkpointing on,
