@@ -295,7 +295,9 @@ pub(crate) async fn deploy_view(
                 .iter()
                 .map(|s| build_operator(rt, s, range, restored.is_some(), reemit, track))
                 .collect::<Result<Vec<_>>>()?;
-            if gi == last {
+            if gi == last && graph.blackhole {
+                chain.push(Box::new(crate::operators::blackhole::BlackholeOperator));
+            } else if gi == last {
                 chain.push(Box::new(MaterializeOperator::new(
                     store.clone(),
                     graph.output_uid.clone(),

@@ -72,6 +72,8 @@ pub struct StreamGraph {
     /// Uid of the view's stored rows: the view's name and a fingerprint of its whole
     /// query, because those rows mean the whole query (a changed filter changes them).
     pub output_uid: String,
+    /// The job ends in a blackhole sink instead of stored rows.
+    pub blackhole: bool,
 }
 
 /// The layout of stored rows: their column types.

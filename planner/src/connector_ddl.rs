@@ -208,6 +208,45 @@ pub fn rewrite(sql: &str) -> String {
     out
 }
 
+/// A sink's `WITH (...)` options as (lower-case key, value) pairs.
+pub type SinkOptions = Vec<(String, String)>;
+
+/// `CREATE SINK name FROM relation [WITH (k = v, ...)] [FORMAT f ENCODE e]`: the
+/// sink's name, the relation it reads, and its options (keys lower-case, values
+/// unquoted; `format` / `encode` from the FORMAT clause).
+pub fn parse_sink(sql: &str) -> Option<(String, String, SinkOptions)> {
+    let rewritten = rewrite(&sql.replacen(
+        &sql[..sql.to_ascii_lowercase().find("sink")? + 4],
+        "CREATE TABLE",
+        1,
+    ));
+    let lower = rewritten.to_ascii_lowercase();
+    let (words, groups) = scan(&rewritten);
+    let word = |i: usize| -> Option<&str> { words.get(i).map(|&(s, e)| &rewritten[s..e]) };
+    if lower.get(words.get(3)?.0..words.get(3)?.1) != Some("from") {
+        return None;
+    }
+    let unquote = |t: &str| t.trim().trim_matches('"').trim_matches('\'').to_string();
+    let ident = |t: &str| {
+        if t.starts_with('"') {
+            unquote(t)
+        } else {
+            t.to_ascii_lowercase()
+        }
+    };
+    let name = ident(word(2)?);
+    let from = ident(word(4)?);
+    let mut options = Vec::new();
+    if let Some(wi) = words.iter().position(|&(s, e)| &lower[s..e] == "with") {
+        let &(gs, ge) = groups.iter().find(|(gs, _)| *gs >= words[wi].1)?;
+        for item in split_items(&rewritten[gs + 1..ge - 1]) {
+            let (k, v) = item.split_once('=')?;
+            options.push((unquote(k).to_ascii_lowercase(), unquote(v)));
+        }
+    }
+    Some((name, from, options))
+}
+
 #[cfg(test)]
 mod tests {
     use super::rewrite;
@@ -232,6 +271,25 @@ mod tests {
             got,
             "CREATE TABLE t (id bigint, _kafka_partition int, k bytea)   WITH (connector = 'kafka', \"format\" = 'plain', \"encode\" = 'json', \"include._kafka_partition\" = 'partition', \"include.k\" = 'key') "
         );
+    }
+
+    #[test]
+    fn create_sink() {
+        let (name, from, opts) = super::parse_sink(
+            "CREATE SINK k FROM v WITH (connector = 'blackhole', properties.x = '1') FORMAT PLAIN ENCODE JSON",
+        )
+        .unwrap();
+        assert_eq!((name.as_str(), from.as_str()), ("k", "v"));
+        assert_eq!(
+            opts,
+            vec![
+                ("connector".to_string(), "blackhole".to_string()),
+                ("properties.x".into(), "1".into()),
+                ("format".into(), "plain".into()),
+                ("encode".into(), "json".into()),
+            ]
+        );
+        assert!(super::parse_sink("CREATE SINK k v").is_none());
     }
 
     #[test]

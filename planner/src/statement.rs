@@ -39,6 +39,20 @@ pub enum WeirStatement {
     ShowSavepoints,
     /// `SHOW SOURCE ERRORS`: the latest records connectors skipped as bad.
     ShowSourceErrors,
+    /// `CREATE SINK name FROM relation WITH (connector = ..., ...)`.
+    CreateSink {
+        name: String,
+        from: String,
+        options: Vec<(String, String)>,
+        sql: String,
+    },
+    /// `DROP SINK [IF EXISTS] name`.
+    DropSink {
+        name: String,
+        if_exists: bool,
+    },
+    /// `SHOW SINKS`.
+    ShowSinks,
     /// `RESTORE MATERIALIZED VIEW v FROM SAVEPOINT s`, `RESTORE ALL FROM SAVEPOINT s`,
     /// `ROLLBACK TO [SAVEPOINT] s`; `WITH (ignore_unclaimed_state = true)` may follow.
     RestoreSavepoint {
@@ -264,6 +278,25 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
         ["show", "checkpoints"] => return Ok(WeirStatement::ShowCheckpoints),
         ["show", "savepoints"] => return Ok(WeirStatement::ShowSavepoints),
         ["show", "source", "errors"] => return Ok(WeirStatement::ShowSourceErrors),
+        ["show", "sinks"] => return Ok(WeirStatement::ShowSinks),
+        ["create", "sink", ..] => {
+            let (name, from, options) = crate::connector_ddl::parse_sink(sql).ok_or_else(|| {
+                SqlError::syntax("expected CREATE SINK name FROM relation WITH (connector = '...')")
+            })?;
+            return Ok(WeirStatement::CreateSink {
+                name,
+                from,
+                options,
+                sql: sql.to_string(),
+            });
+        }
+        ["drop", "sink", "if", "exists", _] | ["drop", "sink", _] => {
+            let raw = sql.split_whitespace().last().unwrap_or_default();
+            return Ok(WeirStatement::DropSink {
+                name: normalize_ident(raw),
+                if_exists: ws.len() == 5,
+            });
+        }
         ["savepoint", ..]
         | ["release", ..]
         | ["restore", ..]

@@ -9,6 +9,8 @@ use weir_storage::meta_store::MetaStore;
 pub enum RelationKind {
     Table,
     MaterializedView,
+    /// A sink (`CREATE SINK`): a job reading a relation, not itself readable.
+    Sink,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -121,8 +121,15 @@ impl Database {
         for entry in stored
             .relations
             .iter()
-            .filter(|e| e.kind == RelationKind::MaterializedView)
+            .filter(|e| e.kind != RelationKind::Table)
         {
+            // Catalog order: every view and sink comes after what it reads.
+            if entry.kind == RelationKind::Sink {
+                crate::sink::restore_sink(self, entry)
+                    .await
+                    .map_err(|e| format!("cannot restore sink {}: {}", entry.name, e.message))?;
+                continue;
+            }
             ddl::restore_view(self, entry)
                 .await
                 .map_err(|e| format!("cannot restore view {}: {}", entry.name, e.message))?;
@@ -242,6 +249,16 @@ impl Database {
             }
             WeirStatement::ShowSavepoints => show::show_savepoints(self).await,
             WeirStatement::ShowSourceErrors => show::show_source_errors(self),
+            WeirStatement::ShowSinks => crate::sink::show_sinks(self),
+            WeirStatement::CreateSink {
+                name,
+                from,
+                options,
+                sql,
+            } => crate::sink::create_sink(self, session, &name, &from, &options, &sql).await,
+            WeirStatement::DropSink { name, if_exists } => {
+                crate::sink::drop_sink(self, &name, if_exists).await
+            }
             WeirStatement::RestoreSavepoint {
                 name,
                 views,

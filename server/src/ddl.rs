@@ -48,7 +48,7 @@ fn columns_of(schema: &Schema) -> Vec<ColumnInfo> {
         .collect()
 }
 
-fn duplicate_relation(name: &str) -> SqlError {
+pub(crate) fn duplicate_relation(name: &str) -> SqlError {
     SqlError::new(
         sqlstate::DUPLICATE_TABLE,
         format!("relation \"{name}\" already exists"),
@@ -169,7 +169,11 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
     Ok(Output::command("CREATE TABLE"))
 }
 
-fn commit_entry(db: &Database, entry: RelationEntry, schema: SchemaRef) -> SqlResult<()> {
+pub(crate) fn commit_entry(
+    db: &Database,
+    entry: RelationEntry,
+    schema: SchemaRef,
+) -> SqlResult<()> {
     let mut cat = db.catalog.write();
     db.schemas.write().push((entry.name.clone(), schema));
     cat.relations.push(entry);
@@ -268,7 +272,7 @@ impl ViewPlan {
 }
 
 /// A view's job configuration: its own settings over the config file's.
-fn view_job_config(
+pub(crate) fn view_job_config(
     db: &Database,
     settings: &BTreeMap<String, String>,
 ) -> SqlResult<weir_executor::checkpoint::JobConfig> {
@@ -770,7 +774,7 @@ pub async fn drop(db: &Database, stmt: &Statement) -> SqlResult<Output> {
                     rt.drop_table(&mut w, name);
                     removed_logs.push(db.table_log_path(entry.id));
                 }
-                RelationKind::MaterializedView => rt.drop_view(&mut w, name),
+                RelationKind::MaterializedView | RelationKind::Sink => rt.drop_view(&mut w, name),
             }
             cat.remove(name);
             db.schemas.write().retain(|(n, _)| n != name);

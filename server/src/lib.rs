@@ -3,6 +3,7 @@
 //! Module map:
 //! - [`config`]: `weir.toml` and defaults.
 //! - [`database`]: `Database`: recovery at startup and statement dispatch.
+//! - [`sink`]: CREATE / DROP / SHOW SINKS (the blackhole sink).
 //! - [`connector`]: a table's connector options (`WITH (connector = 'kafka', ...)`).
 //! - [`catalog`]: the persisted catalog of tables and views.
 //! - [`ddl`], [`dml`], [`query`], [`show`]: statement execution by kind.
@@ -32,6 +33,7 @@ pub mod server;
 pub mod session;
 pub mod settings;
 pub mod show;
+pub mod sink;
 pub mod tx_savepoint;
 
 pub use config::Config;

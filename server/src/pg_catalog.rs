@@ -313,7 +313,12 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
             ("amname", strings(vec!["heap".into()])),
         ],
     )?;
-    let rels: Vec<_> = cat.relations.iter().collect();
+    // Sinks are jobs, not relations: they have no rows to list.
+    let rels: Vec<_> = cat
+        .relations
+        .iter()
+        .filter(|r| r.kind != RelationKind::Sink)
+        .collect();
     table(
         ctx,
         "pg_class",

@@ -74,7 +74,11 @@ pub fn show_jobs(db: &Database) -> SqlResult<Output> {
     let rows = cat
         .relations
         .iter()
-        .filter(|r| r.kind == RelationKind::MaterializedView || db.runtime().has_connector(&r.name))
+        .filter(|r| {
+            r.kind == RelationKind::MaterializedView
+                || r.kind == RelationKind::Sink
+                || db.runtime().has_connector(&r.name)
+        })
         .map(|r| {
             let j = jobs.iter().find(|j| j.name == r.name);
             vec![

@@ -5,9 +5,11 @@
 //! - [`project`]: evaluates scalar expressions (DataFusion physical expressions).
 //! - [`hash_agg`]: keyed aggregation with retraction, emitting changes at barriers.
 //! - [`materialize`]: stages each epoch's changes into a relation store and passes them on.
+//! - [`blackhole`]: the end of a blackhole sink: takes every change, keeps nothing.
 //!
 //! Test them through the SQL suites in `sql-tests/` and the unit tests in each file.
 
+pub mod blackhole;
 pub mod filter;
 pub mod hash_agg;
 pub mod materialize;
