@@ -295,7 +295,11 @@ pub(crate) async fn deploy_view(
                 .iter()
                 .map(|s| build_operator(rt, s, range, restored.is_some(), reemit, track))
                 .collect::<Result<Vec<_>>>()?;
-            if gi == last && graph.blackhole {
+            if let (true, Some(k)) = (gi == last, &graph.kafka_sink) {
+                chain.push(Box::new(
+                    crate::operators::kafka_sink::KafkaSinkOperator::new(k.clone())?,
+                ));
+            } else if gi == last && graph.blackhole {
                 chain.push(Box::new(crate::operators::blackhole::BlackholeOperator));
             } else if gi == last {
                 chain.push(Box::new(MaterializeOperator::new(

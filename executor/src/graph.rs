@@ -74,6 +74,8 @@ pub struct StreamGraph {
     pub output_uid: String,
     /// The job ends in a blackhole sink instead of stored rows.
     pub blackhole: bool,
+    /// The job ends in a Kafka sink instead of stored rows.
+    pub kafka_sink: Option<crate::operators::kafka_sink::KafkaSinkSpec>,
 }
 
 /// The layout of stored rows: their column types.

@@ -2,10 +2,10 @@
 //! `SHOW SINKS`.
 //!
 //! A sink is a job that reads a table or view — its current contents first, then every
-//! change — and hands the changes to its connector; it is not itself readable. Only
-//! the blackhole connector exists so far (it takes everything and keeps nothing, to
-//! measure a pipeline); the exactly-once Kafka sink is designed in
-//! `notes/kafka-sink-exactly-once.md`, not built. A sink checkpoints like a view (its
+//! change — and hands the changes to its connector; it is not itself readable.
+//! Connectors: `blackhole` (takes everything, keeps nothing: measures a pipeline) and
+//! `kafka` (at least once; the exactly-once version is designed in
+//! `notes/kafka-sink-exactly-once.md`, not built). A sink checkpoints like a view (its
 //! source positions), so after a restart it resumes from its checkpoint.
 
 use crate::catalog::{RelationEntry, RelationKind};
@@ -13,6 +13,7 @@ use crate::database::Database;
 use crate::output::Output;
 use crate::session::Session;
 use std::collections::BTreeMap;
+use weir_executor::operators::kafka_sink::{KafkaSinkSpec, SinkFormat};
 use weir_executor::{FragmentInput, FragmentSpec, StreamGraph, ViewSpec};
 use weir_planner::{sqlstate, SqlError, SqlResult, WeirStatement};
 
@@ -28,29 +29,25 @@ fn sink_spec(
         .iter()
         .find(|(k, _)| k == "connector")
         .map(|(_, v)| v.to_ascii_lowercase());
+    let invalid = |m: String| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
+    let mut kafka = None;
     match connector.as_deref() {
-        Some("blackhole") => {}
+        Some("blackhole") => {
+            // The blackhole takes no options of its own.
+            if let Some((k, _)) = options
+                .iter()
+                .find(|(k, _)| !matches!(k.as_str(), "connector" | "type" | "format" | "encode"))
+            {
+                return Err(invalid(format!("unknown sink option \"{k}\"")));
+            }
+        }
+        Some("kafka") => kafka = Some(kafka_sink_spec(name, options)?),
         Some(c) => {
             return Err(SqlError::unsupported(format!(
-                "sink connector '{c}' is not supported yet (blackhole is)"
+                "sink connector '{c}' is not supported yet (blackhole and kafka are)"
             )))
         }
-        None => {
-            return Err(SqlError::new(
-                sqlstate::INVALID_PARAMETER_VALUE,
-                "a sink needs connector = '...'",
-            ))
-        }
-    }
-    // The blackhole takes no options of its own.
-    if let Some((k, _)) = options
-        .iter()
-        .find(|(k, _)| !matches!(k.as_str(), "connector" | "type" | "format" | "encode"))
-    {
-        return Err(SqlError::new(
-            sqlstate::INVALID_PARAMETER_VALUE,
-            format!("unknown sink option \"{k}\""),
-        ));
+        None => return Err(invalid("a sink needs connector = '...'".into())),
     }
     let schema = db.relation_schema(from).ok_or_else(|| {
         SqlError::new(
@@ -67,13 +64,76 @@ fn sink_spec(
             output_schema: schema.clone(),
         }],
         output_uid: format!("{name}.sink"),
-        blackhole: true,
+        blackhole: kafka.is_none(),
+        kafka_sink: kafka,
     };
     Ok(ViewSpec {
         graph,
         schema,
         parallelism,
         config: crate::ddl::view_job_config(db, &BTreeMap::new())?,
+    })
+}
+
+/// `connector = 'kafka'` options: `topic`, `properties.bootstrap.server`, other
+/// `properties.*`, `FORMAT PLAIN | DEBEZIUM ENCODE JSON`, and
+/// `sink.delivery-guarantee = 'at-least-once'` (the default; `exactly-once` is not
+/// built yet).
+fn kafka_sink_spec(name: &str, options: &[(String, String)]) -> SqlResult<KafkaSinkSpec> {
+    let invalid = |m: String| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
+    let mut topic = None;
+    let mut bootstrap = None;
+    let mut format = SinkFormat::Plain;
+    let mut properties = BTreeMap::new();
+    for (k, v) in options {
+        match k.as_str() {
+            "connector" | "type" => {}
+            "topic" => topic = Some(v.clone()),
+            "properties.bootstrap.server" | "properties.bootstrap.servers" => {
+                bootstrap = Some(v.clone())
+            }
+            "format" => {
+                format = match v.to_ascii_lowercase().as_str() {
+                    "plain" => SinkFormat::Plain,
+                    "debezium" => SinkFormat::Debezium,
+                    other => {
+                        return Err(SqlError::unsupported(format!(
+                            "sink FORMAT {other} is not supported yet (PLAIN and DEBEZIUM are)"
+                        )))
+                    }
+                }
+            }
+            "encode" if v.eq_ignore_ascii_case("json") => {}
+            "encode" => {
+                return Err(SqlError::unsupported(format!(
+                    "sink ENCODE {v} is not supported yet (JSON is)"
+                )))
+            }
+            "sink.delivery-guarantee" => match v.to_ascii_lowercase().as_str() {
+                "at-least-once" => {}
+                "exactly-once" => {
+                    return Err(SqlError::unsupported(
+                        "sink.delivery-guarantee = 'exactly-once' is not built yet (see notes/kafka-sink-exactly-once.md); use 'at-least-once'",
+                    ))
+                }
+                other => return Err(invalid(format!("invalid sink.delivery-guarantee: {other}"))),
+            },
+            other => match other.strip_prefix("properties.") {
+                Some(p) => {
+                    properties.insert(p.to_string(), v.clone());
+                }
+                None => return Err(invalid(format!("unknown kafka sink option \"{other}\""))),
+            },
+        }
+    }
+    Ok(KafkaSinkSpec {
+        sink: name.to_string(),
+        topic: topic.ok_or_else(|| invalid("the kafka sink needs topic = '...'".into()))?,
+        bootstrap_servers: bootstrap.ok_or_else(|| {
+            invalid("the kafka sink needs properties.bootstrap.server = 'host:port'".into())
+        })?,
+        format,
+        properties,
     })
 }
 
@@ -186,7 +246,7 @@ pub fn show_sinks(db: &Database) -> SqlResult<Output> {
             vec![
                 r.name.clone(),
                 r.depends_on.join(", "),
-                "blackhole".to_string(),
+                connector_of(&r.sql),
                 jobs.iter()
                     .find(|j| j.name == r.name)
                     .map(|j| j.status.as_str().to_string())
@@ -195,4 +255,16 @@ pub fn show_sinks(db: &Database) -> SqlResult<Output> {
         })
         .collect();
     crate::show::text_table(&["name", "from", "connector", "status"], rows)
+}
+
+/// The connector a stored CREATE SINK names.
+fn connector_of(sql: &str) -> String {
+    match weir_planner::parse_statement(sql) {
+        Ok(WeirStatement::CreateSink { options, .. }) => options
+            .into_iter()
+            .find(|(k, _)| k == "connector")
+            .map(|(_, v)| v.to_ascii_lowercase())
+            .unwrap_or_default(),
+        _ => String::new(),
+    }
 }

@@ -463,3 +463,122 @@ async fn upsert_records_replace_and_tombstones_delete_across_kill_9() {
         vec![vec!["3", "31"], vec!["4", "40"]]
     );
 }
+
+/// Every record of partition 0 of `topic`, from the beginning to its end now.
+fn read_topic(topic: &str) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("group.id", "weir-test-reader")
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    loop {
+        match consumer.poll(Duration::from_secs(10)) {
+            Some(Ok(m)) => {
+                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned())
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) | None => return out,
+            Some(Err(e)) => panic!("read {topic}: {e}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_sinks_carry_a_views_changes_debezium_and_a_tables_rows_plain() {
+    let input = format!("sink-in-{}", std::process::id());
+    let changes = format!("sink-changes-{}", std::process::id());
+    let plain = format!("sink-plain-{}", std::process::id());
+    for t in [&input, &changes, &plain] {
+        create_topic(t, 1).await;
+    }
+    let p = producer();
+    produce(
+        &p,
+        &input,
+        &(0..500).map(|i| (0, json(i))).collect::<Vec<_>>(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = WeirProcess::start(&dir.path().join("data"), 2).await;
+    let c = server.connect().await;
+    c.batch_execute(&table_sql(&input, "")).await.unwrap();
+    c.batch_execute(&format!(
+        "CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n, sum(v) AS s FROM events GROUP BY g;
+         CREATE SINK changes FROM per_g WITH (connector = 'kafka', topic = '{changes}',
+           properties.bootstrap.server = '{b}') FORMAT DEBEZIUM ENCODE JSON;
+         CREATE SINK rows FROM events WITH (connector = 'kafka', topic = '{plain}',
+           properties.bootstrap.server = '{b}') FORMAT PLAIN ENCODE JSON;",
+        b = broker()
+    ))
+    .await
+    .unwrap();
+    produce(
+        &p,
+        &input,
+        &(500..1000).map(|i| (0, json(i))).collect::<Vec<_>>(),
+    );
+    wait_for(&c, "SELECT count(*) FROM events", "1000").await;
+    c.batch_execute("FLUSH").await.unwrap();
+    // Replaying the change events (insert `after`, delete `before`) gives the view.
+    let mut contents: std::collections::BTreeMap<String, i64> = Default::default();
+    for _ in 0..50 {
+        contents.clear();
+        for e in read_topic(&changes) {
+            let v: serde_json::Value = serde_json::from_str(&e).expect("debezium json");
+            match v["op"].as_str() {
+                Some("c") => *contents.entry(v["after"].to_string()).or_default() += 1,
+                Some("d") => *contents.entry(v["before"].to_string()).or_default() -= 1,
+                other => panic!("op {other:?} in {e}"),
+            }
+        }
+        contents.retain(|_, n| *n != 0);
+        if contents.values().sum::<i64>() == 7 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut from_sink: Vec<String> = contents.keys().cloned().collect();
+    from_sink.sort();
+    let mut from_view: Vec<String> = rows(&c, "SELECT g, n, s FROM per_g")
+        .await
+        .into_iter()
+        .map(|r| format!(r#"{{"g":{},"n":{},"s":{}}}"#, r[0], r[1], r[2]))
+        .collect();
+    from_view.sort();
+    assert_eq!(from_sink, from_view);
+    assert!(contents.values().all(|n| *n == 1));
+    // The table's rows, one record each (append-only: PLAIN).
+    let mut ids: Vec<i64> = read_topic(&plain)
+        .iter()
+        .map(|r| {
+            serde_json::from_str::<serde_json::Value>(r).unwrap()["id"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, (0..1000).collect::<Vec<_>>());
+    assert_eq!(
+        rows(&c, "SHOW SINKS").await,
+        vec![
+            vec![
+                "changes".to_string(),
+                "per_g".into(),
+                "kafka".into(),
+                "RUNNING".into()
+            ],
+            vec![
+                "rows".to_string(),
+                "events".into(),
+                "kafka".into(),
+                "RUNNING".into()
+            ],
+        ]
+    );
+}

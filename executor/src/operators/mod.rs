@@ -6,11 +6,13 @@
 //! - [`hash_agg`]: keyed aggregation with retraction, emitting changes at barriers.
 //! - [`materialize`]: stages each epoch's changes into a relation store and passes them on.
 //! - [`blackhole`]: the end of a blackhole sink: takes every change, keeps nothing.
+//! - [`kafka_sink`]: the end of a Kafka sink: every change as a JSON record (at least once).
 //!
 //! Test them through the SQL suites in `sql-tests/` and the unit tests in each file.
 
 pub mod blackhole;
 pub mod filter;
 pub mod hash_agg;
+pub mod kafka_sink;
 pub mod materialize;
 pub mod project;
