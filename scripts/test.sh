@@ -28,14 +28,19 @@ if [ ! -x "$VENV/bin/moto_server" ]; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q 'moto[s3]==5.2.1' flask flask-cors
 fi
+# Waits until something listens on loopback port $1, for at most $2 tenths of a second.
+wait_for_port() {
+  for _ in $(seq 1 "$2"); do
+    if (echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null; then return; fi
+    sleep 0.1
+  done
+}
+
 S3_PORT="${WEIR_TEST_S3_PORT:-5055}"
 "$VENV/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >"${TMPDIR:-/tmp}/weir-moto.log" 2>&1 &
 MOTO_PID=$!
 trap 'kill $MOTO_PID 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
-  if (echo > /dev/tcp/127.0.0.1/"$S3_PORT") 2>/dev/null; then break; fi
-  sleep 0.1
-done
+wait_for_port "$S3_PORT" 100
 export WEIR_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
 
 # A Kafka-protocol broker (tansu, see scripts/kafka-broker.sh).
@@ -43,11 +48,7 @@ KAFKA_PORT="${WEIR_TEST_KAFKA_PORT:-9192}"
 ./scripts/kafka-broker.sh "$KAFKA_PORT" >"${TMPDIR:-/tmp}/weir-tansu.log" 2>&1 &
 KAFKA_PID=$!
 trap 'kill $MOTO_PID $KAFKA_PID 2>/dev/null || true' EXIT
-# (up to 2 minutes: the first run installs it)
-for _ in $(seq 1 1200); do
-  if (echo > /dev/tcp/127.0.0.1/"$KAFKA_PORT") 2>/dev/null; then break; fi
-  sleep 0.1
-done
+wait_for_port "$KAFKA_PORT" 1200 # up to 2 minutes: the first run installs it
 export WEIR_TEST_KAFKA_BROKER="127.0.0.1:$KAFKA_PORT"
 
 cargo fmt --all -- --check

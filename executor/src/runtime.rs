@@ -425,16 +425,9 @@ impl Runtime {
         }
         let entries: Vec<_> = entries.into_iter().filter(|(o, _)| *o >= from).collect();
         // A connector's positions: the checkpoint's, then the last logged entry's.
-        let prefix = source_position_prefix(name);
-        let mut source_positions: weir_storage::source_positions::SourcePositions = restored
+        let mut source_positions = restored
             .as_ref()
-            .map(|r| {
-                r.meta
-                    .positions
-                    .iter()
-                    .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|k| (k.to_string(), *v)))
-                    .collect()
-            })
+            .map(|r| source_positions_of(name, &r.meta.positions))
             .unwrap_or_default();
         for (_, payload) in &entries {
             if let (Some(p), _) = weir_storage::source_positions::split(payload)? {
@@ -694,6 +687,18 @@ pub(crate) fn load_table_rows(
 }
 
 /// Checkpoint-position keys of a table's connector positions: `<table>#<key>`.
-pub(crate) fn source_position_prefix(table: &str) -> String {
+fn source_position_prefix(table: &str) -> String {
     format!("{table}#")
+}
+
+/// A table's connector positions among a checkpoint's (or savepoint's) positions.
+pub(crate) fn source_positions_of(
+    table: &str,
+    positions: &BTreeMap<String, u64>,
+) -> weir_storage::source_positions::SourcePositions {
+    let prefix = source_position_prefix(table);
+    positions
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|k| (k.to_string(), *v)))
+        .collect()
 }

@@ -665,12 +665,7 @@ pub async fn explain_restore(
                     format!("materialized view \"{}\" does not exist", saved.name),
                 )
             })?;
-        let reads_views: Vec<String> = spec
-            .graph
-            .upstream_relations()
-            .into_iter()
-            .filter(|u| !w.has_table(u))
-            .collect();
+        let reads_views = views_read(rt, &w, &saved.name);
         if only.is_none() && !reads_views.is_empty() {
             let m = UidMatch {
                 rebuilt_from: reads_views,
@@ -688,6 +683,18 @@ pub async fn explain_restore(
         }
     }
     Ok(out)
+}
+
+/// The relations `view` reads that are not tables here (other views).
+fn views_read(rt: &Runtime, w: &WriteState, view: &str) -> Vec<String> {
+    rt.relations
+        .lock()
+        .get(view)
+        .map(|r| r.upstream.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|u| !w.has_table(u))
+        .collect()
 }
 
 /// The views a RESTORE names, or every view the savepoint holds.
@@ -735,7 +742,9 @@ pub async fn restore(
     let targets = targets(&sp, only)?;
     let names: Vec<String> = targets.iter().map(|v| v.name.clone()).collect();
     let jobs = chosen_views(rt, Some(&names))?;
-    // Every check first: nothing changes unless every view can be restored.
+    // Every check first: nothing changes unless every view can be restored. With
+    // RESTORE ALL, a view reading views is rebuilt from them (`rebuilt`), not loaded.
+    let mut rebuilt: HashMap<String, Vec<String>> = HashMap::new();
     let filled: Vec<&SavepointView> = {
         let w = rt.lock_writes().await;
         let filled = fillable(rt, &w, &sp, only);
@@ -754,15 +763,19 @@ pub async fn restore(
                 ));
             }
         }
+        drop(relations);
         for saved in &targets {
-            let upstream = relations
+            let reads_views = views_read(rt, &w, &saved.name);
+            if only.is_none() && !reads_views.is_empty() {
+                rebuilt.insert(saved.name.clone(), reads_views);
+                continue;
+            }
+            let upstream = rt
+                .relations
+                .lock()
                 .get(&saved.name)
                 .map(|r| r.upstream.clone())
                 .unwrap_or_default();
-            if only.is_none() && upstream.iter().any(|u| !w.has_table(u)) {
-                // Rebuilt from the views it reads: checked with them.
-                continue;
-            }
             check_sources(&w, &sp, saved, &upstream, &filled)?;
         }
         filled
@@ -770,18 +783,7 @@ pub async fn restore(
     let mut given = HashMap::new();
     let mut reports = Vec::new();
     for (saved, (_, job)) in targets.iter().zip(&jobs) {
-        let reads_views: Vec<String> = {
-            let w = rt.lock_writes().await;
-            let relations = rt.relations.lock();
-            relations
-                .get(&saved.name)
-                .map(|r| r.upstream.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|u| !w.has_table(u))
-                .collect()
-        };
-        if !reads_views.is_empty() {
+        if let Some(reads_views) = rebuilt.remove(&saved.name) {
             // Redeployed from its latest checkpoint, which for a view reading views
             // means a rebuild from their (restored) contents.
             reports.push(RestoreReport {
@@ -860,15 +862,10 @@ impl Runtime {
         };
         writer.rebase_log(position)?;
         // A connector-fed table resumes where the savepoint's copy of it stood.
-        let prefix = crate::runtime::source_position_prefix(name);
-        writer.set_source_positions(
-            restored
-                .meta
-                .positions
-                .iter()
-                .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|k| (k.to_string(), *v)))
-                .collect(),
-        );
+        writer.set_source_positions(crate::runtime::source_positions_of(
+            name,
+            &restored.meta.positions,
+        ));
         let rows = crate::runtime::load_table_rows(writer, &store, &chunks)?;
         // The caller awaits the previous uploader before anything reads checkpoints.
         let previous = self.checkpoints.unregister_job(job);

@@ -616,12 +616,17 @@ pub async fn create_view(
 
 /// Deploys under the write lock: flush (quiesce), deploy with backfill, flush again so
 /// the view is readable with its backfilled contents when the statement returns.
-async fn deploy(db: &Database, id: u64, plan: &ViewPlan) -> SqlResult<()> {
-    let spec = plan.spec(db)?;
+pub(crate) async fn deploy(
+    db: &Database,
+    id: u64,
+    name: &str,
+    spec: ViewSpec,
+    from: weir_executor::Restore,
+) -> SqlResult<()> {
     let rt = db.runtime();
     let mut w = rt.lock_writes().await;
     rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
-    rt.create_view(&mut w, id, &plan.name, spec, weir_executor::Restore::Latest)
+    rt.create_view(&mut w, id, name, spec, from)
         .await
         .map_err(SqlError::from)?;
     rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
@@ -642,7 +647,15 @@ pub async fn restore_view(db: &Database, entry: &RelationEntry) -> SqlResult<()>
         plan.parallelism = entry.parallelism;
     }
     plan.settings = entry.settings.clone();
-    deploy(db, entry.id, &plan).await?;
+    let spec = plan.spec(db)?;
+    deploy(
+        db,
+        entry.id,
+        &plan.name,
+        spec,
+        weir_executor::Restore::Latest,
+    )
+    .await?;
     let mut cat = db.catalog.write();
     db.schemas
         .write()

@@ -137,23 +137,6 @@ fn kafka_sink_spec(name: &str, options: &[(String, String)]) -> SqlResult<KafkaS
     })
 }
 
-async fn deploy(
-    db: &Database,
-    id: u64,
-    name: &str,
-    spec: ViewSpec,
-    from: weir_executor::Restore,
-) -> SqlResult<()> {
-    let rt = db.runtime();
-    let mut w = rt.lock_writes().await;
-    rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
-    rt.create_view(&mut w, id, name, spec, from)
-        .await
-        .map_err(SqlError::from)?;
-    rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
-    Ok(())
-}
-
 pub async fn create_sink(
     db: &Database,
     session: &Session,
@@ -169,7 +152,7 @@ pub async fn create_sink(
     let parallelism = session.parallelism().unwrap_or(db.config.parallelism);
     let spec = sink_spec(db, name, from, options, parallelism)?;
     let id = db.catalog.write().allocate_id();
-    deploy(db, id, name, spec, weir_executor::Restore::Fresh).await?;
+    crate::ddl::deploy(db, id, name, spec, weir_executor::Restore::Fresh).await?;
     let entry = RelationEntry {
         id,
         name: name.to_string(),
@@ -199,7 +182,7 @@ pub async fn restore_sink(db: &Database, entry: &RelationEntry) -> SqlResult<()>
         return Err(SqlError::internal("stored sink DDL is not CREATE SINK"));
     };
     let spec = sink_spec(db, &name, &from, &options, entry.parallelism.max(1))?;
-    deploy(db, entry.id, &name, spec, weir_executor::Restore::Latest).await?;
+    crate::ddl::deploy(db, entry.id, &name, spec, weir_executor::Restore::Latest).await?;
     db.catalog.write().relations.push(entry.clone());
     Ok(())
 }

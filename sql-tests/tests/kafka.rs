@@ -293,20 +293,9 @@ async fn bad_records_fail_policy_csv_latest_and_option_errors() {
     .await
     .unwrap();
     wait_for(&c, "SELECT count(*) FROM dl", "2").await;
-    let consumer: rdkafka::consumer::BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", broker())
-        .set("group.id", "weir-test-dlq")
-        .create()
-        .expect("consumer");
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(&dlq, 0, rdkafka::Offset::Beginning)
-        .unwrap();
-    rdkafka::consumer::Consumer::assign(&consumer, &tpl).unwrap();
-    let m = loop {
-        if let Some(m) = consumer.poll(Duration::from_secs(10)) {
-            break m.expect("dead-letter record");
-        }
-    };
+    let dead = read_messages(&dlq);
+    assert_eq!(dead.len(), 1, "one dead-letter record");
+    let m = &dead[0];
     use rdkafka::message::{Headers, Message};
     assert_eq!(m.key(), Some(format!("{src}/0/1").as_bytes()));
     assert_eq!(m.payload(), Some(&b"not json"[..]));
@@ -464,10 +453,18 @@ async fn upsert_records_replace_and_tombstones_delete_across_kill_9() {
     );
 }
 
-/// Every record of partition 0 of `topic`, from the beginning to its end now.
+/// The payloads of partition 0 of `topic`, from the beginning to its end now.
 fn read_topic(topic: &str) -> Vec<String> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::Message;
+    read_messages(topic)
+        .iter()
+        .map(|m| String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned())
+        .collect()
+}
+
+/// Every message of partition 0 of `topic`, from the beginning to its end now.
+fn read_messages(topic: &str) -> Vec<rdkafka::message::OwnedMessage> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", broker())
         .set("group.id", "weir-test-reader")
@@ -481,9 +478,7 @@ fn read_topic(topic: &str) -> Vec<String> {
     let mut out = Vec::new();
     loop {
         match consumer.poll(Duration::from_secs(10)) {
-            Some(Ok(m)) => {
-                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned())
-            }
+            Some(Ok(m)) => out.push(m.detach()),
             Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) | None => return out,
             Some(Err(e)) => panic!("read {topic}: {e}"),
         }

@@ -112,8 +112,7 @@ impl TableLog {
     }
 
     /// Drops every entry before logical offset `keep_from` (which must be an entry
-    /// boundary or the end). Crash-safe: the new file is written and synced beside the
-    /// old one and renamed over it.
+    /// boundary or the end).
     pub fn truncate_below(&mut self, keep_from: LogOffset) -> Result<()> {
         if keep_from <= self.base {
             return Ok(());
@@ -121,32 +120,11 @@ impl TableLog {
         let keep_from = keep_from.min(self.end);
         let bytes = std::fs::read(&self.path)?;
         let cut = self.header_len + (keep_from - self.base);
-        let tmp = self.path.with_extension("log.tmp");
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(MAGIC)?;
-            f.write_all(&keep_from.to_le_bytes())?;
-            f.write_all(&bytes[cut as usize..])?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            File::open(dir)?.sync_all()?;
-        }
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(&self.path)?;
-        file.seek(SeekFrom::End(0))?;
-        self.file = file;
-        self.base = keep_from;
-        self.header_len = 16;
-        Ok(())
+        self.rewrite(keep_from, &bytes[cut as usize..])
     }
 
     /// Makes a log that holds no entry start at logical offset `base`: a table filled
     /// from a savepoint continues the offsets its views' saved positions refer to.
-    /// Crash-safe like [`TableLog::truncate_below`].
     pub fn rebase_empty(&mut self, base: LogOffset) -> Result<()> {
         if self.end != self.base {
             return Err(StorageError::Corrupt(format!(
@@ -154,11 +132,21 @@ impl TableLog {
                 self.path.display()
             )));
         }
+        self.rewrite(base, &[])?;
+        self.end = base;
+        Ok(())
+    }
+
+    /// Replaces the file with a header for logical offset `base` followed by
+    /// `entries`. Crash-safe: the new file is written and synced beside the old one
+    /// and renamed over it.
+    fn rewrite(&mut self, base: LogOffset, entries: &[u8]) -> Result<()> {
         let tmp = self.path.with_extension("log.tmp");
         {
             let mut f = File::create(&tmp)?;
             f.write_all(MAGIC)?;
             f.write_all(&base.to_le_bytes())?;
+            f.write_all(entries)?;
             f.sync_all()?;
         }
         std::fs::rename(&tmp, &self.path)?;
@@ -172,7 +160,6 @@ impl TableLog {
         file.seek(SeekFrom::End(0))?;
         self.file = file;
         self.base = base;
-        self.end = base;
         self.header_len = 16;
         Ok(())
     }

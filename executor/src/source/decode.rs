@@ -34,13 +34,14 @@ fn decode_all(schema: &SchemaRef, encode: Encode, payloads: &[&[u8]]) -> Result<
                 .with_batch_size(payloads.len().max(1))
                 .build_decoder()
                 .map_err(err)?;
+            // Each record, then a newline to end it: no per-record copy.
             for p in payloads {
-                let line: Vec<u8> = [*p, b"\n"].concat();
-                let read = d.decode(&line).map_err(err)?;
-                if read != line.len() {
-                    return Err(ExecError::Internal(
-                        "trailing bytes after the JSON value".into(),
-                    ));
+                for part in [*p, b"\n"] {
+                    if d.decode(part).map_err(err)? != part.len() {
+                        return Err(ExecError::Internal(
+                            "trailing bytes after the JSON value".into(),
+                        ));
+                    }
                 }
             }
             let batch = d.flush().map_err(err)?;
@@ -51,14 +52,15 @@ fn decode_all(schema: &SchemaRef, encode: Encode, payloads: &[&[u8]]) -> Result<
                 .with_batch_size(payloads.len().max(1))
                 .build_decoder();
             for p in payloads {
-                let line: Vec<u8> = [*p, b"\n"].concat();
-                let mut rest: &[u8] = &line;
-                while !rest.is_empty() {
-                    let n = d.decode(rest).map_err(err)?;
-                    if n == 0 {
-                        break;
+                for part in [*p, b"\n"] {
+                    let mut rest: &[u8] = part;
+                    while !rest.is_empty() {
+                        let n = d.decode(rest).map_err(err)?;
+                        if n == 0 {
+                            break;
+                        }
+                        rest = &rest[n..];
                     }
-                    rest = &rest[n..];
                 }
             }
             let batch = d.flush().map_err(err)?;

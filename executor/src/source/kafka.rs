@@ -180,33 +180,75 @@ fn start_offsets(
         tpl.add_partition_offset(&spec.topic, p, offset)
             .map_err(kafka_err)?;
     }
+    // Broker look-ups; a partition they find nothing for starts at the fallback (no
+    // record at or after the time: the end; no committed group offset: the start).
+    let mut looked_up = Vec::new();
     if by_time.count() > 0 {
-        let found = consumer
-            .offsets_for_times(by_time, METADATA_TIMEOUT)
-            .map_err(kafka_err)?;
-        for e in found.elements() {
-            let o = match e.offset() {
-                Offset::Offset(o) => Offset::Offset(o),
-                _ => Offset::End,
-            };
-            tpl.add_partition_offset(&spec.topic, e.partition(), o)
-                .map_err(kafka_err)?;
-        }
+        let found = consumer.offsets_for_times(by_time, METADATA_TIMEOUT);
+        looked_up.push((found.map_err(kafka_err)?, Offset::End));
     }
     if by_group.count() > 0 {
-        let found = consumer
-            .committed_offsets(by_group, METADATA_TIMEOUT)
-            .map_err(kafka_err)?;
+        let found = consumer.committed_offsets(by_group, METADATA_TIMEOUT);
+        looked_up.push((found.map_err(kafka_err)?, Offset::Beginning));
+    }
+    for (found, fallback) in looked_up {
         for e in found.elements() {
             let o = match e.offset() {
                 Offset::Offset(o) => Offset::Offset(o),
-                _ => Offset::Beginning,
+                _ => fallback,
             };
             tpl.add_partition_offset(&spec.topic, e.partition(), o)
                 .map_err(kafka_err)?;
         }
     }
     Ok(tpl)
+}
+
+/// One polled batch, decoded: plain rows, or upserts.
+struct Decoded<'a> {
+    schema: &'a arrow::datatypes::SchemaRef,
+    /// Rows of the good records, in record order (plain format).
+    batch: &'a Option<arrow::array::RecordBatch>,
+    upserts: &'a Option<Upserts>,
+}
+
+/// Writes the decoded records before record index `upto` into the table, logged with
+/// `positions`. `None` when the table was dropped.
+fn write(
+    rt: &Runtime,
+    handle: &tokio::runtime::Handle,
+    spec: &KafkaSpec,
+    d: Decoded<'_>,
+    upto: usize,
+    positions: SourcePositions,
+) -> Option<Result<()>> {
+    handle.block_on(async {
+        let mut w = rt.lock_writes().await;
+        let t = w.table(&spec.table)?;
+        Some(match d.upserts {
+            Some(u) => {
+                let ops: Vec<UpsertOp> = u
+                    .order
+                    .iter()
+                    .filter(|(r, _)| *r < upto)
+                    .map(|(_, op)| *op)
+                    .collect();
+                t.upsert_from_source(&u.rows, &u.keys, &ops, positions)
+                    .await
+            }
+            None => {
+                // Every record before the first bad one is good, so the first `upto`
+                // rows are exactly those records (`upto` is at most the row count
+                // whenever it is not the whole batch).
+                let rows = match d.batch {
+                    Some(b) => b.slice(0, upto.min(b.num_rows())),
+                    None => arrow::array::RecordBatch::new_empty(d.schema.clone()),
+                };
+                t.write_from_source(StreamChunk::inserts(rows), positions)
+                    .await
+            }
+        })
+    })
 }
 
 fn read(
@@ -256,6 +298,8 @@ fn read(
         .assign(&tpl)
         .map_err(|e| ExecError::Internal(format!("kafka assign: {e}")))?;
     let mut last_discovery = Instant::now();
+    // Created on the first bad record of a dead-letter table, then reused.
+    let mut dlq_producer = None;
     tracing::info!(table = %spec.table, topic = %spec.topic, partitions = known.len(), "kafka source reading");
     loop {
         // One batch: up to BATCH_RECORDS records or BATCH_WAIT.
@@ -327,28 +371,12 @@ fn read(
                 for (p, o, _) in &records[..*i] {
                     upto.insert(spec.position_key(*p), (*o + 1) as u64);
                 }
-                let rows = match &batch {
-                    Some(b) => b.slice(0, *i),
-                    None => arrow::array::RecordBatch::new_empty(schema.clone()),
+                let decoded = Decoded {
+                    schema: &schema,
+                    batch: &batch,
+                    upserts: &upserts,
                 };
-                handle.block_on(async {
-                    let mut w = rt.lock_writes().await;
-                    match (w.table(&spec.table), &upserts) {
-                        (Some(t), Some(u)) => {
-                            let before: Vec<UpsertOp> = u
-                                .order
-                                .iter()
-                                .filter(|(r, _)| r < i)
-                                .map(|(_, op)| *op)
-                                .collect();
-                            t.upsert_from_source(&u.rows, &u.keys, &before, upto).await
-                        }
-                        (Some(t), None) => {
-                            t.write_from_source(StreamChunk::inserts(rows), upto).await
-                        }
-                        (None, _) => Ok(()),
-                    }
-                })?;
+                write(&rt, handle, spec, decoded, *i, upto).unwrap_or(Ok(()))?;
                 rt.note_bad_record(BadRecord {
                     table: spec.table.clone(),
                     partition: *p,
@@ -360,7 +388,7 @@ fn read(
             }
         }
         if let (BadRecordPolicy::DeadLetter(dlq), false) = (&spec.bad_records, bad.is_empty()) {
-            dead_letter(spec, dlq, &bad, &records)?;
+            dead_letter(spec, &mut dlq_producer, dlq, &bad, &records)?;
         }
         for (i, reason) in &bad {
             let (p, o, _) = &records[*i];
@@ -373,25 +401,12 @@ fn read(
             });
         }
         if next != positions {
-            let chunk = match batch {
-                Some(b) => StreamChunk::inserts(b),
-                None => StreamChunk::inserts(arrow::array::RecordBatch::new_empty(schema.clone())),
+            let decoded = Decoded {
+                schema: &schema,
+                batch: &batch,
+                upserts: &upserts,
             };
-            let written = handle.block_on(async {
-                let mut w = rt.lock_writes().await;
-                match (w.table(&spec.table), &upserts) {
-                    (Some(t), Some(u)) => {
-                        let ops: Vec<UpsertOp> = u.order.iter().map(|(_, op)| *op).collect();
-                        Some(
-                            t.upsert_from_source(&u.rows, &u.keys, &ops, next.clone())
-                                .await,
-                        )
-                    }
-                    (Some(t), None) => Some(t.write_from_source(chunk, next.clone()).await),
-                    (None, _) => None,
-                }
-            });
-            match written {
+            match write(&rt, handle, spec, decoded, records.len(), next.clone()) {
                 None => return Ok(()), // the table was dropped
                 Some(Ok(())) => positions = next,
                 Some(Err(e)) => {
@@ -470,6 +485,7 @@ fn with_metadata(
 /// acknowledgement, before their batch's positions are logged.
 fn dead_letter(
     spec: &KafkaSpec,
+    producer: &mut Option<rdkafka::producer::BaseProducer>,
     topic: &str,
     bad: &[(usize, String)],
     records: &[(i32, i64, Vec<u8>)],
@@ -479,12 +495,15 @@ fn dead_letter(
     let err = |e: rdkafka::error::KafkaError| {
         ExecError::Internal(format!("dead-letter topic {topic}: {e}"))
     };
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", &spec.bootstrap_servers);
-    for (k, v) in &spec.properties {
-        c.set(k, v);
+    if producer.is_none() {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &spec.bootstrap_servers);
+        for (k, v) in &spec.properties {
+            c.set(k, v);
+        }
+        *producer = Some(c.create().map_err(err)?);
     }
-    let producer: BaseProducer = c.create().map_err(err)?;
+    let producer: &BaseProducer = producer.as_ref().expect("created above");
     for (i, reason) in bad {
         let (p, o, payload) = &records[*i];
         let key = format!("{}/{p}/{o}", spec.topic);
