@@ -11,7 +11,7 @@
 //! barriers, so the rest of the server keeps committing epochs, and the job's
 //! [`JobHealth`] makes reads of the view report the failure.
 
-use crate::barrier::{Barrier, Message};
+use crate::barrier::{Barrier, Epoch, Message};
 use crate::checkpoint::{CheckpointMode, CheckpointPart};
 use crate::chunk::StreamChunk;
 use crate::error::Result;
@@ -527,7 +527,7 @@ impl Actor {
         }
         c.state = Some(match self.health.failure() {
             Some(reason) => Err(reason),
-            None => self.snapshot_chain(),
+            None => self.snapshot_chain(c.barrier.epoch),
         });
         if self.output.send_cut(&c.barrier).await.is_err() {
             tracing::debug!(actor = self.id, "downstream gone while passing a cut");
@@ -626,7 +626,7 @@ impl Actor {
         if snapshot_here && barrier.checkpoints(self.job) {
             let result = match self.health.failure() {
                 Some(reason) => Err(reason),
-                None => self.snapshot_chain(),
+                None => self.snapshot_chain(barrier.epoch),
             };
             let _ = self.checkpoints.send(CheckpointPart {
                 epoch: barrier.epoch,
@@ -651,10 +651,10 @@ impl Actor {
         barrier.is_stop()
     }
 
-    fn snapshot_chain(&mut self) -> std::result::Result<Vec<StateDelta>, String> {
+    fn snapshot_chain(&mut self, epoch: Epoch) -> std::result::Result<Vec<StateDelta>, String> {
         let mut out = Vec::new();
         for op in &mut self.chain {
-            match guard(|| op.snapshot()) {
+            match guard(|| op.snapshot(epoch)) {
                 Ok(d) => out.extend(d),
                 Err(e) => {
                     self.health.fail(e.to_string());

@@ -281,7 +281,9 @@ pub(crate) async fn deploy_view(
     let job_name: Arc<str> = name.into();
     // A job that never checkpoints keeps no deltas.
     let track = spec.config.checkpoint.interval.is_some();
-    let derived = rows_derived_from_state(graph);
+    // A sink stores no rows: nothing to derive, and re-emitting an aggregation's rows on
+    // restore would send them to the sink again.
+    let derived = rows_derived_from_state(graph) && !graph.is_sink();
     // Checkpoints written before rows were derived still carry the rows: use them.
     let reemit = derived
         && restored
@@ -296,8 +298,18 @@ pub(crate) async fn deploy_view(
                 .map(|s| build_operator(rt, s, range, restored.is_some(), reemit, track))
                 .collect::<Result<Vec<_>>>()?;
             if let (true, Some(k)) = (gi == last, &graph.kafka_sink) {
+                let ctx = crate::operators::kafka_sink::SinkContext {
+                    job,
+                    uid: graph.output_uid.clone(),
+                    restored: restored
+                        .as_ref()
+                        .and_then(|r| r.keyed.get(&graph.output_uid))
+                        .map(|e| e.iter().map(|(_, k, v)| (k.clone(), v.clone())).collect())
+                        .unwrap_or_default(),
+                    completions: rt.checkpoints.completions(),
+                };
                 chain.push(Box::new(
-                    crate::operators::kafka_sink::KafkaSinkOperator::new(k.clone())?,
+                    crate::operators::kafka_sink::KafkaSinkOperator::new(k.clone(), ctx)?,
                 ));
             } else if gi == last && graph.blackhole {
                 chain.push(Box::new(crate::operators::blackhole::BlackholeOperator));

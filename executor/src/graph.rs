@@ -90,6 +90,11 @@ pub fn rows_layout(schema: &arrow::datatypes::Schema) -> String {
 }
 
 impl StreamGraph {
+    /// The job ends in a sink instead of stored rows.
+    pub fn is_sink(&self) -> bool {
+        self.blackhole || self.kafka_sink.is_some()
+    }
+
     /// Every stateful operator, in plan order (inputs first): what EXPLAIN numbers and
     /// what `"uid.N"` pins.
     pub fn stateful_mut(&mut self) -> Vec<&mut HashAggSpec> {

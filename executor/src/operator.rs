@@ -4,7 +4,7 @@
 //! deferred and flushes its state table. It never sees channels, alignment or
 //! acknowledgements: the actor loop in [`crate::actor`] owns those.
 
-use crate::barrier::{Barrier, Watermark};
+use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::StreamChunk;
 use crate::error::Result;
 use weir_storage::state_snapshot::StateDelta;
@@ -37,8 +37,9 @@ pub trait Operator: Send {
 
     /// At a checkpoint (after `on_barrier`, or after `on_checkpoint_cut` when unaligned): the state changed since the
     /// previous checkpoint, under the operator's uid. Stateless operators have none.
-    /// Must be cheap: the upload happens elsewhere, asynchronously.
-    fn snapshot(&mut self) -> Result<Vec<StateDelta>> {
+    /// Must be cheap: the upload happens elsewhere, asynchronously. `epoch` is the
+    /// checkpoint's id (what a sink commits once that checkpoint completes).
+    fn snapshot(&mut self, _epoch: Epoch) -> Result<Vec<StateDelta>> {
         Ok(vec![])
     }
 }

@@ -429,6 +429,20 @@ fn pin_uids(
     Ok(())
 }
 
+/// A query as a streaming graph whose operators' uids are under `name`.
+pub(crate) async fn plan_query(
+    db: &Database,
+    query: &datafusion::sql::sqlparser::ast::Query,
+    name: &str,
+) -> SqlResult<weir_planner::PlannedView> {
+    let query = Statement::Query(Box::new(query.clone()));
+    let ctx = query::planning_context(db, &query)?;
+    let state = ctx.state();
+    let plan = query::plan_statement(&state, &query).await?;
+    let plan = state.optimize(&plan)?;
+    plan_view(&state, &plan, name)
+}
+
 async fn plan_create_view(
     db: &Database,
     session: Option<&Session>,
@@ -463,12 +477,7 @@ async fn plan_create_view(
             ),
         ));
     }
-    let query = Statement::Query(cv.query.clone());
-    let ctx = query::planning_context(db, &query)?;
-    let state = ctx.state();
-    let plan = query::plan_statement(&state, &query).await?;
-    let plan = state.optimize(&plan)?;
-    let mut planned = plan_view(&state, &plan, &name)?;
+    let mut planned = plan_query(db, &cv.query, &name).await?;
     pin_uids(&mut planned.graph, &opts.pinned_uids)?;
     // Postgres names for the view's columns, or the names the user listed.
     let mut names: Vec<String> = planned

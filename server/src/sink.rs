@@ -4,32 +4,48 @@
 //! A sink is a job that reads a table or view — its current contents first, then every
 //! change — and hands the changes to its connector; it is not itself readable.
 //! Connectors: `blackhole` (takes everything, keeps nothing: measures a pipeline) and
-//! `kafka` (at least once; the exactly-once version is designed in
-//! `notes/kafka-sink-exactly-once.md`, not built). A sink checkpoints like a view (its
-//! source positions), so after a restart it resumes from its checkpoint.
+//! `kafka` (at least once, or exactly once with transactions committed when a
+//! checkpoint completes). A sink checkpoints like a view (its source positions), so
+//! after a restart it resumes from its checkpoint.
 
 use crate::catalog::{RelationEntry, RelationKind};
 use crate::database::Database;
 use crate::output::Output;
 use crate::session::Session;
+use datafusion::sql::sqlparser::ast::Statement;
 use std::collections::BTreeMap;
-use weir_executor::operators::kafka_sink::{KafkaSinkSpec, SinkFormat};
+use std::sync::Arc;
+use weir_executor::checkpoint::CheckpointMode;
+use weir_executor::exchange::ExchangeKind;
+use weir_executor::operators::kafka_sink::{DeliveryGuarantee, KafkaSinkSpec};
+use weir_executor::operators::sink_format::SinkFormat;
 use weir_executor::{FragmentInput, FragmentSpec, StreamGraph, ViewSpec};
 use weir_planner::{sqlstate, SqlError, SqlResult, WeirStatement};
 
-/// The job a sink runs: one fragment reading `from`, ending in the connector.
-fn sink_spec(
+/// The job a sink runs. A sink of a table reads the table. A sink of a materialized
+/// view runs the view's query itself, under the sink's own uids, reading the tables
+/// the view reads: so the sink checkpoints table positions and resumes from its own
+/// checkpoint after a crash instead of being rebuilt from the view's whole contents
+/// (which would send every row again).
+async fn sink_spec(
     db: &Database,
     name: &str,
     from: &str,
     options: &[(String, String)],
     parallelism: u32,
+    settings: &BTreeMap<String, String>,
 ) -> SqlResult<ViewSpec> {
     let connector = options
         .iter()
         .find(|(k, _)| k == "connector")
         .map(|(_, v)| v.to_ascii_lowercase());
     let invalid = |m: String| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
+    let schema = db.relation_schema(from).ok_or_else(|| {
+        SqlError::new(
+            sqlstate::UNDEFINED_TABLE,
+            format!("relation \"{from}\" does not exist"),
+        )
+    })?;
     let mut kafka = None;
     match connector.as_deref() {
         Some("blackhole") => {
@@ -41,7 +57,7 @@ fn sink_spec(
                 return Err(invalid(format!("unknown sink option \"{k}\"")));
             }
         }
-        Some("kafka") => kafka = Some(kafka_sink_spec(name, options)?),
+        Some("kafka") => kafka = Some(kafka_sink_spec(name, options, &schema)?),
         Some(c) => {
             return Err(SqlError::unsupported(format!(
                 "sink connector '{c}' is not supported yet (blackhole and kafka are)"
@@ -49,20 +65,59 @@ fn sink_spec(
         }
         None => return Err(invalid("a sink needs connector = '...'".into())),
     }
-    let schema = db.relation_schema(from).ok_or_else(|| {
-        SqlError::new(
-            sqlstate::UNDEFINED_TABLE,
-            format!("relation \"{from}\" does not exist"),
-        )
-    })?;
-    let graph = StreamGraph {
-        fragments: vec![FragmentSpec {
+    let config = crate::ddl::view_job_config(db, settings)?;
+    let view_query = db
+        .catalog
+        .read()
+        .get(from)
+        .filter(|e| e.kind == RelationKind::MaterializedView)
+        .map(|e| e.sql.clone());
+    let mut fragments = match view_query {
+        Some(sql) => {
+            let Ok(WeirStatement::Sql(stmt)) = weir_planner::parse_statement(&sql) else {
+                return Err(SqlError::internal("stored view DDL is not a statement"));
+            };
+            let Statement::CreateView(cv) = *stmt else {
+                return Err(SqlError::internal(
+                    "stored view DDL is not CREATE MATERIALIZED VIEW",
+                ));
+            };
+            crate::ddl::plan_query(db, &cv.query, name)
+                .await?
+                .graph
+                .fragments
+        }
+        None => vec![FragmentSpec {
             id: 0,
             single: false,
             inputs: vec![FragmentInput::Relation(from.to_string())],
             chain: vec![],
             output_schema: schema.clone(),
         }],
+    };
+    if let Some(k) = &kafka {
+        if k.guarantee == DeliveryGuarantee::ExactlyOnce {
+            exactly_once_checks(db, &config, &fragments)?;
+            // One transactional writer per sink: a last fragment of one actor.
+            let last = fragments.last().expect("a planned query has fragments");
+            if !last.single {
+                let id = fragments.iter().map(|f| f.id).max().unwrap_or(0) + 1;
+                let output_schema = last.output_schema.clone();
+                fragments.push(FragmentSpec {
+                    id,
+                    single: true,
+                    inputs: vec![FragmentInput::Fragment {
+                        id: last.id,
+                        exchange: ExchangeKind::Single,
+                    }],
+                    chain: vec![],
+                    output_schema,
+                });
+            }
+        }
+    }
+    let graph = StreamGraph {
+        fragments,
         output_uid: format!("{name}.sink"),
         blackhole: kafka.is_none(),
         kafka_sink: kafka,
@@ -71,19 +126,61 @@ fn sink_spec(
         graph,
         schema,
         parallelism,
-        config: crate::ddl::view_job_config(db, &BTreeMap::new())?,
+        config,
     })
 }
 
+/// An exactly-once sink commits on checkpoint completion, so its job must checkpoint,
+/// with aligned barriers, and read only tables (whose log positions it can resume from).
+fn exactly_once_checks(
+    db: &Database,
+    config: &weir_executor::checkpoint::JobConfig,
+    fragments: &[FragmentSpec],
+) -> SqlResult<()> {
+    let invalid = |m: &str| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m.to_string());
+    if config.checkpoint.interval.is_none() {
+        return Err(invalid(
+            "sink.delivery-guarantee = 'exactly-once' commits at checkpoints: set execution.checkpointing.interval",
+        ));
+    }
+    if config.checkpoint.mode != CheckpointMode::ExactlyOnce {
+        return Err(invalid(
+            "sink.delivery-guarantee = 'exactly-once' needs execution.checkpointing.mode = 'EXACTLY_ONCE'",
+        ));
+    }
+    let catalog = db.catalog.read();
+    for f in fragments {
+        for input in &f.inputs {
+            if let FragmentInput::Relation(r) = input {
+                if catalog
+                    .get(r)
+                    .is_some_and(|e| e.kind != RelationKind::Table)
+                {
+                    return Err(SqlError::unsupported(format!(
+                        "an exactly-once sink reads tables or a view over tables; \"{r}\" is a view read by the view"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `connector = 'kafka'` options: `topic`, `properties.bootstrap.server`, other
-/// `properties.*`, `FORMAT PLAIN | DEBEZIUM ENCODE JSON`, and
-/// `sink.delivery-guarantee = 'at-least-once'` (the default; `exactly-once` is not
-/// built yet).
-fn kafka_sink_spec(name: &str, options: &[(String, String)]) -> SqlResult<KafkaSinkSpec> {
+/// `properties.*`, `FORMAT PLAIN | UPSERT | DEBEZIUM ENCODE JSON` (UPSERT with
+/// `primary_key = 'col, ...'`), and `sink.delivery-guarantee = 'at-least-once'` (the
+/// default) or `'exactly-once'`.
+fn kafka_sink_spec(
+    name: &str,
+    options: &[(String, String)],
+    schema: &arrow::datatypes::Schema,
+) -> SqlResult<KafkaSinkSpec> {
     let invalid = |m: String| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
     let mut topic = None;
     let mut bootstrap = None;
-    let mut format = SinkFormat::Plain;
+    let mut format = "plain".to_string();
+    let mut primary_key = None;
+    let mut guarantee = DeliveryGuarantee::AtLeastOnce;
     let mut properties = BTreeMap::new();
     for (k, v) in options {
         match k.as_str() {
@@ -92,33 +189,28 @@ fn kafka_sink_spec(name: &str, options: &[(String, String)]) -> SqlResult<KafkaS
             "properties.bootstrap.server" | "properties.bootstrap.servers" => {
                 bootstrap = Some(v.clone())
             }
-            "format" => {
-                format = match v.to_ascii_lowercase().as_str() {
-                    "plain" => SinkFormat::Plain,
-                    "debezium" => SinkFormat::Debezium,
-                    other => {
-                        return Err(SqlError::unsupported(format!(
-                            "sink FORMAT {other} is not supported yet (PLAIN and DEBEZIUM are)"
-                        )))
-                    }
-                }
-            }
+            "format" => format = v.to_ascii_lowercase(),
+            "primary_key" => primary_key = Some(v.clone()),
             "encode" if v.eq_ignore_ascii_case("json") => {}
             "encode" => {
                 return Err(SqlError::unsupported(format!(
                     "sink ENCODE {v} is not supported yet (JSON is)"
                 )))
             }
-            "sink.delivery-guarantee" => match v.to_ascii_lowercase().as_str() {
-                "at-least-once" => {}
-                "exactly-once" => {
-                    return Err(SqlError::unsupported(
-                        "sink.delivery-guarantee = 'exactly-once' is not built yet (see notes/kafka-sink-exactly-once.md); use 'at-least-once'",
-                    ))
+            "sink.delivery-guarantee" => {
+                guarantee = match v.to_ascii_lowercase().as_str() {
+                    "at-least-once" => DeliveryGuarantee::AtLeastOnce,
+                    "exactly-once" => DeliveryGuarantee::ExactlyOnce,
+                    other => return Err(invalid(format!(
+                        "invalid sink.delivery-guarantee: {other} (exactly-once or at-least-once)"
+                    ))),
                 }
-                other => return Err(invalid(format!("invalid sink.delivery-guarantee: {other}"))),
-            },
+            }
             other => match other.strip_prefix("properties.") {
+                Some("transactional.id") => return Err(invalid(
+                    "properties.transactional.id is derived from the sink's uid; leave it unset"
+                        .into(),
+                )),
                 Some(p) => {
                     properties.insert(p.to_string(), v.clone());
                 }
@@ -126,6 +218,24 @@ fn kafka_sink_spec(name: &str, options: &[(String, String)]) -> SqlResult<KafkaS
             },
         }
     }
+    let format = match (format.as_str(), primary_key) {
+        ("plain", None) => SinkFormat::Plain,
+        ("debezium", None) => SinkFormat::Debezium,
+        ("upsert", Some(pk)) => SinkFormat::Upsert(key_columns(&pk, schema)?),
+        ("upsert", None) => {
+            return Err(invalid(
+                "FORMAT UPSERT needs primary_key = 'column, ...' (the message key)".into(),
+            ))
+        }
+        ("plain" | "debezium", Some(_)) => {
+            return Err(invalid("primary_key is only for FORMAT UPSERT".into()))
+        }
+        (other, _) => {
+            return Err(SqlError::unsupported(format!(
+                "sink FORMAT {other} is not supported yet (PLAIN, UPSERT and DEBEZIUM are)"
+            )))
+        }
+    };
     Ok(KafkaSinkSpec {
         sink: name.to_string(),
         topic: topic.ok_or_else(|| invalid("the kafka sink needs topic = '...'".into()))?,
@@ -133,8 +243,29 @@ fn kafka_sink_spec(name: &str, options: &[(String, String)]) -> SqlResult<KafkaS
             invalid("the kafka sink needs properties.bootstrap.server = 'host:port'".into())
         })?,
         format,
+        guarantee,
+        schema: Arc::new(schema.clone()),
         properties,
     })
+}
+
+/// Positions of the `primary_key` columns (comma-separated names) in `schema`.
+fn key_columns(list: &str, schema: &arrow::datatypes::Schema) -> SqlResult<Vec<usize>> {
+    list.split(',')
+        .map(|c| {
+            let c = c.trim().trim_matches('"');
+            schema
+                .fields()
+                .iter()
+                .position(|f| f.name().eq_ignore_ascii_case(c))
+                .ok_or_else(|| {
+                    SqlError::new(
+                        sqlstate::UNDEFINED_COLUMN,
+                        format!("primary_key column \"{c}\" does not exist"),
+                    )
+                })
+        })
+        .collect()
 }
 
 pub async fn create_sink(
@@ -150,7 +281,14 @@ pub async fn create_sink(
         return Err(crate::ddl::duplicate_relation(name));
     }
     let parallelism = session.parallelism().unwrap_or(db.config.parallelism);
-    let spec = sink_spec(db, name, from, options, parallelism)?;
+    // The session's job settings (checkpointing, restart strategy) apply, as for views.
+    let settings: BTreeMap<String, String> = session
+        .settings
+        .iter()
+        .filter(|(k, _)| crate::settings::is_job_key(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let spec = sink_spec(db, name, from, options, parallelism, &settings).await?;
     let id = db.catalog.write().allocate_id();
     crate::ddl::deploy(db, id, name, spec, weir_executor::Restore::Fresh).await?;
     let entry = RelationEntry {
@@ -162,7 +300,7 @@ pub async fn create_sink(
         depends_on: vec![from.to_string()],
         primary_key: vec![],
         parallelism,
-        settings: Default::default(),
+        settings,
     };
     let mut cat = db.catalog.write();
     cat.relations.push(entry);
@@ -181,7 +319,15 @@ pub async fn restore_sink(db: &Database, entry: &RelationEntry) -> SqlResult<()>
     else {
         return Err(SqlError::internal("stored sink DDL is not CREATE SINK"));
     };
-    let spec = sink_spec(db, &name, &from, &options, entry.parallelism.max(1))?;
+    let spec = sink_spec(
+        db,
+        &name,
+        &from,
+        &options,
+        entry.parallelism.max(1),
+        &entry.settings,
+    )
+    .await?;
     crate::ddl::deploy(db, entry.id, &name, spec, weir_executor::Restore::Latest).await?;
     db.catalog.write().relations.push(entry.clone());
     Ok(())
@@ -216,10 +362,10 @@ pub async fn drop_sink(db: &Database, name: &str, if_exists: bool) -> SqlResult<
     Ok(Output::command("DROP SINK"))
 }
 
-/// `SHOW SINKS`: name, the relation it reads, connector, status.
+/// `SHOW SINKS`: name, the relation it reads, connector, status; by name.
 pub fn show_sinks(db: &Database) -> SqlResult<Output> {
     let jobs = db.runtime().jobs();
-    let rows = db
+    let mut rows: Vec<Vec<String>> = db
         .catalog
         .read()
         .relations
@@ -237,6 +383,7 @@ pub fn show_sinks(db: &Database) -> SqlResult<Output> {
             ]
         })
         .collect();
+    rows.sort();
     crate::show::text_table(&["name", "from", "connector", "status"], rows)
 }
 

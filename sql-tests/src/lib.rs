@@ -3,6 +3,7 @@
 //! Module map:
 //! - [`process`]: `WeirProcess`: start a `weir` binary on a free port with its own
 //!   data dir, connect, kill it with SIGKILL, restart it.
+//! - [`kafka`]: the test Kafka broker: topics, producing, reading a partition.
 //! - [`query`]: small query helpers (rows as text, SQLSTATE of an error, polling).
 //! - [`s3`]: the test S3 endpoint: buckets and checkpoint configuration.
 //! - [`workload`]: the crash workload (acknowledged writes, oracle check) shared by the
@@ -12,6 +13,7 @@
 //! Tests live in `tests/` (sqllogictest files in `slt/`, differential and crash tests);
 //! the conformance report over `../shared/conformance/` is `src/bin/conformance.rs`.
 
+pub mod kafka;
 pub mod process;
 pub mod query;
 pub mod s3;

@@ -3,74 +3,14 @@
 //! over several partitions into a table and a view, bad records per policy, startup
 //! modes, and exactly-once ingestion across `kill -9` (no duplicate, no gap).
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use std::time::Duration;
 use tokio_postgres::Client;
+use weir_sql_tests::kafka::{
+    broker, create_topic, json, produce, producer, read_messages, read_topic,
+};
 use weir_sql_tests::query::{error_code, rows, value};
 use weir_sql_tests::WeirProcess;
-
-fn broker() -> String {
-    std::env::var("WEIR_TEST_KAFKA_BROKER").expect(
-        "WEIR_TEST_KAFKA_BROKER is not set: run the suite with ./scripts/test.sh, which starts the broker",
-    )
-}
-
-async fn create_topic(name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", broker())
-        .create()
-        .expect("admin client");
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    let res = admin
-        .create_topics([&topic], &AdminOptions::new())
-        .await
-        .expect("create topics");
-    for r in res {
-        r.expect("topic created");
-    }
-}
-
-fn producer() -> BaseProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", broker())
-        .set("linger.ms", "5")
-        .create()
-        .expect("producer")
-}
-
-/// Sends `(partition, payload)` records and waits until the broker has them.
-fn produce(p: &BaseProducer, topic: &str, records: &[(i32, Vec<u8>)]) {
-    for (part, payload) in records {
-        loop {
-            match p.send(
-                BaseRecord::<(), [u8]>::to(topic)
-                    .partition(*part)
-                    .payload(payload),
-            ) {
-                Ok(()) => break,
-                Err((e, _)) => {
-                    // Queue full: let deliveries drain.
-                    assert!(
-                        matches!(
-                            e.rdkafka_error_code(),
-                            Some(rdkafka::types::RDKafkaErrorCode::QueueFull)
-                        ),
-                        "produce: {e}"
-                    );
-                    p.poll(Duration::from_millis(50));
-                }
-            }
-        }
-    }
-    p.flush(Duration::from_secs(30)).expect("flush");
-}
-
-fn json(id: i64) -> Vec<u8> {
-    format!(r#"{{"id": {id}, "g": {}, "v": {}}}"#, id % 7, id * 10).into_bytes()
-}
 
 /// Waits until `sql` returns `want` (ingestion is asynchronous).
 async fn wait_for(c: &Client, sql: &str, want: &str) {
@@ -453,44 +393,13 @@ async fn upsert_records_replace_and_tombstones_delete_across_kill_9() {
     );
 }
 
-/// The payloads of partition 0 of `topic`, from the beginning to its end now.
-fn read_topic(topic: &str) -> Vec<String> {
-    use rdkafka::message::Message;
-    read_messages(topic)
-        .iter()
-        .map(|m| String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned())
-        .collect()
-}
-
-/// Every message of partition 0 of `topic`, from the beginning to its end now.
-fn read_messages(topic: &str) -> Vec<rdkafka::message::OwnedMessage> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", broker())
-        .set("group.id", "weir-test-reader")
-        .set("enable.partition.eof", "true")
-        .create()
-        .expect("consumer");
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
-        .unwrap();
-    consumer.assign(&tpl).unwrap();
-    let mut out = Vec::new();
-    loop {
-        match consumer.poll(Duration::from_secs(10)) {
-            Some(Ok(m)) => out.push(m.detach()),
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) | None => return out,
-            Some(Err(e)) => panic!("read {topic}: {e}"),
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_sinks_carry_a_views_changes_debezium_and_a_tables_rows_plain() {
     let input = format!("sink-in-{}", std::process::id());
     let changes = format!("sink-changes-{}", std::process::id());
     let plain = format!("sink-plain-{}", std::process::id());
-    for t in [&input, &changes, &plain] {
+    let upsert = format!("sink-upsert-{}", std::process::id());
+    for t in [&input, &changes, &plain, &upsert] {
         create_topic(t, 1).await;
     }
     let p = producer();
@@ -508,7 +417,9 @@ async fn kafka_sinks_carry_a_views_changes_debezium_and_a_tables_rows_plain() {
          CREATE SINK changes FROM per_g WITH (connector = 'kafka', topic = '{changes}',
            properties.bootstrap.server = '{b}') FORMAT DEBEZIUM ENCODE JSON;
          CREATE SINK rows FROM events WITH (connector = 'kafka', topic = '{plain}',
-           properties.bootstrap.server = '{b}') FORMAT PLAIN ENCODE JSON;",
+           properties.bootstrap.server = '{b}') FORMAT PLAIN ENCODE JSON;
+         CREATE SINK latest FROM per_g WITH (connector = 'kafka', topic = '{upsert}',
+           properties.bootstrap.server = '{b}', primary_key = 'g') FORMAT UPSERT ENCODE JSON;",
         b = broker()
     ))
     .await
@@ -548,6 +459,24 @@ async fn kafka_sinks_carry_a_views_changes_debezium_and_a_tables_rows_plain() {
     from_view.sort();
     assert_eq!(from_sink, from_view);
     assert!(contents.values().all(|n| *n == 1));
+    // UPSERT: the last record of each key (a tombstone deletes) is the view's row.
+    let mut latest: std::collections::BTreeMap<String, String> = Default::default();
+    for m in read_messages(&upsert) {
+        use rdkafka::message::Message;
+        let key = String::from_utf8_lossy(m.key().expect("upsert records are keyed")).into_owned();
+        match m.payload() {
+            Some(p) => {
+                let row = String::from_utf8_lossy(p).into_owned();
+                let g = serde_json::from_str::<serde_json::Value>(&row).unwrap()["g"].clone();
+                assert_eq!(key, format!(r#"{{"g":{g}}}"#), "key of {row}");
+                latest.insert(key, row)
+            }
+            None => latest.remove(&key),
+        };
+    }
+    let mut from_upsert: Vec<String> = latest.into_values().collect();
+    from_upsert.sort();
+    assert_eq!(from_upsert, from_view);
     // The table's rows, one record each (append-only: PLAIN).
     let mut ids: Vec<i64> = read_topic(&plain)
         .iter()
@@ -564,6 +493,12 @@ async fn kafka_sinks_carry_a_views_changes_debezium_and_a_tables_rows_plain() {
         vec![
             vec![
                 "changes".to_string(),
+                "per_g".into(),
+                "kafka".into(),
+                "RUNNING".into()
+            ],
+            vec![
+                "latest".to_string(),
                 "per_g".into(),
                 "kafka".into(),
                 "RUNNING".into()

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use weir_storage::checkpoint_meta::{CheckpointMetadata, UidState};
 use weir_storage::object_storage::ObjectStorage;
 use weir_storage::state_snapshot::StateDelta;
@@ -97,6 +97,9 @@ pub struct CheckpointCoordinator {
     held: std::sync::atomic::AtomicUsize,
     /// Bumped whenever a job finishes a checkpoint (either way): waiters re-check.
     progress: watch::Sender<u64>,
+    /// Every completed checkpoint as `(job, epoch)`: the commit point of
+    /// transactional sinks (Flink's `notifyCheckpointComplete`).
+    completed: broadcast::Sender<(u64, Epoch)>,
     max_parallelism: u32,
     /// Handle to ourselves for timers.
     me: Weak<Self>,
@@ -130,6 +133,7 @@ impl CheckpointCoordinator {
             force_next: AtomicBool::new(false),
             held: std::sync::atomic::AtomicUsize::new(0),
             progress,
+            completed: broadcast::channel(256).0,
             max_parallelism,
             me: me.clone(),
         });
@@ -145,6 +149,13 @@ impl CheckpointCoordinator {
 
     pub fn part_sender(&self) -> mpsc::UnboundedSender<CheckpointPart> {
         self.parts_tx.clone()
+    }
+
+    /// Completed checkpoints from now on, as `(job, epoch)`. A receiver that lags
+    /// behind loses old notices, which is harmless: completion of a later checkpoint
+    /// covers every earlier one.
+    pub fn completions(&self) -> broadcast::Receiver<(u64, Epoch)> {
+        self.completed.subscribe()
     }
 
     /// Registers a job (a table or a view) with the state it was restored from.
@@ -454,6 +465,7 @@ impl CheckpointCoordinator {
                     r.incremental_size = meta.incremental_size;
                 });
                 self.progress.send_modify(|v| *v += 1);
+                let _ = self.completed.send((done.job, done.epoch));
             }
             Err(reason) => {
                 self.fail(done.job, j, done.epoch, done.duration_ms, reason);

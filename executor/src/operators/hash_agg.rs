@@ -11,7 +11,7 @@
 //! emitted at the first barrier even for an empty input (`count = 0`, `sum = NULL`).
 
 use crate::aggregate::{decode_states, encode_states, AccState, AggCall, CallRuntime};
-use crate::barrier::Barrier;
+use crate::barrier::{Barrier, Epoch};
 use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
@@ -261,7 +261,7 @@ impl Operator for HashAggOperator {
         self.emit_changes(out)
     }
 
-    fn snapshot(&mut self) -> Result<Vec<StateDelta>> {
+    fn snapshot(&mut self, _epoch: Epoch) -> Result<Vec<StateDelta>> {
         Ok(vec![StateDelta {
             uid: self.spec.uid.clone(),
             data: DeltaData::Keyed(self.state.take_checkpoint_delta()),

@@ -2,7 +2,7 @@
 //! subscribers unchanged and, at each barrier, stages the epoch's changes into the
 //! relation's store, where the coordinator commits them when the epoch completes.
 
-use crate::barrier::Barrier;
+use crate::barrier::{Barrier, Epoch};
 use crate::chunk::StreamChunk;
 use crate::error::Result;
 use crate::operator::Operator;
@@ -68,7 +68,7 @@ impl Operator for MaterializeOperator {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Vec<StateDelta>> {
+    fn snapshot(&mut self, _epoch: Epoch) -> Result<Vec<StateDelta>> {
         let mut taken = std::mem::take(&mut self.since_checkpoint);
         if self.track_changes {
             // An unaligned cut falls inside an epoch: its changes so far belong to it.

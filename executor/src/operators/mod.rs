@@ -6,7 +6,11 @@
 //! - [`hash_agg`]: keyed aggregation with retraction, emitting changes at barriers.
 //! - [`materialize`]: stages each epoch's changes into a relation store and passes them on.
 //! - [`blackhole`]: the end of a blackhole sink: takes every change, keeps nothing.
-//! - [`kafka_sink`]: the end of a Kafka sink: every change as a JSON record (at least once).
+//! - [`kafka_sink`]: the end of a Kafka sink: every change as a JSON record, at least
+//!   once (flushed per barrier) or exactly once (through [`kafka_sink_txn`]).
+//! - [`kafka_sink_txn`]: the exactly-once sink's committer: one Kafka transaction per
+//!   completed checkpoint, with a commit marker that recovery reads.
+//! - [`sink_format`]: PLAIN / UPSERT / DEBEZIUM records, and their checkpointed bytes.
 //!
 //! Test them through the SQL suites in `sql-tests/` and the unit tests in each file.
 
@@ -14,5 +18,7 @@ pub mod blackhole;
 pub mod filter;
 pub mod hash_agg;
 pub mod kafka_sink;
+pub mod kafka_sink_txn;
 pub mod materialize;
 pub mod project;
+pub mod sink_format;
