@@ -7,7 +7,7 @@ use crate::checkpoint::restore::{load_latest, RestoredJob};
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
 use crate::exchange::{Dispatcher, ExchangeKind, PriorityLane, CHANNEL_CAPACITY};
-use crate::graph::{FragmentInput, OperatorSpec, StreamGraph};
+use crate::graph::{FragmentInput, OperatorSpec, SinkSpec, StreamGraph};
 use crate::hub::{RelationHub, Subscription};
 use crate::operator::Operator;
 use crate::operators::{
@@ -84,6 +84,31 @@ fn build_operator(
             reemit,
             track_changes,
         )?),
+    })
+}
+
+/// The last operator of a sink job.
+fn sink_operator(
+    rt: &Runtime,
+    job: u64,
+    graph: &StreamGraph,
+    sink: &SinkSpec,
+    restored: Option<&RestoredJob>,
+) -> Result<Box<dyn Operator>> {
+    use crate::operators::{file_sink, kafka_sink, two_phase::SinkContext};
+    let ctx = || SinkContext {
+        job,
+        uid: graph.output_uid.clone(),
+        restored: restored
+            .and_then(|r| r.keyed.get(&graph.output_uid))
+            .map(|e| e.iter().map(|(_, k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default(),
+        completions: rt.checkpoints.completions(),
+    };
+    Ok(match sink {
+        SinkSpec::Blackhole => Box::new(crate::operators::blackhole::BlackholeOperator),
+        SinkSpec::Kafka(k) => Box::new(kafka_sink::KafkaSinkOperator::new(k.clone(), ctx())?),
+        SinkSpec::File(f) => Box::new(file_sink::FileSinkOperator::new(f.clone(), ctx())?),
     })
 }
 
@@ -297,28 +322,15 @@ pub(crate) async fn deploy_view(
                 .iter()
                 .map(|s| build_operator(rt, s, range, restored.is_some(), reemit, track))
                 .collect::<Result<Vec<_>>>()?;
-            if let (true, Some(k)) = (gi == last, &graph.kafka_sink) {
-                let ctx = crate::operators::kafka_sink::SinkContext {
-                    job,
-                    uid: graph.output_uid.clone(),
-                    restored: restored
-                        .as_ref()
-                        .and_then(|r| r.keyed.get(&graph.output_uid))
-                        .map(|e| e.iter().map(|(_, k, v)| (k.clone(), v.clone())).collect())
-                        .unwrap_or_default(),
-                    completions: rt.checkpoints.completions(),
-                };
-                chain.push(Box::new(
-                    crate::operators::kafka_sink::KafkaSinkOperator::new(k.clone(), ctx)?,
-                ));
-            } else if gi == last && graph.blackhole {
-                chain.push(Box::new(crate::operators::blackhole::BlackholeOperator));
-            } else if gi == last {
-                chain.push(Box::new(MaterializeOperator::new(
-                    store.clone(),
-                    graph.output_uid.clone(),
-                    track && !derived,
-                )));
+            if gi == last {
+                chain.push(match &graph.sink {
+                    None => Box::new(MaterializeOperator::new(
+                        store.clone(),
+                        graph.output_uid.clone(),
+                        track && !derived,
+                    )),
+                    Some(sink) => sink_operator(rt, job, graph, sink, restored.as_ref())?,
+                });
             }
             let output = outputs[gi][d].take().ok_or_else(|| {
                 ExecError::Internal(format!("fragment {} has no consumer", frag.id))

@@ -72,10 +72,16 @@ pub struct StreamGraph {
     /// Uid of the view's stored rows: the view's name and a fingerprint of its whole
     /// query, because those rows mean the whole query (a changed filter changes them).
     pub output_uid: String,
-    /// The job ends in a blackhole sink instead of stored rows.
-    pub blackhole: bool,
-    /// The job ends in a Kafka sink instead of stored rows.
-    pub kafka_sink: Option<crate::operators::kafka_sink::KafkaSinkSpec>,
+    /// The job ends in a sink instead of stored rows.
+    pub sink: Option<SinkSpec>,
+}
+
+/// The connector at the end of a `CREATE SINK` job.
+#[derive(Debug, Clone)]
+pub enum SinkSpec {
+    Blackhole,
+    Kafka(crate::operators::kafka_sink::KafkaSinkSpec),
+    File(crate::operators::file_sink::FileSinkSpec),
 }
 
 /// The layout of stored rows: their column types.
@@ -92,7 +98,7 @@ pub fn rows_layout(schema: &arrow::datatypes::Schema) -> String {
 impl StreamGraph {
     /// The job ends in a sink instead of stored rows.
     pub fn is_sink(&self) -> bool {
-        self.blackhole || self.kafka_sink.is_some()
+        self.sink.is_some()
     }
 
     /// Every stateful operator, in plan order (inputs first): what EXPLAIN numbers and

@@ -49,5 +49,5 @@ pub use barrier::Epoch;
 pub use chunk::{Op, StreamChunk};
 pub use deploy::Restore;
 pub use error::{ExecError, Result};
-pub use graph::{FragmentInput, FragmentSpec, OperatorSpec, StreamGraph};
+pub use graph::{FragmentInput, FragmentSpec, OperatorSpec, SinkSpec, StreamGraph};
 pub use runtime::{JobStatus, Runtime, RuntimeConfig, ViewSpec, WriteState};

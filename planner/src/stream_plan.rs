@@ -73,8 +73,7 @@ pub fn plan_view(state: &SessionState, plan: &LogicalPlan, view: &str) -> SqlRes
     let mut graph = StreamGraph {
         fragments: b.fragments,
         output_uid: format!("{view}.materialize.{fingerprint:016x}"),
-        blackhole: false,
-        kafka_sink: None,
+        sink: None,
     };
     // Two aggregations with the same meaning in one view (a self-union) keep apart:
     // the second is `<uid>.2`, in plan order.

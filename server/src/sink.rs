@@ -17,9 +17,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use weir_executor::checkpoint::CheckpointMode;
 use weir_executor::exchange::ExchangeKind;
+use weir_executor::operators::file_sink::FileSinkSpec;
 use weir_executor::operators::kafka_sink::{DeliveryGuarantee, KafkaSinkSpec};
 use weir_executor::operators::sink_format::SinkFormat;
-use weir_executor::{FragmentInput, FragmentSpec, StreamGraph, ViewSpec};
+use weir_executor::{FragmentInput, FragmentSpec, SinkSpec, StreamGraph, ViewSpec};
 use weir_planner::{sqlstate, SqlError, SqlResult, WeirStatement};
 
 /// The job a sink runs. A sink of a table reads the table. A sink of a materialized
@@ -46,8 +47,7 @@ async fn sink_spec(
             format!("relation \"{from}\" does not exist"),
         )
     })?;
-    let mut kafka = None;
-    match connector.as_deref() {
+    let sink = match connector.as_deref() {
         Some("blackhole") => {
             // The blackhole takes no options of its own.
             if let Some((k, _)) = options
@@ -56,15 +56,17 @@ async fn sink_spec(
             {
                 return Err(invalid(format!("unknown sink option \"{k}\"")));
             }
+            SinkSpec::Blackhole
         }
-        Some("kafka") => kafka = Some(kafka_sink_spec(name, options, &schema)?),
+        Some("kafka") => SinkSpec::Kafka(kafka_sink_spec(name, options, &schema)?),
+        Some("file") => SinkSpec::File(file_sink_spec(db, name, options, &schema)?),
         Some(c) => {
             return Err(SqlError::unsupported(format!(
-                "sink connector '{c}' is not supported yet (blackhole and kafka are)"
+                "sink connector '{c}' is not supported yet (blackhole, kafka and file are)"
             )))
         }
         None => return Err(invalid("a sink needs connector = '...'".into())),
-    }
+    };
     let config = crate::ddl::view_job_config(db, settings)?;
     let view_query = db
         .catalog
@@ -95,9 +97,14 @@ async fn sink_spec(
             output_schema: schema.clone(),
         }],
     };
-    if let Some(k) = &kafka {
-        if k.guarantee == DeliveryGuarantee::ExactlyOnce {
-            exactly_once_checks(db, &config, &fragments)?;
+    let exactly_once = match &sink {
+        SinkSpec::Kafka(k) => k.guarantee == DeliveryGuarantee::ExactlyOnce,
+        SinkSpec::File(_) => true,
+        SinkSpec::Blackhole => false,
+    };
+    {
+        if exactly_once {
+            exactly_once_checks(db, &config, &fragments, &sink)?;
             // One transactional writer per sink: a last fragment of one actor.
             let last = fragments.last().expect("a planned query has fragments");
             if !last.single {
@@ -119,8 +126,7 @@ async fn sink_spec(
     let graph = StreamGraph {
         fragments,
         output_uid: format!("{name}.sink"),
-        blackhole: kafka.is_none(),
-        kafka_sink: kafka,
+        sink: Some(sink),
     };
     Ok(ViewSpec {
         graph,
@@ -136,17 +142,22 @@ fn exactly_once_checks(
     db: &Database,
     config: &weir_executor::checkpoint::JobConfig,
     fragments: &[FragmentSpec],
+    sink: &SinkSpec,
 ) -> SqlResult<()> {
-    let invalid = |m: &str| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m.to_string());
+    let what = match sink {
+        SinkSpec::File(_) => "the file sink",
+        _ => "sink.delivery-guarantee = 'exactly-once'",
+    };
+    let invalid = |m: String| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
     if config.checkpoint.interval.is_none() {
-        return Err(invalid(
-            "sink.delivery-guarantee = 'exactly-once' commits at checkpoints: set execution.checkpointing.interval",
-        ));
+        return Err(invalid(format!(
+            "{what} commits at checkpoints: set execution.checkpointing.interval"
+        )));
     }
     if config.checkpoint.mode != CheckpointMode::ExactlyOnce {
-        return Err(invalid(
-            "sink.delivery-guarantee = 'exactly-once' needs execution.checkpointing.mode = 'EXACTLY_ONCE'",
-        ));
+        return Err(invalid(format!(
+            "{what} needs execution.checkpointing.mode = 'EXACTLY_ONCE'"
+        )));
     }
     let catalog = db.catalog.read();
     for f in fragments {
@@ -201,9 +212,11 @@ fn kafka_sink_spec(
                 guarantee = match v.to_ascii_lowercase().as_str() {
                     "at-least-once" => DeliveryGuarantee::AtLeastOnce,
                     "exactly-once" => DeliveryGuarantee::ExactlyOnce,
-                    other => return Err(invalid(format!(
+                    other => {
+                        return Err(invalid(format!(
                         "invalid sink.delivery-guarantee: {other} (exactly-once or at-least-once)"
-                    ))),
+                    )))
+                    }
                 }
             }
             other => match other.strip_prefix("properties.") {
@@ -246,6 +259,48 @@ fn kafka_sink_spec(
         guarantee,
         schema: Arc::new(schema.clone()),
         properties,
+    })
+}
+
+/// `connector = 'file'` options: `path` (a folder, `file://` URL or `s3://bucket/prefix`;
+/// S3 settings as for checkpoints) and `FORMAT PLAIN | DEBEZIUM ENCODE JSON` (JSON
+/// lines; Parquet is not built yet).
+fn file_sink_spec(
+    db: &Database,
+    name: &str,
+    options: &[(String, String)],
+    schema: &arrow::datatypes::Schema,
+) -> SqlResult<FileSinkSpec> {
+    let invalid = |m: String| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
+    let mut path = None;
+    let mut format = "plain".to_string();
+    let mut encode = "json".to_string();
+    for (k, v) in options {
+        match k.as_str() {
+            "connector" | "type" => {}
+            "path" => path = Some(v.clone()),
+            "format" => format = v.to_ascii_lowercase(),
+            "encode" => encode = v.to_ascii_lowercase(),
+            other => return Err(invalid(format!("unknown file sink option \"{other}\""))),
+        }
+    }
+    let format = match (format.as_str(), encode.as_str()) {
+        ("plain", "json") => SinkFormat::Plain,
+        ("debezium", "json") => SinkFormat::Debezium,
+        (f, e) => {
+            return Err(SqlError::unsupported(format!(
+                "file sink FORMAT {f} ENCODE {e} is not supported yet (PLAIN or DEBEZIUM ENCODE JSON is)"
+            )))
+        }
+    };
+    let path = path.ok_or_else(|| invalid("the file sink needs path = '...'".into()))?;
+    let storage = weir_storage::object_storage::ObjectStorage::open(&path, &db.config.s3())
+        .map_err(|e| invalid(format!("file sink path {path}: {e}")))?;
+    Ok(FileSinkSpec {
+        sink: name.to_string(),
+        storage,
+        format,
+        schema: Arc::new(schema.clone()),
     })
 }
 

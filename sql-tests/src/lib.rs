@@ -5,6 +5,7 @@
 //!   data dir, connect, kill it with SIGKILL, restart it.
 //! - [`kafka`]: the test Kafka broker: topics, producing, reading a partition.
 //! - [`query`]: small query helpers (rows as text, SQLSTATE of an error, polling).
+//! - [`sinks`]: replaying Debezium change events; the `per_g` oracle of sink tests.
 //! - [`s3`]: the test S3 endpoint: buckets and checkpoint configuration.
 //! - [`workload`]: the crash workload (acknowledged writes, oracle check) shared by the
 //!   kill -9 test and the soak command.
@@ -17,6 +18,7 @@ pub mod kafka;
 pub mod process;
 pub mod query;
 pub mod s3;
+pub mod sinks;
 pub mod slt;
 pub mod workload;
 

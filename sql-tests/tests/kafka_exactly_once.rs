@@ -17,7 +17,8 @@ use rdkafka::message::{Headers, Message};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use weir_sql_tests::kafka::{broker, create_topic, json, produce, producer, read_messages};
-use weir_sql_tests::query::{rows, value, wait_until};
+use weir_sql_tests::query::{value, wait_until};
+use weir_sql_tests::sinks::{per_g_oracle, per_g_rows, replay_debezium};
 use weir_sql_tests::WeirProcess;
 
 /// The committed batches of a sink topic: batch number → its records' payloads.
@@ -81,29 +82,6 @@ async fn wait_for_rows(topic: &str, total: usize) -> Batches {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     panic!("the sink {topic} did not catch up with {total} records");
-}
-
-/// Replays DEBEZIUM events: a delete must remove a row that is there.
-fn replay(events: impl Iterator<Item = String>) -> BTreeMap<String, i64> {
-    let mut contents: BTreeMap<String, i64> = BTreeMap::new();
-    for e in events {
-        let v: serde_json::Value = serde_json::from_str(&e).expect("debezium json");
-        match v["op"].as_str() {
-            Some("c") => *contents.entry(v["after"].to_string()).or_default() += 1,
-            Some("d") => {
-                let row = v["before"].to_string();
-                let n = contents.get_mut(&row).unwrap_or_else(|| {
-                    panic!("delete of a row the sink never inserted (or a duplicate delete): {row}")
-                });
-                *n -= 1;
-                if *n == 0 {
-                    contents.remove(&row);
-                }
-            }
-            other => panic!("op {other:?} in {e}"),
-        }
-    }
-    contents
 }
 
 async fn exactly_once_across_kill_9(name: &str, config: &str, kills: u64) {
@@ -189,16 +167,10 @@ async fn exactly_once_across_kill_9(name: &str, config: &str, kills: u64) {
     assert_eq!(ids, (0..total).collect::<Vec<_>>(), "a duplicate or a gap");
 
     // The view's changes replay to exactly its rows (and the oracle's).
-    let oracle: BTreeMap<String, i64> = (0..7)
-        .map(|g| {
-            let members: Vec<i64> = (0..total).filter(|i| i % 7 == g).collect();
-            let s: i64 = members.iter().map(|i| i * 10).sum();
-            (format!(r#"{{"g":{g},"n":{},"s":{s}}}"#, members.len()), 1)
-        })
-        .collect();
+    let oracle = per_g_oracle(total);
     let mut changes = read_batches(&changes_topic);
     for _ in 0..150 {
-        if replay(changes.batches.values().flatten().cloned()) == oracle {
+        if replay_debezium(changes.batches.values().flatten().cloned()) == oracle {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -206,8 +178,11 @@ async fn exactly_once_across_kill_9(name: &str, config: &str, kills: u64) {
     }
     let numbers: Vec<u64> = changes.batches.keys().copied().collect();
     assert_eq!(numbers, (0..numbers.len() as u64).collect::<Vec<_>>());
-    assert_eq!(replay(changes.batches.values().flatten().cloned()), oracle);
-    let view: BTreeMap<String, i64> = rows_of_view(&c).await;
+    assert_eq!(
+        replay_debezium(changes.batches.values().flatten().cloned()),
+        oracle
+    );
+    let view = per_g_rows(&c).await;
     assert_eq!(view, oracle, "the view differs from the oracle");
     eprintln!(
         "{name}: {kills} kills; {} + {} batches; repeated (aborted) attempts seen: {} + {}",
@@ -227,14 +202,6 @@ async fn exactly_once_across_kill_9(name: &str, config: &str, kills: u64) {
         "7",
         "the view lost a group"
     );
-}
-
-async fn rows_of_view(c: &tokio_postgres::Client) -> BTreeMap<String, i64> {
-    rows(c, "SELECT g, n, s FROM per_g")
-        .await
-        .into_iter()
-        .map(|r| (format!(r#"{{"g":{},"n":{},"s":{}}}"#, r[0], r[1], r[2]), 1))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -165,6 +165,17 @@ impl ObjectStorage {
         }
     }
 
+    /// Moves `from` to `to`, replacing `to`: an atomic rename in a local folder, a copy
+    /// and a delete on S3. `Ok(false)` when `from` does not exist.
+    pub async fn rename(&self, from: &str, to: &str) -> Result<bool> {
+        self.failpoint("object-store.put").await?;
+        match self.store.rename(&self.path(from), &self.path(to)).await {
+            Ok(()) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(os_err(e)),
+        }
+    }
+
     pub async fn delete(&self, key: &str) -> Result<()> {
         match self.store.delete(&self.path(key)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),

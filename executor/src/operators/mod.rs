@@ -7,14 +7,19 @@
 //! - [`materialize`]: stages each epoch's changes into a relation store and passes them on.
 //! - [`blackhole`]: the end of a blackhole sink: takes every change, keeps nothing.
 //! - [`kafka_sink`]: the end of a Kafka sink: every change as a JSON record, at least
-//!   once (flushed per barrier) or exactly once (through [`kafka_sink_txn`]).
-//! - [`kafka_sink_txn`]: the exactly-once sink's committer: one Kafka transaction per
-//!   completed checkpoint, with a commit marker that recovery reads.
+//!   once (flushed per barrier) or exactly once (through [`two_phase`]).
+//! - [`kafka_sink_txn`]: the exactly-once Kafka target: one transaction per completed
+//!   checkpoint, with a commit marker that recovery reads.
+//! - [`two_phase`]: two-phase commit for exactly-once sinks: batches staged in the
+//!   sink's state at checkpoint barriers, committed when the checkpoint completes.
+//! - [`file_sink`]: the end of a file sink: JSON lines or Parquet files on object
+//!   storage, exactly once (pending files renamed when a checkpoint completes).
 //! - [`sink_format`]: PLAIN / UPSERT / DEBEZIUM records, and their checkpointed bytes.
 //!
 //! Test them through the SQL suites in `sql-tests/` and the unit tests in each file.
 
 pub mod blackhole;
+pub mod file_sink;
 pub mod filter;
 pub mod hash_agg;
 pub mod kafka_sink;
@@ -22,3 +27,4 @@ pub mod kafka_sink_txn;
 pub mod materialize;
 pub mod project;
 pub mod sink_format;
+pub mod two_phase;

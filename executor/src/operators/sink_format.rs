@@ -46,6 +46,17 @@ fn json_rows(batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
         .collect())
 }
 
+/// `chunk` with the sink's column names: a sink of a view runs the view's query, whose
+/// columns carry the planner's names.
+pub fn named(chunk: StreamChunk, schema: &arrow::datatypes::SchemaRef) -> Result<StreamChunk> {
+    if chunk.batch.schema().fields() == schema.fields() {
+        return Ok(chunk);
+    }
+    chunk
+        .with_schema(schema.clone())
+        .map_err(|e| ExecError::Internal(format!("sink: {e}")))
+}
+
 /// The records of one chunk, in order. `sink` names the sink in errors.
 pub fn encode(format: &SinkFormat, sink: &str, chunk: &StreamChunk) -> Result<Vec<SinkRecord>> {
     let rows = json_rows(&chunk.batch)?;
