@@ -113,11 +113,15 @@ pub fn kafka_spec(
         }
     };
     let encode_text = o.remove("encode").unwrap_or_else(|| "json".into());
-    let encode = Encode::parse(&encode_text).ok_or_else(|| {
-        SqlError::unsupported(format!(
-            "ENCODE {encode_text} is not supported yet (JSON and CSV are)"
-        ))
-    })?;
+    let encode = if encode_text.eq_ignore_ascii_case("avro") {
+        avro_encode(&mut o, upsert)?
+    } else {
+        Encode::parse(&encode_text).ok_or_else(|| {
+            SqlError::unsupported(format!(
+                "ENCODE {encode_text} is not supported yet (JSON, CSV and AVRO are)"
+            ))
+        })?
+    };
     let timestamp = o.remove("scan.startup.timestamp-millis");
     let startup = match o
         .remove("scan.startup.mode")
@@ -180,6 +184,38 @@ pub fn kafka_spec(
         metadata,
         upsert,
     }))
+}
+
+/// `ENCODE AVRO (schema = '<schema JSON>')` or `(schema.location = 'file:///path' |
+/// '/path')`: the writer's schema, given inline or in a file (no schema registry yet).
+/// Records are single Avro binary datums.
+fn avro_encode(o: &mut BTreeMap<String, String>, upsert: bool) -> SqlResult<Encode> {
+    let invalid = |m: String| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
+    if upsert {
+        return Err(SqlError::unsupported(
+            "FORMAT UPSERT ENCODE AVRO is not supported yet (keys need their own schema)",
+        ));
+    }
+    let text = match (o.remove("schema"), o.remove("schema.location")) {
+        (Some(inline), None) => inline,
+        (None, Some(location)) => {
+            let path = location.strip_prefix("file://").unwrap_or(&location);
+            std::fs::read_to_string(path)
+                .map_err(|e| invalid(format!("cannot read Avro schema {location}: {e}")))?
+        }
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "ENCODE AVRO takes schema or schema.location, not both".into(),
+            ))
+        }
+        (None, None) => {
+            return Err(invalid(
+                "ENCODE AVRO needs (schema = '<Avro schema JSON>') or (schema.location = 'file:///path')"
+                    .into(),
+            ))
+        }
+    };
+    Encode::avro(&text).map_err(invalid)
 }
 
 /// The statement without its options, for DataFusion's planning of the columns.

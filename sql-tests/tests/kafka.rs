@@ -512,3 +512,113 @@ async fn kafka_sinks_carry_a_views_changes_debezium_and_a_tables_rows_plain() {
         ]
     );
 }
+
+const AVRO_SCHEMA: &str = r#"{"type": "record", "name": "reading", "fields": [
+  {"name": "id", "type": "long"},
+  {"name": "name", "type": "string"},
+  {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+  {"name": "score", "type": ["null", "double"]}
+]}"#;
+
+/// One Avro datum of [`AVRO_SCHEMA`].
+fn avro_record(id: i64) -> Vec<u8> {
+    use apache_avro::types::Value;
+    let schema = apache_avro::Schema::parse_str(AVRO_SCHEMA).unwrap();
+    let score = if id % 4 == 0 {
+        Value::Union(0, Box::new(Value::Null))
+    } else {
+        Value::Union(1, Box::new(Value::Double(id as f64 / 2.0)))
+    };
+    let value = Value::Record(vec![
+        ("id".into(), Value::Long(id)),
+        ("name".into(), Value::String(format!("n{id}"))),
+        (
+            "ts".into(),
+            Value::TimestampMillis(1_700_000_000_000 + id * 1500),
+        ),
+        ("score".into(), score),
+    ]);
+    apache_avro::to_avro_datum(&schema, value).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_records_with_an_inline_schema_or_a_schema_file() {
+    let topic = format!("avro-{}", std::process::id());
+    create_topic(&topic, 1).await;
+    let p = producer();
+    let mut records: Vec<(i32, Vec<u8>)> = (0..100).map(|i| (0, avro_record(i))).collect();
+    // A truncated datum and one with trailing bytes: bad records, skipped and listed.
+    records.insert(50, (0, avro_record(7)[..5].to_vec()));
+    let mut trailing = avro_record(8);
+    trailing.extend_from_slice(b"xx");
+    records.insert(60, (0, trailing));
+    produce(&p, &topic, &records);
+    let dir = tempfile::tempdir().unwrap();
+    let schema_file = dir.path().join("reading.avsc");
+    std::fs::write(&schema_file, AVRO_SCHEMA).unwrap();
+    let server = WeirProcess::start(&dir.path().join("data"), 2).await;
+    let c = server.connect().await;
+    let columns = "(id bigint, name text, ts timestamp, score double precision)";
+    c.batch_execute(&format!(
+        "CREATE TABLE inline_avro {columns} WITH (connector = 'kafka', topic = '{topic}',
+           properties.bootstrap.server = '{b}') FORMAT PLAIN ENCODE AVRO (schema = '{AVRO_SCHEMA}');
+         CREATE SOURCE file_avro {columns} WITH (connector = 'kafka', topic = '{topic}',
+           properties.bootstrap.server = '{b}')
+           FORMAT PLAIN ENCODE AVRO (schema.location = 'file://{f}');",
+        b = broker(),
+        f = schema_file.display()
+    ))
+    .await
+    .unwrap();
+    for t in ["inline_avro", "file_avro"] {
+        wait_for(&c, &format!("SELECT count(*) FROM {t}"), "100").await;
+        assert_eq!(
+            rows(
+                &c,
+                &format!("SELECT id, name, ts, score FROM {t} WHERE id IN (0, 3) ORDER BY id")
+            )
+            .await,
+            vec![
+                vec!["0", "n0", "2023-11-14 22:13:20", "NULL"],
+                vec!["3", "n3", "2023-11-14 22:13:24.5", "1.5"],
+            ]
+            .into_iter()
+            .map(|r| r.into_iter().map(String::from).collect::<Vec<_>>())
+            .collect::<Vec<_>>(),
+            "{t}"
+        );
+        assert_eq!(
+            value(&c, &format!("SELECT sum(id) FROM {t}")).await,
+            (0..100).sum::<i64>().to_string()
+        );
+    }
+    let errors = rows(&c, "SHOW SOURCE ERRORS").await;
+    assert_eq!(errors.len(), 4, "two bad records per table: {errors:?}");
+    assert!(
+        errors.iter().any(|r| r[3].contains("trailing bytes")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|r| r[3].contains("malformed Avro")),
+        "{errors:?}"
+    );
+    // Errors, creating nothing.
+    let b = broker();
+    for (sql, code) in [
+        (format!("CREATE TABLE a1 (id bigint) WITH (connector = 'kafka', topic = 't', properties.bootstrap.server = '{b}') FORMAT PLAIN ENCODE AVRO"), "22023"),
+        (format!("CREATE TABLE a1 (id bigint) WITH (connector = 'kafka', topic = 't', properties.bootstrap.server = '{b}') FORMAT PLAIN ENCODE AVRO (schema = '{{\"type\": \"nope\"}}')"), "22023"),
+        (format!("CREATE TABLE a1 (id bigint) WITH (connector = 'kafka', topic = 't', properties.bootstrap.server = '{b}') FORMAT PLAIN ENCODE AVRO (schema = '\"long\"')"), "22023"),
+        (format!("CREATE TABLE a1 (id bigint) WITH (connector = 'kafka', topic = 't', properties.bootstrap.server = '{b}') FORMAT PLAIN ENCODE AVRO (schema.location = '/nonexistent.avsc')"), "22023"),
+        (format!("CREATE TABLE a1 (id bigint PRIMARY KEY) WITH (connector = 'kafka', topic = 't', properties.bootstrap.server = '{b}') FORMAT UPSERT ENCODE AVRO (schema = '{AVRO_SCHEMA}')"), "0A000"),
+    ] {
+        assert_eq!(error_code(&c, &sql).await, code, "{sql}");
+    }
+    assert_eq!(
+        value(
+            &c,
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'a1'"
+        )
+        .await,
+        "0"
+    );
+}

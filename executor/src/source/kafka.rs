@@ -344,7 +344,7 @@ fn read(
             let payloads: Vec<&[u8]> = records.iter().map(|(_, _, b)| b.as_slice()).collect();
             let (batch, bad) = decode(
                 &payload_schema,
-                spec.encode,
+                &spec.encode,
                 &payloads,
                 spec.max_record_bytes,
             )?;
@@ -550,7 +550,7 @@ fn decode_upserts(
     let payloads: Vec<&[u8]> = puts.iter().map(|&i| records[i].2.as_slice()).collect();
     let (rows, put_bad) = decode(
         payload_schema,
-        spec.encode,
+        &spec.encode,
         &payloads,
         spec.max_record_bytes,
     )?;
@@ -579,7 +579,7 @@ fn decode_upserts(
         .iter()
         .map(|&i| meta[i].1.as_deref().unwrap_or_default())
         .collect();
-    let (keys, key_bad) = decode(pk_schema, spec.encode, &keys_raw, spec.max_record_bytes)?;
+    let (keys, key_bad) = decode(pk_schema, &spec.encode, &keys_raw, spec.max_record_bytes)?;
     bad.extend(
         key_bad
             .into_iter()
