@@ -308,6 +308,7 @@ impl Actor {
         // Messages taken off a channel early (while a cut waits for its markers), in
         // channel order; read before the channel itself. `None`: the channel closed.
         let mut stash: Vec<VecDeque<Option<Message>>> = vec![VecDeque::new(); n];
+        let mut watermarks = crate::watermark::InputWatermarks::new(n);
         let mut rotate = 0usize;
         loop {
             if let Some(c) = &mut cut {
@@ -374,8 +375,9 @@ impl Actor {
                     }
                     clock.busy += started.elapsed();
                 }
-                Event::Input(_, Some(Message::Watermark(w)), _) => {
-                    if n == 1 && self.health.failure().is_none() {
+                Event::Input(idx, Some(Message::Watermark(w)), _) => {
+                    let combined = watermarks.observe(idx, w, &open);
+                    if let (Some(w), None) = (combined, self.health.failure()) {
                         let mut w = Some(w);
                         for op in &mut self.chain {
                             w = match w {

@@ -16,6 +16,7 @@
 //! - [`checkpoint`]: checkpoint coordinator, asynchronous upload, restore, restart
 //!   strategies.
 //! - [`savepoint`]: SAVEPOINT / RESTORE: named, portable copies of views' state.
+//! - [`watermark`]: watermark generation on tables and combining across inputs.
 //! - [`source`]: connectors feeding tables (Kafka), positions logged with the rows.
 //! - [`supervisor`]: restarts failed jobs' regions per their restart strategy.
 //! - [`metrics`]: Prometheus metrics with Flink's names.
@@ -44,6 +45,7 @@ pub mod source;
 pub mod store;
 pub mod supervisor;
 pub mod table_writer;
+pub mod watermark;
 
 pub use barrier::Epoch;
 pub use chunk::{Op, StreamChunk};

@@ -28,6 +28,7 @@ pub struct Metrics {
     pub backpressured_ms_per_s: IntGaugeVec,
     pub idle_ms_per_s: IntGaugeVec,
     pub alignment_time: IntGaugeVec,
+    pub output_watermark: IntGaugeVec,
     pub source_bad_records: IntCounterVec,
 }
 
@@ -130,6 +131,12 @@ pub fn metrics() -> &'static Metrics {
                 "checkpointAlignmentTime",
                 "ms of the last barrier alignment",
                 actor,
+            ),
+            output_watermark: gauge(
+                &r,
+                "currentOutputWatermark",
+                "ms since epoch of the last watermark that reached the relation's rows",
+                job,
             ),
             registry: r,
         }

@@ -38,6 +38,8 @@ pub struct TableWriter {
     source_positions: SourcePositions,
     /// Primary key -> row, for `FORMAT UPSERT` connectors (built on first use).
     upsert_index: Option<upsert::UpsertIndex>,
+    /// The table's declared watermark (`WATERMARK FOR ...`), if any.
+    watermark: Option<crate::watermark::WatermarkGenerator>,
 }
 
 #[path = "table_writer_upsert.rs"]
@@ -76,7 +78,19 @@ impl TableWriter {
             sender,
             source_positions: SourcePositions::new(),
             upsert_index: None,
+            watermark: None,
         })
+    }
+
+    /// Declares the table's watermark: after each write that inserts a newer
+    /// timestamp, a watermark follows the rows (see [`crate::watermark`]).
+    pub fn set_watermark(&mut self, spec: crate::watermark::WatermarkSpec) -> Result<()> {
+        let column_type = self.schema.field(spec.column).data_type().clone();
+        self.watermark = Some(crate::watermark::WatermarkGenerator::new(
+            spec,
+            &column_type,
+        )?);
+        Ok(())
     }
 
     /// Loads the primary-key index of contents restored from a checkpoint (no log
@@ -248,6 +262,19 @@ impl TableWriter {
                 .await
                 .map_err(|_| ExecError::ChannelClosed)?;
             offset += len;
+        }
+        if let Some(w) = self
+            .watermark
+            .as_mut()
+            .map(|g| g.observe(&chunk))
+            .transpose()?
+        {
+            if let Some(w) = w {
+                self.sender
+                    .send(Message::Watermark(w))
+                    .await
+                    .map_err(|_| ExecError::ChannelClosed)?;
+            }
         }
         Ok(())
     }

@@ -108,6 +108,64 @@ fn quote_key(item: &str) -> String {
 
 /// Rewrites connector DDL (see the module docs); other statements are returned as is.
 pub fn rewrite(sql: &str) -> String {
+    let (sql, watermark) = strip_watermark(sql);
+    rewrite_options(&sql, watermark)
+}
+
+/// `WATERMARK FOR col AS expr` in the column list (Flink's syntax) is removed from it
+/// and returned as the options `"watermark.column"` and `"watermark.expr"`.
+fn strip_watermark(sql: &str) -> (String, Vec<String>) {
+    let lower = sql.to_ascii_lowercase();
+    let (words, groups) = scan(sql);
+    let word = |i: usize| -> Option<&str> { words.get(i).map(|&(s, e)| &lower[s..e]) };
+    if word(0) != Some("create") || !matches!(word(1), Some("table") | Some("source")) {
+        return (sql.to_string(), vec![]);
+    }
+    let Some(&(gs, ge)) = groups.first() else {
+        return (sql.to_string(), vec![]);
+    };
+    let items = split_items(&sql[gs + 1..ge - 1]);
+    let Some(i) = items.iter().position(|it| {
+        let w: Vec<String> = it
+            .split_whitespace()
+            .take(2)
+            .map(str::to_ascii_lowercase)
+            .collect();
+        w == ["watermark", "for"]
+    }) else {
+        return (sql.to_string(), vec![]);
+    };
+    let item = items[i].trim();
+    let rest = item["watermark".len()..].trim_start()["for".len()..].trim_start();
+    let (column, expr) = match rest.find(|c: char| c.is_whitespace()) {
+        Some(end)
+            if rest[end..]
+                .trim_start()
+                .to_ascii_lowercase()
+                .starts_with("as") =>
+        {
+            (&rest[..end], rest[end..].trim_start()[2..].trim())
+        }
+        _ => (rest, ""),
+    };
+    let kept: Vec<&str> = items
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| *k != i)
+        .map(|(_, it)| it.as_str())
+        .collect();
+    let out = format!("{}({}){}", &sql[..gs], kept.join(","), &sql[ge..]);
+    let column = column.trim_matches('"').to_string();
+    (
+        out,
+        vec![
+            format!("\"watermark.column\" = '{}'", column.replace('\'', "''")),
+            format!("\"watermark.expr\" = '{}'", expr.replace('\'', "''")),
+        ],
+    )
+}
+
+fn rewrite_options(sql: &str, watermark: Vec<String>) -> String {
     let lower = sql.to_ascii_lowercase();
     let (words, groups) = scan(sql);
     let word = |i: usize| -> Option<&str> { words.get(i).map(|&(s, e)| &lower[s..e]) };
@@ -135,7 +193,7 @@ pub fn rewrite(sql: &str) -> String {
         }
     }
     // `FORMAT f ENCODE e [(...)]` at the end.
-    let mut extra: Vec<String> = Vec::new();
+    let mut extra: Vec<String> = watermark;
     if let Some(fi) = (0..words.len()).rev().find(|&i| word(i) == Some("format")) {
         if word(fi + 2) == Some("encode") && word(fi + 3).is_some() {
             let (start, _) = words[fi];
@@ -250,6 +308,22 @@ pub fn parse_sink(sql: &str) -> Option<(String, String, SinkOptions)> {
 #[cfg(test)]
 mod tests {
     use super::rewrite;
+
+    #[test]
+    fn watermark_clause_becomes_options() {
+        let got = rewrite(
+            "CREATE TABLE t (id bigint, ts timestamp, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)",
+        );
+        assert_eq!(
+            got,
+            "CREATE TABLE t (id bigint, ts timestamp) WITH (\"watermark.column\" = 'ts', \"watermark.expr\" = 'ts - INTERVAL ''5'' SECOND')"
+        );
+        let got = rewrite(
+            "CREATE SOURCE s (ts timestamp, watermark for ts as ts) WITH (connector = 'kafka')",
+        );
+        assert!(got.contains("\"watermark.expr\" = 'ts'"), "{got}");
+        assert!(got.starts_with("CREATE TABLE s (ts timestamp)"), "{got}");
+    }
 
     #[test]
     fn risingwave_source_ddl() {

@@ -11,11 +11,13 @@
 //!   (default 1 MiB);
 //! - any other `properties.<key>` goes to librdkafka as `<key>`.
 
+use arrow::datatypes::{DataType, Schema};
 use datafusion::sql::sqlparser::ast::{CreateTable, CreateTableOptions, SqlOption};
 use std::collections::BTreeMap;
 use weir_executor::source::decode::Encode;
 use weir_executor::source::kafka::{KafkaSpec, Metadata, StartupMode};
 use weir_executor::source::BadRecordPolicy;
+use weir_executor::watermark::WatermarkSpec;
 use weir_planner::{sqlstate, SqlError, SqlResult};
 
 const DEFAULT_MAX_RECORD_BYTES: usize = 1 << 20;
@@ -53,6 +55,8 @@ pub fn kafka_spec(
     has_primary_key: bool,
 ) -> SqlResult<Option<KafkaSpec>> {
     let mut o = options(ct)?;
+    // The watermark is the table's own, with or without a connector.
+    o.retain(|k, _| !k.starts_with("watermark."));
     let mut metadata = Vec::new();
     for key in o
         .keys()
@@ -216,6 +220,66 @@ fn avro_encode(o: &mut BTreeMap<String, String>, upsert: bool) -> SqlResult<Enco
         }
     };
     Encode::avro(&text).map_err(invalid)
+}
+
+/// The table's `WATERMARK FOR col AS col [- INTERVAL 'n' unit]` (carried here as the
+/// options `watermark.column` / `watermark.expr` by the DDL rewrite).
+pub fn watermark_spec(ct: &CreateTable, schema: &Schema) -> SqlResult<Option<WatermarkSpec>> {
+    let o = options(ct)?;
+    let Some(column) = o.get("watermark.column") else {
+        return Ok(None);
+    };
+    let expr = o.get("watermark.expr").cloned().unwrap_or_default();
+    let index = schema
+        .fields()
+        .iter()
+        .position(|f| f.name().eq_ignore_ascii_case(column))
+        .ok_or_else(|| {
+            SqlError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("watermark column \"{column}\" does not exist"),
+            )
+        })?;
+    if !matches!(schema.field(index).data_type(), DataType::Timestamp(..)) {
+        return Err(SqlError::new(
+            "42804",
+            format!(
+                "watermark column \"{column}\" must be a TIMESTAMP, not {}",
+                crate::ddl::pg_type_name(schema.field(index).data_type())
+            ),
+        ));
+    }
+    let delay = watermark_delay(column, &expr).ok_or_else(|| {
+        SqlError::unsupported(format!(
+            "WATERMARK FOR {column} AS {expr}: supported are {column} and {column} - INTERVAL 'n' SECOND | MINUTE | HOUR | DAY | MILLISECOND"
+        ))
+    })?;
+    Ok(Some(WatermarkSpec {
+        column: index,
+        delay,
+    }))
+}
+
+/// The delay of `col` or `col - INTERVAL 'n' unit` (also `INTERVAL 'n unit'`).
+fn watermark_delay(column: &str, expr: &str) -> Option<std::time::Duration> {
+    let text = expr.replace(['\'', '"'], " ").to_ascii_lowercase();
+    let tokens: Vec<&str> = text.split_whitespace().collect();
+    match tokens.as_slice() {
+        [c] if c.eq_ignore_ascii_case(column) => Some(std::time::Duration::ZERO),
+        [c, "-", "interval", n, unit] if c.eq_ignore_ascii_case(column) => {
+            let n: f64 = n.parse().ok().filter(|n: &f64| *n >= 0.0)?;
+            let seconds = match unit.trim_end_matches('s') {
+                "millisecond" => 0.001,
+                "second" => 1.0,
+                "minute" => 60.0,
+                "hour" => 3600.0,
+                "day" => 86400.0,
+                _ => return None,
+            };
+            Some(std::time::Duration::from_secs_f64(n * seconds))
+        }
+        _ => None,
+    }
 }
 
 /// The statement without its options, for DataFusion's planning of the columns.

@@ -140,6 +140,7 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
     let (schema, pk) = table_schema(db, stmt).await?;
     let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let connector = crate::connector::kafka_spec(ct, &name, &columns, !pk.is_empty())?;
+    let watermark = crate::connector::watermark_spec(ct, &schema)?;
     let id = db.catalog.write().allocate_id();
     let log_path = db.table_log_path(id);
     // A fresh table starts with a fresh log (ids are never reused).
@@ -161,12 +162,27 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
             .create_table(&mut w, id, &name, schema.clone(), pk, &log_path, false)
             .await
             .map_err(SqlError::from)?;
+        set_watermark(&mut w, &name, watermark)?;
     }
     commit_entry(db, entry, schema)?;
     if let Some(spec) = connector {
         weir_executor::source::kafka::spawn(db.runtime(), spec).map_err(SqlError::from)?;
     }
     Ok(Output::command("CREATE TABLE"))
+}
+
+fn set_watermark(
+    w: &mut weir_executor::WriteState,
+    table: &str,
+    spec: Option<weir_executor::watermark::WatermarkSpec>,
+) -> SqlResult<()> {
+    if let Some(spec) = spec {
+        w.table(table)
+            .ok_or_else(|| SqlError::internal("a created table has no writer"))?
+            .set_watermark(spec)
+            .map_err(SqlError::from)?;
+    }
+    Ok(())
 }
 
 pub(crate) fn commit_entry(
@@ -192,12 +208,15 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<us
         _ => return Err(SqlError::internal("stored table DDL is not CREATE TABLE")),
     };
     let (schema, pk) = table_schema(db, &stmt).await?;
-    let connector = match stmt.as_ref() {
+    let (connector, watermark) = match stmt.as_ref() {
         Statement::CreateTable(ct) => {
             let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-            crate::connector::kafka_spec(ct, &entry.name, &columns, !pk.is_empty())?
+            (
+                crate::connector::kafka_spec(ct, &entry.name, &columns, !pk.is_empty())?,
+                crate::connector::watermark_spec(ct, &schema)?,
+            )
         }
-        _ => None,
+        _ => (None, None),
     };
     let rows = {
         let mut w = db.runtime().lock_writes().await;
@@ -214,6 +233,7 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<us
             )
             .await
             .map_err(SqlError::from)?;
+        set_watermark(&mut w, &entry.name, watermark)?;
         let writer = w
             .table(&entry.name)
             .ok_or_else(|| SqlError::internal("restored table has no writer"))?;

@@ -11,7 +11,7 @@
 //! emitted at the first barrier even for an empty input (`count = 0`, `sum = NULL`).
 
 use crate::aggregate::{decode_states, encode_states, AccState, AggCall, CallRuntime};
-use crate::barrier::{Barrier, Epoch};
+use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
@@ -206,6 +206,12 @@ impl HashAggOperator {
 impl Operator for HashAggOperator {
     fn name(&self) -> &str {
         "HashAgg"
+    }
+
+    /// Group keys come first in both input and output: a watermark on a key column
+    /// stays at its position; one on any other column ends here.
+    fn process_watermark(&mut self, w: Watermark) -> Result<Option<Watermark>> {
+        Ok((w.column < self.spec.group_types.len()).then_some(w))
     }
 
     fn process_chunk(&mut self, chunk: StreamChunk, _out: &mut Vec<StreamChunk>) -> Result<()> {

@@ -2,7 +2,7 @@
 //! subscribers unchanged and, at each barrier, stages the epoch's changes into the
 //! relation's store, where the coordinator commits them when the epoch completes.
 
-use crate::barrier::{Barrier, Epoch};
+use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::StreamChunk;
 use crate::error::Result;
 use crate::operator::Operator;
@@ -54,6 +54,17 @@ impl Operator for MaterializeOperator {
         self.epoch_changes.push(chunk.clone());
         out.push(chunk);
         Ok(())
+    }
+
+    /// Watermarks that reach a relation's rows are its output watermark (a metric).
+    fn process_watermark(&mut self, w: Watermark) -> Result<Option<Watermark>> {
+        if let Some(ms) = crate::watermark::millis(&w) {
+            crate::metrics::metrics()
+                .output_watermark
+                .with_label_values(&[self.store.name()])
+                .set(ms);
+        }
+        Ok(Some(w))
     }
 
     fn on_barrier(&mut self, barrier: &Barrier, _out: &mut Vec<StreamChunk>) -> Result<()> {

@@ -1,5 +1,6 @@
 //! Project: evaluates one physical expression per output column.
 
+use crate::barrier::Watermark;
 use crate::chunk::StreamChunk;
 use crate::error::Result;
 use crate::operator::Operator;
@@ -41,5 +42,18 @@ impl Operator for ProjectOperator {
             batch,
         });
         Ok(())
+    }
+
+    /// The watermark follows its column to the first output that passes it through
+    /// unchanged; a projection that drops the column drops the watermark.
+    fn process_watermark(&mut self, w: Watermark) -> Result<Option<Watermark>> {
+        Ok(self
+            .exprs
+            .iter()
+            .position(|e| {
+                e.downcast_ref::<datafusion::physical_expr::expressions::Column>()
+                    .is_some_and(|c| c.index() == w.column)
+            })
+            .map(|column| Watermark { column, ..w }))
     }
 }

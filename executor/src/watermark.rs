@@ -1,0 +1,221 @@
+//! Watermarks: event-time progress declared on a table (`WATERMARK FOR ts AS ts -
+//! INTERVAL '5' SECOND`), generated where rows enter (the table writer) and carried
+//! with the data through every operator that keeps the column.
+//!
+//! A watermark `w` on column `c` says: no row with `c < w` is expected any more. The
+//! generator is Flink's bounded-out-of-orderness strategy: the largest `c` inserted so
+//! far minus the declared delay, emitted after the chunk that raised it. An actor with
+//! several inputs passes on the minimum over its inputs (each input's own watermark
+//! only grows). Windows and joins will use it to close windows and purge state; today
+//! it is observable as the `currentOutputWatermark` metric of each job.
+
+use crate::barrier::Watermark;
+use crate::chunk::{Op, StreamChunk};
+use crate::error::{ExecError, Result};
+use arrow::array::AsArray;
+use arrow::datatypes::{DataType, Int64Type, TimeUnit};
+use datafusion::common::ScalarValue;
+use std::time::Duration;
+
+/// The declared watermark of a table: a TIMESTAMP column and the allowed lateness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatermarkSpec {
+    pub column: usize,
+    pub delay: Duration,
+}
+
+/// Generates a table's watermarks from the rows it inserts.
+#[derive(Debug)]
+pub struct WatermarkGenerator {
+    spec: WatermarkSpec,
+    unit: TimeUnit,
+    tz: Option<std::sync::Arc<str>>,
+    /// The last watermark emitted, in the column's unit.
+    current: Option<i64>,
+}
+
+impl WatermarkGenerator {
+    /// Errors unless the column is a TIMESTAMP.
+    pub fn new(spec: WatermarkSpec, column_type: &DataType) -> Result<Self> {
+        let DataType::Timestamp(unit, tz) = column_type else {
+            return Err(ExecError::Internal(format!(
+                "a watermark column must be a TIMESTAMP, not {column_type}"
+            )));
+        };
+        Ok(Self {
+            spec,
+            unit: *unit,
+            tz: tz.clone(),
+            current: None,
+        })
+    }
+
+    fn delay_in_unit(&self) -> i64 {
+        let d = self.spec.delay;
+        match self.unit {
+            TimeUnit::Second => d.as_secs() as i64,
+            TimeUnit::Millisecond => d.as_millis() as i64,
+            TimeUnit::Microsecond => d.as_micros() as i64,
+            TimeUnit::Nanosecond => d.as_nanos() as i64,
+        }
+    }
+
+    /// The new watermark after `chunk`, if it advanced.
+    pub fn observe(&mut self, chunk: &StreamChunk) -> Result<Option<Watermark>> {
+        let col = arrow::compute::cast(chunk.batch.column(self.spec.column), &DataType::Int64)?;
+        let values = col.as_primitive::<Int64Type>();
+        let max = values
+            .iter()
+            .zip(chunk.ops.iter())
+            .filter(|(_, op)| **op == Op::Insert)
+            .filter_map(|(v, _)| v)
+            .max();
+        let Some(max) = max else { return Ok(None) };
+        let next = max.saturating_sub(self.delay_in_unit());
+        if self.current.is_some_and(|c| c >= next) {
+            return Ok(None);
+        }
+        self.current = Some(next);
+        let tz = self.tz.clone();
+        let value = match self.unit {
+            TimeUnit::Second => ScalarValue::TimestampSecond(Some(next), tz),
+            TimeUnit::Millisecond => ScalarValue::TimestampMillisecond(Some(next), tz),
+            TimeUnit::Microsecond => ScalarValue::TimestampMicrosecond(Some(next), tz),
+            TimeUnit::Nanosecond => ScalarValue::TimestampNanosecond(Some(next), tz),
+        };
+        Ok(Some(Watermark {
+            column: self.spec.column,
+            value,
+        }))
+    }
+}
+
+/// A timestamp watermark in milliseconds since the epoch (for the metric).
+pub fn millis(w: &Watermark) -> Option<i64> {
+    Some(match &w.value {
+        ScalarValue::TimestampSecond(Some(v), _) => v * 1000,
+        ScalarValue::TimestampMillisecond(Some(v), _) => *v,
+        ScalarValue::TimestampMicrosecond(Some(v), _) => v / 1000,
+        ScalarValue::TimestampNanosecond(Some(v), _) => v / 1_000_000,
+        _ => return None,
+    })
+}
+
+/// Combines the watermarks of an actor's inputs: the minimum over the inputs that are
+/// still open, once each of them has sent one.
+#[derive(Debug)]
+pub struct InputWatermarks {
+    per_input: Vec<Option<ScalarValue>>,
+    column: Option<usize>,
+    emitted: Option<ScalarValue>,
+}
+
+impl InputWatermarks {
+    pub fn new(inputs: usize) -> Self {
+        Self {
+            per_input: vec![None; inputs],
+            column: None,
+            emitted: None,
+        }
+    }
+
+    /// Records `w` from input `i`; returns the combined watermark if it advanced.
+    pub fn observe(&mut self, i: usize, w: Watermark, open: &[bool]) -> Option<Watermark> {
+        self.column = Some(w.column);
+        let slot = &mut self.per_input[i];
+        if slot.as_ref().is_none_or(|old| w.value > *old) {
+            *slot = Some(w.value);
+        }
+        let mut min: Option<&ScalarValue> = None;
+        for (k, v) in self.per_input.iter().enumerate() {
+            if !open.get(k).copied().unwrap_or(false) && k != i {
+                continue;
+            }
+            let v = v.as_ref()?;
+            if min.is_none_or(|m| v < m) {
+                min = Some(v);
+            }
+        }
+        let min = min?.clone();
+        if self.emitted.as_ref().is_some_and(|e| min <= *e) {
+            return None;
+        }
+        self.emitted = Some(min.clone());
+        Some(Watermark {
+            column: self.column?,
+            value: min,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{RecordBatch, TimestampMicrosecondArray};
+    use arrow::datatypes::{Field, Schema};
+    use std::sync::Arc;
+
+    fn chunk(ops: Vec<Op>, ts: Vec<i64>) -> StreamChunk {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            true,
+        )]));
+        let batch =
+            RecordBatch::try_new(schema, vec![Arc::new(TimestampMicrosecondArray::from(ts))])
+                .unwrap();
+        StreamChunk::new(ops, batch)
+    }
+
+    #[test]
+    fn bounded_out_of_orderness_only_advances_on_inserts() {
+        let spec = WatermarkSpec {
+            column: 0,
+            delay: Duration::from_secs(5),
+        };
+        let mut g =
+            WatermarkGenerator::new(spec, &DataType::Timestamp(TimeUnit::Microsecond, None))
+                .unwrap();
+        let w = g
+            .observe(&chunk(
+                vec![Op::Insert, Op::Insert],
+                vec![10_000_000, 7_000_000],
+            ))
+            .unwrap()
+            .unwrap();
+        assert_eq!(millis(&w), Some(5_000));
+        // A late row and a delete of a newer row do not move it.
+        assert!(g
+            .observe(&chunk(vec![Op::Insert, Op::Delete], vec![1, 99_000_000]))
+            .unwrap()
+            .is_none());
+        assert!(WatermarkGenerator::new(
+            WatermarkSpec {
+                column: 0,
+                delay: Duration::ZERO
+            },
+            &DataType::Int64
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn inputs_combine_to_their_minimum() {
+        let w = |v: i64| Watermark {
+            column: 0,
+            value: ScalarValue::Int64(Some(v)),
+        };
+        let open = [true, true];
+        let mut c = InputWatermarks::new(2);
+        assert!(c.observe(0, w(10), &open).is_none(), "input 1 has none yet");
+        assert_eq!(
+            c.observe(1, w(7), &open).unwrap().value,
+            ScalarValue::Int64(Some(7))
+        );
+        assert!(c.observe(1, w(20), &open).unwrap().value == ScalarValue::Int64(Some(10)));
+        assert!(
+            c.observe(1, w(30), &open).is_none(),
+            "input 0 holds it at 10"
+        );
+    }
+}
