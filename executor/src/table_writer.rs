@@ -263,18 +263,15 @@ impl TableWriter {
                 .map_err(|_| ExecError::ChannelClosed)?;
             offset += len;
         }
-        if let Some(w) = self
-            .watermark
-            .as_mut()
-            .map(|g| g.observe(&chunk))
-            .transpose()?
-        {
-            if let Some(w) = w {
-                self.sender
-                    .send(Message::Watermark(w))
-                    .await
-                    .map_err(|_| ExecError::ChannelClosed)?;
-            }
+        let watermark = match self.watermark.as_mut() {
+            Some(g) => g.observe(&chunk)?,
+            None => None,
+        };
+        if let Some(w) = watermark {
+            self.sender
+                .send(Message::Watermark(w))
+                .await
+                .map_err(|_| ExecError::ChannelClosed)?;
         }
         Ok(())
     }
