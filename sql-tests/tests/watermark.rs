@@ -108,7 +108,7 @@ async fn watermarks_follow_the_rows_through_views() {
     let records: Vec<(i32, Vec<u8>)> = (0..20)
         .map(|i| {
             let json = format!(r#"{{"id": {i}, "ts": "2024-01-01T00:00:{:02}"}}"#, 20 + i);
-            ((i % 2) as i32, json.into_bytes())
+            (i % 2, json.into_bytes())
         })
         .collect();
     produce(&producer(), &topic, &records);
