@@ -181,12 +181,17 @@ impl TableWriter {
 
     /// Writes rows a connector read, logging its positions after them in the same
     /// entry. `positions` advance even for an empty chunk (all records were skipped as
-    /// bad): then an entry with no rows records them.
+    /// bad): then an entry with no rows records them. A connector with several readers
+    /// passes each reader's own positions: they are merged into the table's, so every
+    /// entry logs all of them.
     pub async fn write_from_source(
         &mut self,
         chunk: StreamChunk,
         positions: SourcePositions,
     ) -> Result<()> {
+        let mut merged = self.source_positions.clone();
+        merged.extend(positions);
+        let positions = merged;
         if positions == self.source_positions && chunk.is_empty() {
             return Ok(());
         }

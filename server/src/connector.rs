@@ -167,6 +167,14 @@ pub fn kafka_spec(
             .filter(|n| *n > 0)
             .ok_or_else(|| invalid(format!("invalid max.record.bytes: {v}")))?,
     };
+    let readers = match o.remove("scan.parallelism") {
+        None => 1,
+        Some(v) => v
+            .parse()
+            .ok()
+            .filter(|n| (1..=256).contains(n))
+            .ok_or_else(|| invalid(format!("invalid scan.parallelism: {v} (1 to 256)")))?,
+    };
     let mut properties = BTreeMap::new();
     for (k, v) in o {
         match k.strip_prefix("properties.") {
@@ -187,6 +195,7 @@ pub fn kafka_spec(
         properties,
         metadata,
         upsert,
+        readers,
     }))
 }
 

@@ -42,7 +42,7 @@ fn table_sql(topic: &str, extra: &str) -> String {
     )
 }
 
-/// Records of a 3-partition topic into a table and a view, bad records skipped, then
+/// Records of a 3-partition topic, read by two readers, into a table and a view, bad records skipped, then
 /// `kills` × kill -9 while more records arrive: exactly every record once. `config`
 /// says where checkpoints go.
 async fn ingest_exactly_once_across_kill_9(name: &str, config: &str, kills: u64) {
@@ -71,9 +71,13 @@ async fn ingest_exactly_once_across_kill_9(name: &str, config: &str, kills: u64)
     let dir = tempfile::tempdir().unwrap();
     let mut server = WeirProcess::start_with_config(&dir.path().join("data"), 2, config).await;
     let c = server.connect().await;
-    c.batch_execute(&table_sql(&topic, ", max.record.bytes = '300'"))
-        .await
-        .unwrap();
+    // Two readers share the three partitions (0 and 2, and 1).
+    c.batch_execute(&table_sql(
+        &topic,
+        ", max.record.bytes = '300', scan.parallelism = '2'",
+    ))
+    .await
+    .unwrap();
     c.batch_execute(
         "CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n, sum(v) AS s FROM events GROUP BY g",
     )
@@ -286,6 +290,7 @@ async fn bad_records_fail_policy_csv_latest_and_option_errors() {
         (table_sql(&topic, ", scan.startup.mode = 'someday'").replace("events", "e1"), "22023"),
         (table_sql(&topic, ", bad_records = 'ignore'").replace("events", "e2"), "22023"),
         (table_sql(&topic, ", colour = 'red'").replace("events", "e3"), "22023"),
+        (table_sql(&topic, ", scan.parallelism = '0'").replace("events", "e5"), "22023"),
         (table_sql(&topic, ", scan.startup.mode = 'timestamp'").replace("events", "e4"), "22023"),
         (
             table_sql(&topic, "").replace("events", "e5").replace("ENCODE JSON", "ENCODE PROTOBUF"),

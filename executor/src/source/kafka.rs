@@ -1,8 +1,9 @@
 //! The Kafka connector: reads a topic's partitions into a table.
 //!
-//! One reader thread per table (librdkafka's consumer is blocking) assigns every
-//! partition itself (`assign()`, no consumer-group rebalancing: correctness never rests
-//! on the broker's group state), starts each partition at the position the table logged
+//! `scan.parallelism` reader threads per table (librdkafka's consumer is blocking;
+//! default 1): reader `i` of `n` owns the partitions `p` with `p % n == i` and assigns
+//! them itself (`assign()`, no consumer-group rebalancing: correctness never rests on
+//! the broker's group state), starts each partition at the position the table logged
 //! last or else at `scan.startup.mode`, and writes batches of decoded records into the
 //! table together with the positions after them. New partitions are picked up within
 //! `PARTITION_DISCOVERY` and read from their beginning. The consumer reads with
@@ -87,9 +88,16 @@ pub struct KafkaSpec {
     /// without payload (a tombstone) deletes the row whose key its message key holds
     /// (encoded like the payload, primary-key columns only).
     pub upsert: bool,
+    /// `scan.parallelism`: reader threads, each owning a share of the partitions.
+    pub readers: u32,
 }
 
 impl KafkaSpec {
+    /// Reader `reader` owns partition `p` when `p % readers == reader`.
+    fn owns(&self, reader: u32, partition: i32) -> bool {
+        partition.rem_euclid(self.readers.max(1) as i32) as u32 == reader
+    }
+
     fn position_key(&self, partition: i32) -> String {
         format!("kafka:{}:{partition}", self.topic)
     }
@@ -113,21 +121,24 @@ impl KafkaSpec {
 /// Starts reading `spec.topic` into `spec.table`; returns once the reader runs. The
 /// reader stops by itself when the table is dropped.
 pub fn spawn(rt: &Arc<Runtime>, spec: KafkaSpec) -> Result<()> {
-    let consumer = spec.consumer()?;
     rt.note_connector(&spec.table);
-    let weak = Arc::downgrade(rt);
-    let handle = tokio::runtime::Handle::current();
-    std::thread::Builder::new()
-        .name(format!("kafka-{}", spec.table))
-        .spawn(move || {
-            if let Err(e) = read(&weak, &handle, &spec, consumer) {
-                tracing::error!(table = %spec.table, error = %e, "kafka source stopped");
-                if let Some(rt) = weak.upgrade() {
-                    rt.fail_source(&spec.table, &e.to_string());
+    for reader in 0..spec.readers.max(1) {
+        let consumer = spec.consumer()?;
+        let weak = Arc::downgrade(rt);
+        let handle = tokio::runtime::Handle::current();
+        let spec = spec.clone();
+        std::thread::Builder::new()
+            .name(format!("kafka-{}-{reader}", spec.table))
+            .spawn(move || {
+                if let Err(e) = read(&weak, &handle, &spec, reader, consumer) {
+                    tracing::error!(table = %spec.table, error = %e, "kafka source stopped");
+                    if let Some(rt) = weak.upgrade() {
+                        rt.fail_source(&spec.table, &e.to_string());
+                    }
                 }
-            }
-        })
-        .map_err(|e| ExecError::Internal(format!("cannot start the kafka reader: {e}")))?;
+            })
+            .map_err(|e| ExecError::Internal(format!("cannot start the kafka reader: {e}")))?;
+    }
     Ok(())
 }
 
@@ -255,6 +266,7 @@ fn read(
     rt: &Weak<Runtime>,
     handle: &tokio::runtime::Handle,
     spec: &KafkaSpec,
+    reader: u32,
     consumer: BaseConsumer,
 ) -> Result<()> {
     let (schema, mut positions, pk) = {
@@ -292,7 +304,12 @@ fn read(
             .map(|(_, f)| f.as_ref().clone())
             .collect::<Vec<_>>(),
     ));
-    let mut known = partitions(&consumer, &spec.topic)?;
+    // This reader's partitions, and only their positions: the table writer merges each
+    // reader's positions into the table's, so one reader never moves another's back.
+    let mine =
+        |all: Vec<i32>| -> Vec<i32> { all.into_iter().filter(|p| spec.owns(reader, *p)).collect() };
+    let mut known = mine(partitions(&consumer, &spec.topic)?);
+    positions.retain(|k, _| known.iter().any(|p| spec.position_key(*p) == *k));
     let tpl = start_offsets(&consumer, spec, &known, &positions, true)?;
     consumer
         .assign(&tpl)
@@ -419,7 +436,7 @@ fn read(
         }
         if last_discovery.elapsed() >= PARTITION_DISCOVERY {
             last_discovery = Instant::now();
-            let now = partitions(&consumer, &spec.topic)?;
+            let now = mine(partitions(&consumer, &spec.topic)?);
             let added: Vec<i32> = now.iter().filter(|p| !known.contains(p)).copied().collect();
             if !added.is_empty() {
                 tracing::info!(table = %spec.table, partitions = ?added, "kafka source found new partitions");
