@@ -5,6 +5,8 @@
 //! committed files (the folder's top level) must hold every row exactly once and
 //! replay to exactly the view's rows, numbered without a gap, with no pending file left.
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use std::time::Duration;
 use weir_sql_tests::query::wait_until;
 use weir_sql_tests::sinks::{per_g_oracle, per_g_rows, replay_debezium};
@@ -71,12 +73,19 @@ async fn file_sink_exactly_once_across_kill_9(
     };
     // Each round's INSERT is acknowledged (durable in the table's log); the kill then
     // lands while its changes are in the pipeline, being staged or being committed.
+    // Kill moments are random (seed printed; `WEIR_KILL_SEED` repeats a run).
+    let seed: u64 = std::env::var("WEIR_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("kill seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
     for k in 0..kills {
         let c = server.connect().await;
         c.batch_execute(&insert(k as i64 * per_round))
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(100 + 97 * (k % 7))).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(50..800))).await;
         server.restart().await;
     }
     let c = server.connect().await;

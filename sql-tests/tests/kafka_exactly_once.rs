@@ -13,6 +13,8 @@
 //! oracle: what a Kafka `read_committed` reader sees. It prints how many repeated
 //! attempts it saw.
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use rdkafka::message::{Headers, Message};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -133,8 +135,15 @@ async fn exactly_once_across_kill_9(name: &str, config: &str, kills: u64) {
             }
         }
     });
-    for k in 0..kills {
-        tokio::time::sleep(Duration::from_millis(200 + 131 * (k % 7))).await;
+    // Kill moments are random (seed printed; `WEIR_KILL_SEED` repeats a run).
+    let seed: u64 = std::env::var("WEIR_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("kill seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    for _ in 0..kills {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(200..1100))).await;
         server.restart().await;
     }
     writer.join().unwrap();
