@@ -16,7 +16,10 @@ use datafusion::sql::sqlparser::ast::{CreateTable, CreateTableOptions, SqlOption
 use std::collections::BTreeMap;
 use weir_executor::source::decode::Encode;
 use weir_executor::source::kafka::{KafkaSpec, Metadata, StartupMode};
+use weir_executor::source::nexmark::generator::{GeneratorConfig, Kind};
+use weir_executor::source::nexmark::{Field as NexmarkField, NexmarkSpec};
 use weir_executor::source::BadRecordPolicy;
+use weir_executor::source::SourceSpec;
 use weir_executor::watermark::WatermarkSpec;
 use weir_planner::{sqlstate, SqlError, SqlResult};
 
@@ -48,13 +51,95 @@ fn options(ct: &CreateTable) -> SqlResult<BTreeMap<String, String>> {
 
 /// The table's connector, or `None` for a table written by SQL only. `columns` are the
 /// table's column names, for `INCLUDE ... AS name` metadata columns.
-pub fn kafka_spec(
+pub fn source_spec(
     ct: &CreateTable,
     table: &str,
     columns: &[String],
     has_primary_key: bool,
-) -> SqlResult<Option<KafkaSpec>> {
+) -> SqlResult<Option<SourceSpec>> {
     let mut o = options(ct)?;
+    if o.get("connector")
+        .is_some_and(|c| c.eq_ignore_ascii_case("nexmark"))
+    {
+        o.retain(|k, _| !k.starts_with("watermark."));
+        return nexmark_spec(o, table, columns).map(|n| Some(SourceSpec::Nexmark(n)));
+    }
+    Ok(kafka_spec(o, table, columns, has_primary_key)?.map(SourceSpec::Kafka))
+}
+
+/// `connector = 'nexmark'`: `nexmark.table.type = 'person' | 'auction' | 'bid'`,
+/// `nexmark.event.num` (events of all kinds; default unbounded), `nexmark.event.rate`
+/// (event-time events per second, default 10,000, Nexmark's), `nexmark.base.time`
+/// (ms since the epoch of event 0; default 2024-01-01 00:00:00 UTC, fixed so that the
+/// events are the same after every restart), `nexmark.max.events.per.second` (wall
+/// clock; default unthrottled).
+fn nexmark_spec(
+    mut o: BTreeMap<String, String>,
+    table: &str,
+    columns: &[String],
+) -> SqlResult<NexmarkSpec> {
+    o.remove("connector");
+    let kind = match o
+        .remove("nexmark.table.type")
+        .map(|t| t.to_ascii_lowercase())
+    {
+        Some(t) if t == "person" => Kind::Person,
+        Some(t) if t == "auction" => Kind::Auction,
+        Some(t) if t == "bid" => Kind::Bid,
+        other => {
+            return Err(invalid(format!(
+                "nexmark.table.type must be person, auction or bid, not {}",
+                other.unwrap_or_else(|| "missing".into())
+            )))
+        }
+    };
+    let number = |o: &mut BTreeMap<String, String>, key: &str| -> SqlResult<Option<f64>> {
+        o.remove(key)
+            .map(|v| {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|n| *n > 0.0 && n.is_finite())
+                    .ok_or_else(|| invalid(format!("invalid {key}: {v}")))
+            })
+            .transpose()
+    };
+    let events = number(&mut o, "nexmark.event.num")?.map(|n| n as i64);
+    let event_rate = number(&mut o, "nexmark.event.rate")?.unwrap_or(10_000.0);
+    let base_time_ms = number(&mut o, "nexmark.base.time")?.map_or(1_704_067_200_000, |n| n as i64);
+    let max_events_per_second = number(&mut o, "nexmark.max.events.per.second")?;
+    if let Some(k) = o.keys().next() {
+        return Err(invalid(format!("unknown nexmark connector option \"{k}\"")));
+    }
+    let fields = columns
+        .iter()
+        .map(|c| {
+            NexmarkField::for_column(kind, c).ok_or_else(|| {
+                SqlError::new(
+                    sqlstate::UNDEFINED_COLUMN,
+                    format!("column \"{c}\" is not a field of the nexmark {kind:?} table"),
+                )
+            })
+        })
+        .collect::<SqlResult<Vec<_>>>()?;
+    Ok(NexmarkSpec {
+        table: table.to_string(),
+        kind,
+        events,
+        config: GeneratorConfig {
+            base_time_ms,
+            event_rate,
+        },
+        max_events_per_second,
+        fields,
+    })
+}
+
+fn kafka_spec(
+    mut o: BTreeMap<String, String>,
+    table: &str,
+    columns: &[String],
+    has_primary_key: bool,
+) -> SqlResult<Option<KafkaSpec>> {
     // The watermark is the table's own, with or without a connector.
     o.retain(|k, _| !k.starts_with("watermark."));
     let mut metadata = Vec::new();
@@ -87,7 +172,7 @@ pub fn kafka_spec(
     };
     if !connector.eq_ignore_ascii_case("kafka") {
         return Err(SqlError::unsupported(format!(
-            "connector '{connector}' is not supported (kafka is)"
+            "connector '{connector}' is not supported (kafka and nexmark are)"
         )));
     }
     let topic = o

@@ -139,7 +139,7 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
     }
     let (schema, pk) = table_schema(db, stmt).await?;
     let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-    let connector = crate::connector::kafka_spec(ct, &name, &columns, !pk.is_empty())?;
+    let connector = crate::connector::source_spec(ct, &name, &columns, !pk.is_empty())?;
     let watermark = crate::connector::watermark_spec(ct, &schema)?;
     let id = db.catalog.write().allocate_id();
     let log_path = db.table_log_path(id);
@@ -166,7 +166,7 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
     }
     commit_entry(db, entry, schema)?;
     if let Some(spec) = connector {
-        weir_executor::source::kafka::spawn(db.runtime(), spec).map_err(SqlError::from)?;
+        weir_executor::source::spawn(db.runtime(), spec).map_err(SqlError::from)?;
     }
     Ok(Output::command("CREATE TABLE"))
 }
@@ -212,7 +212,7 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<us
         Statement::CreateTable(ct) => {
             let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
             (
-                crate::connector::kafka_spec(ct, &entry.name, &columns, !pk.is_empty())?,
+                crate::connector::source_spec(ct, &entry.name, &columns, !pk.is_empty())?,
                 crate::connector::watermark_spec(ct, &schema)?,
             )
         }
@@ -251,7 +251,7 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<us
     }
     // The connector resumes after the table's last logged batch.
     if let Some(spec) = connector {
-        weir_executor::source::kafka::spawn(db.runtime(), spec).map_err(SqlError::from)?;
+        weir_executor::source::spawn(db.runtime(), spec).map_err(SqlError::from)?;
     }
     Ok(rows)
 }

@@ -10,9 +10,27 @@
 //!
 //! - [`decode`]: record payloads (JSON, CSV) to Arrow rows, bad records singled out.
 //! - [`kafka`]: the Kafka reader (librdkafka): partitions, startup modes, polling.
+//! - [`nexmark`]: the Nexmark generator (person, auction, bid), deterministic by event
+//!   index, positioned like a Kafka partition.
 
 pub mod decode;
 pub mod kafka;
+pub mod nexmark;
+
+/// A table's connector.
+#[derive(Debug, Clone)]
+pub enum SourceSpec {
+    Kafka(kafka::KafkaSpec),
+    Nexmark(nexmark::NexmarkSpec),
+}
+
+/// Starts the connector feeding its table.
+pub fn spawn(rt: &std::sync::Arc<crate::Runtime>, spec: SourceSpec) -> crate::Result<()> {
+    match spec {
+        SourceSpec::Kafka(k) => kafka::spawn(rt, k),
+        SourceSpec::Nexmark(n) => nexmark::spawn(rt, n),
+    }
+}
 
 /// What to do with a record that cannot be decoded into the table's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
