@@ -269,10 +269,18 @@ fn rewrite_options(sql: &str, watermark: Vec<String>) -> String {
 /// A sink's `WITH (...)` options as (lower-case key, value) pairs.
 pub type SinkOptions = Vec<(String, String)>;
 
-/// `CREATE SINK name FROM relation [WITH (k = v, ...)] [FORMAT f ENCODE e]`: the
-/// sink's name, the relation it reads, and its options (keys lower-case, values
-/// unquoted; `format` / `encode` from the FORMAT clause).
-pub fn parse_sink(sql: &str) -> Option<(String, String, SinkOptions)> {
+/// What a sink reads: a table or view, or its own query (`CREATE SINK k AS SELECT ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkInput {
+    Relation(String),
+    Query(String),
+}
+
+/// `CREATE SINK name FROM relation | AS query [WITH (k = v, ...)] [FORMAT f ENCODE e]`:
+/// the sink's name, what it reads, and its options (keys lower-case, values unquoted;
+/// `format` / `encode` from the FORMAT clause). A query ends at the last top-level
+/// `WITH (...)` (a CTE's `WITH` comes first).
+pub fn parse_sink(sql: &str) -> Option<(String, SinkInput, SinkOptions)> {
     let rewritten = rewrite(&sql.replacen(
         &sql[..sql.to_ascii_lowercase().find("sink")? + 4],
         "CREATE TABLE",
@@ -281,9 +289,7 @@ pub fn parse_sink(sql: &str) -> Option<(String, String, SinkOptions)> {
     let lower = rewritten.to_ascii_lowercase();
     let (words, groups) = scan(&rewritten);
     let word = |i: usize| -> Option<&str> { words.get(i).map(|&(s, e)| &rewritten[s..e]) };
-    if lower.get(words.get(3)?.0..words.get(3)?.1) != Some("from") {
-        return None;
-    }
+    let keyword = lower.get(words.get(3)?.0..words.get(3)?.1)?;
     let unquote = |t: &str| t.trim().trim_matches('"').trim_matches('\'').to_string();
     let ident = |t: &str| {
         if t.starts_with('"') {
@@ -293,16 +299,44 @@ pub fn parse_sink(sql: &str) -> Option<(String, String, SinkOptions)> {
         }
     };
     let name = ident(word(2)?);
-    let from = ident(word(4)?);
+    // The options group: after the last top-level `with` that a group follows.
+    let with = words
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, &(s, e))| &lower[s..e] == "with")
+        .and_then(|(wi, &(ws, we))| {
+            let &(gs, ge) = groups.iter().find(|(gs, _)| *gs >= we)?;
+            // Only when nothing but the group follows the `with` word.
+            (rewritten[we..gs].trim().is_empty()
+                && rewritten[ge..]
+                    .trim()
+                    .trim_end_matches(';')
+                    .trim()
+                    .is_empty())
+            .then_some((wi, ws, gs, ge))
+        });
+    let input = match keyword {
+        "from" => SinkInput::Relation(ident(word(4)?)),
+        "as" => {
+            let start = words[3].1;
+            let end = with.map_or(rewritten.len(), |(_, ws, _, _)| ws);
+            let query = rewritten[start..end].trim().trim_end_matches(';').trim();
+            if query.is_empty() {
+                return None;
+            }
+            SinkInput::Query(query.to_string())
+        }
+        _ => return None,
+    };
     let mut options = Vec::new();
-    if let Some(wi) = words.iter().position(|&(s, e)| &lower[s..e] == "with") {
-        let &(gs, ge) = groups.iter().find(|(gs, _)| *gs >= words[wi].1)?;
+    if let Some((_, _, gs, ge)) = with {
         for item in split_items(&rewritten[gs + 1..ge - 1]) {
             let (k, v) = item.split_once('=')?;
             options.push((unquote(k).to_ascii_lowercase(), unquote(v)));
         }
     }
-    Some((name, from, options))
+    Some((name, input, options))
 }
 
 #[cfg(test)]
@@ -353,7 +387,8 @@ mod tests {
             "CREATE SINK k FROM v WITH (connector = 'blackhole', properties.x = '1') FORMAT PLAIN ENCODE JSON",
         )
         .unwrap();
-        assert_eq!((name.as_str(), from.as_str()), ("k", "v"));
+        assert_eq!(name, "k");
+        assert_eq!(from, super::SinkInput::Relation("v".into()));
         assert_eq!(
             opts,
             vec![
@@ -364,6 +399,18 @@ mod tests {
             ]
         );
         assert!(super::parse_sink("CREATE SINK k v").is_none());
+        let (_, input, opts) = super::parse_sink(
+            "CREATE SINK q AS WITH b AS (SELECT * FROM bid) SELECT count(*) FROM b WITH (connector = 'blackhole');",
+        )
+        .unwrap();
+        assert_eq!(
+            input,
+            super::SinkInput::Query("WITH b AS (SELECT * FROM bid) SELECT count(*) FROM b".into())
+        );
+        assert_eq!(
+            opts,
+            vec![("connector".to_string(), "blackhole".to_string())]
+        );
     }
 
     #[test]

@@ -39,10 +39,10 @@ pub enum WeirStatement {
     ShowSavepoints,
     /// `SHOW SOURCE ERRORS`: the latest records connectors skipped as bad.
     ShowSourceErrors,
-    /// `CREATE SINK name FROM relation WITH (connector = ..., ...)`.
+    /// `CREATE SINK name FROM relation | AS query WITH (connector = ..., ...)`.
     CreateSink {
         name: String,
-        from: String,
+        input: crate::connector_ddl::SinkInput,
         options: Vec<(String, String)>,
         sql: String,
     },
@@ -280,12 +280,15 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
         ["show", "source", "errors"] => return Ok(WeirStatement::ShowSourceErrors),
         ["show", "sinks"] => return Ok(WeirStatement::ShowSinks),
         ["create", "sink", ..] => {
-            let (name, from, options) = crate::connector_ddl::parse_sink(sql).ok_or_else(|| {
-                SqlError::syntax("expected CREATE SINK name FROM relation WITH (connector = '...')")
-            })?;
+            let (name, input, options) =
+                crate::connector_ddl::parse_sink(sql).ok_or_else(|| {
+                    SqlError::syntax(
+                    "expected CREATE SINK name FROM relation | AS query WITH (connector = '...')",
+                )
+                })?;
             return Ok(WeirStatement::CreateSink {
                 name,
-                from,
+                input,
                 options,
                 sql: sql.to_string(),
             });

@@ -252,10 +252,10 @@ impl Database {
             WeirStatement::ShowSinks => crate::sink::show_sinks(self),
             WeirStatement::CreateSink {
                 name,
-                from,
+                input,
                 options,
                 sql,
-            } => crate::sink::create_sink(self, session, &name, &from, &options, &sql).await,
+            } => crate::sink::create_sink(self, session, &name, &input, &options, &sql).await,
             WeirStatement::DropSink { name, if_exists } => {
                 crate::sink::drop_sink(self, &name, if_exists).await
             }

@@ -12,6 +12,7 @@ use crate::catalog::{RelationEntry, RelationKind};
 use crate::database::Database;
 use crate::output::Output;
 use crate::session::Session;
+use arrow::datatypes::SchemaRef;
 use datafusion::sql::sqlparser::ast::Statement;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use weir_executor::operators::file_sink::FileSinkSpec;
 use weir_executor::operators::kafka_sink::{DeliveryGuarantee, KafkaSinkSpec};
 use weir_executor::operators::sink_format::SinkFormat;
 use weir_executor::{FragmentInput, FragmentSpec, SinkSpec, StreamGraph, ViewSpec};
+use weir_planner::connector_ddl::SinkInput;
 use weir_planner::{sqlstate, SqlError, SqlResult, WeirStatement};
 
 /// The job a sink runs. A sink of a table reads the table. A sink of a materialized
@@ -31,22 +33,18 @@ use weir_planner::{sqlstate, SqlError, SqlResult, WeirStatement};
 async fn sink_spec(
     db: &Database,
     name: &str,
-    from: &str,
+    input: &SinkInput,
     options: &[(String, String)],
     parallelism: u32,
     settings: &BTreeMap<String, String>,
-) -> SqlResult<ViewSpec> {
+) -> SqlResult<(ViewSpec, Vec<String>)> {
     let connector = options
         .iter()
         .find(|(k, _)| k == "connector")
         .map(|(_, v)| v.to_ascii_lowercase());
     let invalid = |m: String| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
-    let schema = db.relation_schema(from).ok_or_else(|| {
-        SqlError::new(
-            sqlstate::UNDEFINED_TABLE,
-            format!("relation \"{from}\" does not exist"),
-        )
-    })?;
+    let (schema, mut fragments) = sink_input(db, name, input).await?;
+    let schema = schema.as_ref();
     let sink = match connector.as_deref() {
         Some("blackhole") => {
             // The blackhole takes no options of its own.
@@ -68,35 +66,6 @@ async fn sink_spec(
         None => return Err(invalid("a sink needs connector = '...'".into())),
     };
     let config = crate::ddl::view_job_config(db, settings)?;
-    let view_query = db
-        .catalog
-        .read()
-        .get(from)
-        .filter(|e| e.kind == RelationKind::MaterializedView)
-        .map(|e| e.sql.clone());
-    let mut fragments = match view_query {
-        Some(sql) => {
-            let Ok(WeirStatement::Sql(stmt)) = weir_planner::parse_statement(&sql) else {
-                return Err(SqlError::internal("stored view DDL is not a statement"));
-            };
-            let Statement::CreateView(cv) = *stmt else {
-                return Err(SqlError::internal(
-                    "stored view DDL is not CREATE MATERIALIZED VIEW",
-                ));
-            };
-            crate::ddl::plan_query(db, &cv.query, name)
-                .await?
-                .graph
-                .fragments
-        }
-        None => vec![FragmentSpec {
-            id: 0,
-            single: false,
-            inputs: vec![FragmentInput::Relation(from.to_string())],
-            chain: vec![],
-            output_schema: schema.clone(),
-        }],
-    };
     let exactly_once = match &sink {
         SinkSpec::Kafka(k) => k.guarantee == DeliveryGuarantee::ExactlyOnce,
         SinkSpec::File(_) => true,
@@ -128,12 +97,96 @@ async fn sink_spec(
         output_uid: format!("{name}.sink"),
         sink: Some(sink),
     };
-    Ok(ViewSpec {
-        graph,
-        schema,
-        parallelism,
-        config,
-    })
+    let mut reads: Vec<String> = Vec::new();
+    for f in &graph.fragments {
+        for i in &f.inputs {
+            if let FragmentInput::Relation(r) = i {
+                if !reads.contains(r) {
+                    reads.push(r.clone());
+                }
+            }
+        }
+    }
+    Ok((
+        ViewSpec {
+            graph,
+            schema: Arc::new(schema.clone()),
+            parallelism,
+            config,
+        },
+        reads,
+    ))
+}
+
+/// The schema a sink writes and the fragments that compute it: a table is read as it
+/// is; a materialized view's query or the sink's own query runs in the sink's job.
+async fn sink_input(
+    db: &Database,
+    name: &str,
+    input: &SinkInput,
+) -> SqlResult<(SchemaRef, Vec<FragmentSpec>)> {
+    let query = match input {
+        SinkInput::Relation(from) => {
+            let schema = db.relation_schema(from).ok_or_else(|| {
+                SqlError::new(
+                    sqlstate::UNDEFINED_TABLE,
+                    format!("relation \"{from}\" does not exist"),
+                )
+            })?;
+            let view_sql = db
+                .catalog
+                .read()
+                .get(from)
+                .filter(|e| e.kind == RelationKind::MaterializedView)
+                .map(|e| e.sql.clone());
+            let Some(sql) = view_sql else {
+                let table = FragmentSpec {
+                    id: 0,
+                    single: false,
+                    inputs: vec![FragmentInput::Relation(from.to_string())],
+                    chain: vec![],
+                    output_schema: schema.clone(),
+                };
+                return Ok((schema, vec![table]));
+            };
+            let Ok(WeirStatement::Sql(stmt)) = weir_planner::parse_statement(&sql) else {
+                return Err(SqlError::internal("stored view DDL is not a statement"));
+            };
+            let Statement::CreateView(cv) = *stmt else {
+                return Err(SqlError::internal(
+                    "stored view DDL is not CREATE MATERIALIZED VIEW",
+                ));
+            };
+            let fragments = crate::ddl::plan_query(db, &cv.query, name)
+                .await?
+                .graph
+                .fragments;
+            return Ok((schema, fragments));
+        }
+        SinkInput::Query(q) => q,
+    };
+    let Ok(WeirStatement::Sql(stmt)) = weir_planner::parse_statement(query) else {
+        return Err(SqlError::syntax("CREATE SINK ... AS needs a SELECT query"));
+    };
+    let Statement::Query(query) = *stmt else {
+        return Err(SqlError::syntax("CREATE SINK ... AS needs a SELECT query"));
+    };
+    let planned = crate::ddl::plan_query(db, &query, name).await?;
+    let schema = Arc::new(arrow::datatypes::Schema::new(
+        planned
+            .schema
+            .fields()
+            .iter()
+            .map(|f| {
+                arrow::datatypes::Field::new(
+                    weir_planner::naming::pg_column_name(f.name()),
+                    f.data_type().clone(),
+                    true,
+                )
+            })
+            .collect::<Vec<_>>(),
+    ));
+    Ok((schema, planned.graph.fragments))
 }
 
 /// An exactly-once sink commits on checkpoint completion, so its job must checkpoint,
@@ -327,7 +380,7 @@ pub async fn create_sink(
     db: &Database,
     session: &Session,
     name: &str,
-    from: &str,
+    input: &SinkInput,
     options: &[(String, String)],
     sql: &str,
 ) -> SqlResult<Output> {
@@ -343,7 +396,7 @@ pub async fn create_sink(
         .filter(|(k, _)| crate::settings::is_job_key(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let spec = sink_spec(db, name, from, options, parallelism, &settings).await?;
+    let (spec, reads) = sink_spec(db, name, input, options, parallelism, &settings).await?;
     let id = db.catalog.write().allocate_id();
     crate::ddl::deploy(db, id, name, spec, weir_executor::Restore::Fresh).await?;
     let entry = RelationEntry {
@@ -352,7 +405,10 @@ pub async fn create_sink(
         kind: RelationKind::Sink,
         sql: sql.to_string(),
         columns: vec![],
-        depends_on: vec![from.to_string()],
+        depends_on: match input {
+            SinkInput::Relation(from) => vec![from.clone()],
+            SinkInput::Query(_) => reads,
+        },
         primary_key: vec![],
         parallelism,
         settings,
@@ -367,17 +423,17 @@ pub async fn create_sink(
 pub async fn restore_sink(db: &Database, entry: &RelationEntry) -> SqlResult<()> {
     let WeirStatement::CreateSink {
         name,
-        from,
+        input,
         options,
         ..
     } = weir_planner::parse_statement(&entry.sql)?
     else {
         return Err(SqlError::internal("stored sink DDL is not CREATE SINK"));
     };
-    let spec = sink_spec(
+    let (spec, _) = sink_spec(
         db,
         &name,
-        &from,
+        &input,
         &options,
         entry.parallelism.max(1),
         &entry.settings,
