@@ -56,8 +56,8 @@ async fn sink_spec(
             }
             SinkSpec::Blackhole
         }
-        Some("kafka") => SinkSpec::Kafka(kafka_sink_spec(name, options, &schema)?),
-        Some("file") => SinkSpec::File(file_sink_spec(db, name, options, &schema)?),
+        Some("kafka") => SinkSpec::Kafka(kafka_sink_spec(name, options, schema)?),
+        Some("file") => SinkSpec::File(file_sink_spec(db, name, options, schema)?),
         Some(c) => {
             return Err(SqlError::unsupported(format!(
                 "sink connector '{c}' is not supported yet (blackhole, kafka and file are)"
