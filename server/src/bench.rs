@@ -30,6 +30,16 @@ pub enum BenchCommand {
         #[arg(long)]
         checkpoint_interval: Option<String>,
     },
+    /// Nexmark events through a query into a blackhole sink (`source`: the ceiling).
+    Nexmark {
+        /// source, q0, q1 or q2
+        #[arg(long)]
+        query: String,
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        #[arg(long, default_value_t = 1)]
+        parallelism: u32,
+    },
     /// Kafka topic -> table -> view: records/s, records per CPU-second, latency.
     Kafka {
         /// The broker (`host:port`), e.g. the one `scripts/kafka-broker.sh` starts.
@@ -64,6 +74,11 @@ pub async fn run(cmd: BenchCommand, mut cfg: Config) -> Result<(), String> {
             records,
             partitions,
         } => crate::bench_kafka::run(cfg, broker, records, partitions).await,
+        BenchCommand::Nexmark {
+            query,
+            events,
+            parallelism,
+        } => crate::bench_nexmark::run(cfg, query, events, parallelism).await,
         BenchCommand::Ingest {
             rows,
             groups,

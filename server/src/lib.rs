@@ -10,7 +10,7 @@
 //! - [`pg_catalog`]: the system tables psql and drivers query.
 //! - [`pg`]: the Postgres wire protocol (pgwire): auth, handlers, encoding.
 //! - [`server`]: the TCP listener.
-//! - [`bench`], [`bench_kafka`]: `weir bench` subcommands.
+//! - [`bench`], [`bench_kafka`], [`bench_nexmark`]: `weir bench` subcommands.
 //! - [`settings`]: checkpoint / restart keys, defaults and provenance.
 //! - [`metrics_http`]: the Prometheus `/metrics` endpoint.
 //! - [`session`], [`output`]: per-connection state and statement results.
@@ -18,6 +18,7 @@
 
 pub mod bench;
 pub mod bench_kafka;
+pub mod bench_nexmark;
 pub mod catalog;
 pub mod config;
 pub mod connector;
