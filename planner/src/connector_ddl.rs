@@ -99,7 +99,7 @@ fn quote_key(item: &str) -> String {
         return item.to_string();
     };
     let k = key.trim();
-    if k.contains('.') && !k.starts_with('"') && !k.starts_with('\'') {
+    if (k.contains('.') || k.contains('-')) && !k.starts_with('"') && !k.starts_with('\'') {
         format!(" \"{k}\" ={value}")
     } else {
         item.to_string()

@@ -14,6 +14,7 @@
 use arrow::datatypes::{DataType, Schema};
 use datafusion::sql::sqlparser::ast::{CreateTable, CreateTableOptions, SqlOption};
 use std::collections::BTreeMap;
+use weir_executor::source::datagen::{DatagenSpec, FieldGen};
 use weir_executor::source::decode::Encode;
 use weir_executor::source::kafka::{KafkaSpec, Metadata, StartupMode};
 use weir_executor::source::nexmark::generator::{GeneratorConfig, Kind};
@@ -64,7 +65,96 @@ pub fn source_spec(
         o.retain(|k, _| !k.starts_with("watermark."));
         return nexmark_spec(o, table, columns).map(|n| Some(SourceSpec::Nexmark(n)));
     }
+    if o.get("connector")
+        .is_some_and(|c| c.eq_ignore_ascii_case("datagen"))
+    {
+        o.retain(|k, _| !k.starts_with("watermark."));
+        return datagen_spec(o, table, columns).map(|d| Some(SourceSpec::Datagen(d)));
+    }
     Ok(kafka_spec(o, table, columns, has_primary_key)?.map(SourceSpec::Kafka))
+}
+
+/// `connector = 'datagen'`: `rows-per-second` (default 10,000, Flink's; `0`: as fast as
+/// possible), `number-of-rows`, and per column `fields.<col>.kind = 'random' |
+/// 'sequence'` with `start` / `end` (sequence) or `min` / `max` / `length` (random;
+/// defaults 0 / 1000 / 10). RisingWave's `datagen.rows.per.second` is accepted too.
+fn datagen_spec(
+    mut o: BTreeMap<String, String>,
+    table: &str,
+    columns: &[String],
+) -> SqlResult<DatagenSpec> {
+    o.remove("connector");
+    let number = |o: &mut BTreeMap<String, String>, key: &str| -> SqlResult<Option<f64>> {
+        o.remove(key)
+            .map(|v| {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|n| n.is_finite())
+                    .ok_or_else(|| invalid(format!("invalid {key}: {v}")))
+            })
+            .transpose()
+    };
+    let rate =
+        match number(&mut o, "rows-per-second")?.or(number(&mut o, "datagen.rows.per.second")?) {
+            None => Some(10_000.0),
+            Some(0.0) => None,
+            Some(r) if r > 0.0 => Some(r),
+            Some(r) => return Err(invalid(format!("invalid rows-per-second: {r}"))),
+        };
+    let rows = match number(&mut o, "number-of-rows")? {
+        Some(n) if n >= 0.0 => Some(n as i64),
+        Some(n) => return Err(invalid(format!("invalid number-of-rows: {n}"))),
+        None => None,
+    };
+    let mut fields = Vec::new();
+    for c in columns {
+        let key = |k: &str| format!("fields.{c}.{k}");
+        let kind = o.remove(&key("kind")).unwrap_or_else(|| "random".into());
+        let field = match kind.to_ascii_lowercase().as_str() {
+            "sequence" => {
+                let start = number(&mut o, &key("start"))?;
+                let end = number(&mut o, &key("end"))?;
+                let (Some(start), Some(end)) = (start, end) else {
+                    return Err(invalid(format!(
+                        "a sequence column needs fields.{c}.start and fields.{c}.end"
+                    )));
+                };
+                FieldGen::Sequence {
+                    start: start as i64,
+                    end: end as i64,
+                }
+            }
+            "random" => FieldGen::Random {
+                min: number(&mut o, &key("min"))?.unwrap_or(0.0),
+                max: number(&mut o, &key("max"))?.unwrap_or(1000.0),
+                length: number(&mut o, &key("length"))?.map_or(10, |n| n.max(0.0) as usize),
+            },
+            other => {
+                return Err(invalid(format!(
+                    "fields.{c}.kind must be random or sequence, not {other}"
+                )))
+            }
+        };
+        fields.push(field);
+    }
+    if let Some(k) = o.keys().next() {
+        return Err(match k.strip_prefix("fields.") {
+            Some(rest) => SqlError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!(
+                    "datagen option \"{k}\": no column \"{}\" or no such setting",
+                    rest.split('.').next().unwrap_or_default()
+                ),
+            ),
+            None => invalid(format!("unknown datagen connector option \"{k}\"")),
+        });
+    }
+    Ok(DatagenSpec {
+        table: table.to_string(),
+        fields,
+        rows,
+        rows_per_second: rate,
+    })
 }
 
 /// `connector = 'nexmark'`: `nexmark.table.type = 'person' | 'auction' | 'bid'`,
@@ -172,7 +262,7 @@ fn kafka_spec(
     };
     if !connector.eq_ignore_ascii_case("kafka") {
         return Err(SqlError::unsupported(format!(
-            "connector '{connector}' is not supported (kafka and nexmark are)"
+            "connector '{connector}' is not supported (kafka, nexmark and datagen are)"
         )));
     }
     let topic = o

@@ -12,8 +12,12 @@
 //! - [`kafka`]: the Kafka reader (librdkafka): partitions, startup modes, polling.
 //! - [`nexmark`]: the Nexmark generator (person, auction, bid), deterministic by event
 //!   index, positioned like a Kafka partition.
+//! - [`datagen`]: sequence and random columns (Flink's and RisingWave's `datagen`).
+//! - [`generated`]: the write loop both generators share.
 
+pub mod datagen;
 pub mod decode;
+pub mod generated;
 pub mod kafka;
 pub mod nexmark;
 
@@ -22,6 +26,7 @@ pub mod nexmark;
 pub enum SourceSpec {
     Kafka(kafka::KafkaSpec),
     Nexmark(nexmark::NexmarkSpec),
+    Datagen(datagen::DatagenSpec),
 }
 
 /// Starts the connector feeding its table.
@@ -29,6 +34,7 @@ pub fn spawn(rt: &std::sync::Arc<crate::Runtime>, spec: SourceSpec) -> crate::Re
     match spec {
         SourceSpec::Kafka(k) => kafka::spawn(rt, k),
         SourceSpec::Nexmark(n) => nexmark::spawn(rt, n),
+        SourceSpec::Datagen(d) => datagen::spawn(rt, d),
     }
 }
 

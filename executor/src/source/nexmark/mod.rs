@@ -13,17 +13,14 @@
 pub mod generator;
 mod java_random;
 
-use crate::chunk::StreamChunk;
-use crate::error::{ExecError, Result};
+use crate::error::Result;
 use crate::runtime::Runtime;
 use arrow::array::{
     ArrayRef, Int64Builder, RecordBatch, StringBuilder, TimestampMillisecondBuilder,
 };
 use arrow::datatypes::SchemaRef;
 use generator::{Event, GeneratorConfig, Kind};
-use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
-use weir_storage::source_positions::SourcePositions;
+use std::sync::Arc;
 
 /// The position key in the table's logged source positions.
 const POSITION_KEY: &str = "nexmark:next_event";
@@ -203,71 +200,16 @@ pub fn rows(spec: &NexmarkSpec, schema: &SchemaRef, from: i64, to: i64) -> Resul
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
-/// Starts generating into `spec.table`; the generator stops by itself when the table
-/// is dropped or the event count is reached.
+/// Starts generating into `spec.table` (see [`crate::source::generated`]).
 pub fn spawn(rt: &Arc<Runtime>, spec: NexmarkSpec) -> Result<()> {
-    rt.note_connector(&spec.table);
-    let weak = Arc::downgrade(rt);
-    let handle = tokio::runtime::Handle::current();
-    std::thread::Builder::new()
-        .name(format!("nexmark-{}", spec.table))
-        .spawn(move || {
-            if let Err(e) = generate(&weak, &handle, &spec) {
-                tracing::error!(table = %spec.table, error = %e, "nexmark source stopped");
-                if let Some(rt) = weak.upgrade() {
-                    rt.fail_source(&spec.table, &e.to_string());
-                }
-            }
-        })
-        .map_err(|e| ExecError::Internal(format!("cannot start the nexmark generator: {e}")))?;
-    Ok(())
-}
-
-fn generate(rt: &Weak<Runtime>, handle: &tokio::runtime::Handle, spec: &NexmarkSpec) -> Result<()> {
-    let (schema, mut next) = {
-        let Some(rt) = rt.upgrade() else {
-            return Ok(());
-        };
-        let mut w = handle.block_on(rt.lock_writes());
-        let Some(t) = w.table(&spec.table) else {
-            return Ok(());
-        };
-        (
-            t.schema.clone(),
-            t.source_positions().get(POSITION_KEY).copied().unwrap_or(0) as i64,
-        )
+    let run = crate::source::generated::Run {
+        table: spec.table.clone(),
+        position_key: POSITION_KEY,
+        total: spec.events,
+        batch: BATCH_EVENTS,
+        max_per_second: spec.max_events_per_second,
     };
-    let started = Instant::now();
-    let first = next;
-    loop {
-        let end = match spec.events {
-            Some(total) if next >= total => return Ok(()),
-            Some(total) => (next + BATCH_EVENTS).min(total),
-            None => next + BATCH_EVENTS,
-        };
-        let batch = rows(spec, &schema, next, end)?;
-        let positions = SourcePositions::from([(POSITION_KEY.to_string(), end as u64)]);
-        let Some(rt) = rt.upgrade() else {
-            return Ok(());
-        };
-        let written = handle.block_on(async {
-            let mut w = rt.lock_writes().await;
-            let t = w.table(&spec.table)?;
-            Some(
-                t.write_from_source(StreamChunk::inserts(batch), positions)
-                    .await,
-            )
-        });
-        match written {
-            None => return Ok(()),
-            Some(r) => r?,
-        }
-        next = end;
-        if let Some(rate) = spec.max_events_per_second {
-            let due = Duration::from_secs_f64((next - first) as f64 / rate);
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                std::thread::sleep(wait);
-            }
-        }
-    }
+    crate::source::generated::spawn(rt, run, move |schema, from, to| {
+        rows(&spec, schema, from, to)
+    })
 }
