@@ -101,3 +101,22 @@ pub fn read_topic(topic: &str) -> Vec<String> {
 pub fn json(id: i64) -> Vec<u8> {
     format!(r#"{{"id": {id}, "g": {}, "v": {}}}"#, id % 7, id * 10).into_bytes()
 }
+
+/// Produces [`json`] records `ids` over 3 partitions in chunks of 200, pausing `pause`
+/// after each, on a thread of its own: ingestion that lasts through a test's kills.
+pub fn produce_paced(
+    topic: &str,
+    ids: std::ops::Range<i64>,
+    pause: Duration,
+) -> std::thread::JoinHandle<()> {
+    let topic = topic.to_string();
+    std::thread::spawn(move || {
+        let p = producer();
+        for chunk in ids.collect::<Vec<_>>().chunks(200) {
+            let recs: Vec<(i32, Vec<u8>)> =
+                chunk.iter().map(|&i| ((i % 3) as i32, json(i))).collect();
+            produce(&p, &topic, &recs);
+            std::thread::sleep(pause);
+        }
+    })
+}

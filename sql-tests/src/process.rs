@@ -229,3 +229,23 @@ impl Drop for WeirProcess {
         }
     }
 }
+
+/// How many kills a test makes: `env` (e.g. `WEIR_KAFKA_KILLS=20`) or `default`.
+pub fn kills_from_env(env: &str, default: u64) -> u64 {
+    std::env::var(env)
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The random source of kill moments: seeded from `WEIR_KILL_SEED` or at random, and
+/// the seed printed, so that a run can be repeated.
+pub fn kill_rng() -> rand::rngs::StdRng {
+    use rand::SeedableRng;
+    let seed: u64 = std::env::var("WEIR_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("kill seed {seed}");
+    rand::rngs::StdRng::seed_from_u64(seed)
+}

@@ -5,9 +5,9 @@
 //! committed files (the folder's top level) must hold every row exactly once and
 //! replay to exactly the view's rows, numbered without a gap, with no pending file left.
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use std::time::Duration;
+use weir_sql_tests::process::{kill_rng, kills_from_env};
 use weir_sql_tests::query::wait_until;
 use weir_sql_tests::sinks::{per_g_oracle, per_g_rows, replay_debezium};
 use weir_sql_tests::WeirProcess;
@@ -60,10 +60,7 @@ async fn file_sink_exactly_once_across_kill_9(
     ))
     .await
     .unwrap();
-    let kills: u64 = std::env::var("WEIR_SINK_KILLS")
-        .ok()
-        .and_then(|k| k.parse().ok())
-        .unwrap_or(kills);
+    let kills = kills_from_env("WEIR_SINK_KILLS", kills);
     let per_round = 300i64;
     let insert = |from: i64| {
         format!(
@@ -73,13 +70,7 @@ async fn file_sink_exactly_once_across_kill_9(
     };
     // Each round's INSERT is acknowledged (durable in the table's log); the kill then
     // lands while its changes are in the pipeline, being staged or being committed.
-    // Kill moments are random (seed printed; `WEIR_KILL_SEED` repeats a run).
-    let seed: u64 = std::env::var("WEIR_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("kill seed {seed}");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = kill_rng();
     for k in 0..kills {
         let c = server.connect().await;
         c.batch_execute(&insert(k as i64 * per_round))

@@ -7,8 +7,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use std::time::Duration;
 use tokio_postgres::Client;
 use weir_sql_tests::kafka::{
-    broker, create_topic, json, produce, producer, read_messages, read_topic,
+    broker, create_topic, json, produce, produce_paced, producer, read_messages, read_topic,
 };
+use weir_sql_tests::process::kills_from_env;
 use weir_sql_tests::query::{error_code, rows, value};
 use weir_sql_tests::WeirProcess;
 
@@ -102,24 +103,13 @@ async fn ingest_exactly_once_across_kill_9(name: &str, config: &str, kills: u64)
     // Records keep coming while the server is killed again and again
     // (`WEIR_KAFKA_KILLS=20` for a longer run than the default suite's; production is
     // paced so that it lasts through the kills).
-    let kills: u64 = std::env::var("WEIR_KAFKA_KILLS")
-        .ok()
-        .and_then(|k| k.parse().ok())
-        .unwrap_or(kills);
+    let kills = kills_from_env("WEIR_KAFKA_KILLS", kills);
     let total = 9000i64;
-    let pause = Duration::from_millis(20 * (kills / 5).max(1));
-    let writer = std::thread::spawn({
-        let topic = topic.clone();
-        move || {
-            let p = producer();
-            for chunk in (3000..total).collect::<Vec<_>>().chunks(200) {
-                let recs: Vec<(i32, Vec<u8>)> =
-                    chunk.iter().map(|&i| ((i % 3) as i32, json(i))).collect();
-                produce(&p, &topic, &recs);
-                std::thread::sleep(pause);
-            }
-        }
-    });
+    let writer = produce_paced(
+        &topic,
+        3000..total,
+        Duration::from_millis(20 * (kills / 5).max(1)),
+    );
     for k in 0..kills {
         tokio::time::sleep(Duration::from_millis(150 + 97 * (k % 7))).await;
         server.restart().await;

@@ -13,12 +13,14 @@
 //! oracle: what a Kafka `read_committed` reader sees. It prints how many repeated
 //! attempts it saw.
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use rdkafka::message::{Headers, Message};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use weir_sql_tests::kafka::{broker, create_topic, json, produce, producer, read_messages};
+use weir_sql_tests::kafka::{
+    broker, create_topic, json, produce, produce_paced, producer, read_messages,
+};
+use weir_sql_tests::process::{kill_rng, kills_from_env};
 use weir_sql_tests::query::{value, wait_until};
 use weir_sql_tests::sinks::{per_g_oracle, per_g_rows, replay_debezium};
 use weir_sql_tests::WeirProcess;
@@ -116,32 +118,15 @@ async fn exactly_once_across_kill_9(name: &str, config: &str, kills: u64) {
     .await
     .unwrap();
 
-    let kills: u64 = std::env::var("WEIR_KAFKA_KILLS")
-        .ok()
-        .and_then(|k| k.parse().ok())
-        .unwrap_or(kills);
+    let kills = kills_from_env("WEIR_KAFKA_KILLS", kills);
     let total = 8000i64;
-    // Production is paced to last through the kills.
-    let pause = Duration::from_millis(25 * (kills / 5).max(1));
-    let writer = std::thread::spawn({
-        let input = input.clone();
-        move || {
-            let p = producer();
-            for chunk in (2000..total).collect::<Vec<_>>().chunks(200) {
-                let recs: Vec<(i32, Vec<u8>)> =
-                    chunk.iter().map(|&i| ((i % 3) as i32, json(i))).collect();
-                produce(&p, &input, &recs);
-                std::thread::sleep(pause);
-            }
-        }
-    });
-    // Kill moments are random (seed printed; `WEIR_KILL_SEED` repeats a run).
-    let seed: u64 = std::env::var("WEIR_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("kill seed {seed}");
-    let mut rng = StdRng::seed_from_u64(seed);
+    // Production is paced to last through the kills; kill moments are random.
+    let writer = produce_paced(
+        &input,
+        2000..total,
+        Duration::from_millis(25 * (kills / 5).max(1)),
+    );
+    let mut rng = kill_rng();
     for _ in 0..kills {
         tokio::time::sleep(Duration::from_millis(rng.random_range(200..1100))).await;
         server.restart().await;
