@@ -185,6 +185,8 @@ pub struct Actor {
     /// The job's name: metric label and failpoint suffix.
     pub job_name: Arc<str>,
     pub inputs: Vec<Receiver<Message>>,
+    /// Per receiver: which of the fragment's inputs it belongs to (a join's side).
+    pub input_sides: Vec<usize>,
     pub chain: Vec<Box<dyn Operator>>,
     pub output: ActorOutput,
     pub acks: UnboundedSender<BarrierAck>,
@@ -289,7 +291,11 @@ impl Actor {
     /// still arrives on an input before that input's marker is both processed and
     /// recorded as in-flight data of the checkpoint. The data barrier keeps its role of
     /// committing the epoch for readers, aligned as before.
-    pub async fn run(mut self, mut unaligned: Option<UnalignedSetup>, initial: Vec<StreamChunk>) {
+    pub async fn run(
+        mut self,
+        mut unaligned: Option<UnalignedSetup>,
+        initial: Vec<(usize, StreamChunk)>,
+    ) {
         let n = self.inputs.len();
         let mut open = vec![true; n];
         let mut seen = vec![0usize; n];
@@ -300,8 +306,8 @@ impl Actor {
         let mut cut: Option<Cut> = None;
         let mut last_cut: u64 = 0;
         // Data an unaligned checkpoint overtook: processed before anything new.
-        for chunk in initial {
-            if let Err(e) = self.on_chunk(chunk, &mut clock).await {
+        for (side, chunk) in initial {
+            if let Err(e) = self.on_chunk(side, chunk, &mut clock).await {
                 self.health.fail(e.to_string());
             }
         }
@@ -370,7 +376,8 @@ impl Actor {
                     {
                         c.inflight[idx].push(chunk.clone());
                     }
-                    if let Err(e) = self.on_chunk(chunk, &mut clock).await {
+                    let side = self.input_sides.get(idx).copied().unwrap_or(0);
+                    if let Err(e) = self.on_chunk(side, chunk, &mut clock).await {
                         self.health.fail(e.to_string());
                     }
                     clock.busy += started.elapsed();
@@ -586,16 +593,25 @@ impl Actor {
         Ok(())
     }
 
-    async fn on_chunk(&mut self, chunk: StreamChunk, clock: &mut ActorClock) -> Result<()> {
+    async fn on_chunk(
+        &mut self,
+        side: usize,
+        chunk: StreamChunk,
+        clock: &mut ActorClock,
+    ) -> Result<()> {
         if self.health.failure().is_some() {
             return Ok(());
         }
         failpoints(&self.job_name).await?;
         let mut current = vec![chunk];
-        for op in &mut self.chain {
+        for (k, op) in self.chain.iter_mut().enumerate() {
             let mut next = Vec::new();
             for c in current {
-                guard(|| op.process_chunk(c, &mut next))?;
+                if k == 0 {
+                    guard(|| op.process_chunk_from(side, c, &mut next))?;
+                } else {
+                    guard(|| op.process_chunk(c, &mut next))?;
+                }
             }
             current = next;
             if current.is_empty() {

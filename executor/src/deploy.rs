@@ -11,8 +11,8 @@ use crate::graph::{FragmentInput, OperatorSpec, SinkSpec, StreamGraph};
 use crate::hub::{RelationHub, Subscription};
 use crate::operator::Operator;
 use crate::operators::{
-    filter::FilterOperator, hash_agg::HashAggOperator, materialize::MaterializeOperator,
-    project::ProjectOperator,
+    filter::FilterOperator, hash_agg::HashAggOperator, hash_join::HashJoinOperator,
+    materialize::MaterializeOperator, project::ProjectOperator,
 };
 use crate::runtime::{RelationRuntime, Runtime, ViewSpec, WriteState};
 use crate::store::RelationStore;
@@ -55,10 +55,7 @@ pub(crate) fn state_uids(graph: &StreamGraph) -> Vec<String> {
         .fragments
         .iter()
         .flat_map(|f| &f.chain)
-        .filter_map(|op| match op {
-            OperatorSpec::HashAgg(spec) => Some(spec.uid.clone()),
-            _ => None,
-        })
+        .flat_map(|op| op.state_layouts().into_iter().map(|(uid, _)| uid))
         .collect()
 }
 
@@ -82,6 +79,14 @@ fn build_operator(
             key_groups,
             restored,
             reemit,
+            track_changes,
+        )?),
+        OperatorSpec::HashJoin(spec) => Box::new(HashJoinOperator::new(
+            spec.clone(),
+            rt.backend.clone(),
+            rt.config.max_parallelism,
+            key_groups,
+            restored,
             track_changes,
         )?),
     })
@@ -229,8 +234,10 @@ pub(crate) async fn deploy_view(
     let mut upstream_names = Vec::new();
     let mut replayed = 0usize;
 
+    // Per actor: which of its fragment's inputs each receiver belongs to.
+    let mut sides: Vec<Vec<Vec<usize>>> = counts.iter().map(|&c| vec![Vec::new(); c]).collect();
     for (gi, frag) in frags.iter().enumerate() {
-        for input in &frag.inputs {
+        for (k, input) in frag.inputs.iter().enumerate() {
             match input {
                 FragmentInput::Fragment { id, exchange } => {
                     let fi = *pos
@@ -291,6 +298,9 @@ pub(crate) async fn deploy_view(
                     }
                 }
             }
+            for (d, side) in sides[gi].iter_mut().enumerate() {
+                side.resize(receivers[gi][d].len(), k);
+            }
         }
     }
     let last = frags.len() - 1;
@@ -344,8 +354,10 @@ pub(crate) async fn deploy_view(
                     r.rows.keys().filter(|u| u.starts_with(&mine)).collect();
                 uids.sort();
                 for uid in uids {
+                    let receiver: usize = uid[mine.len()..].parse().unwrap_or(0);
+                    let side = sides[gi][d].get(receiver).copied().unwrap_or(0);
                     for (codes, batch) in &r.rows[uid] {
-                        initial.push(StreamChunk::from_op_codes(codes, batch.clone())?);
+                        initial.push((side, StreamChunk::from_op_codes(codes, batch.clone())?));
                     }
                 }
             }
@@ -363,6 +375,7 @@ pub(crate) async fn deploy_view(
                     job,
                     job_name: job_name.clone(),
                     inputs: receivers[gi].pop().expect("receivers per actor"),
+                    input_sides: std::mem::take(&mut sides[gi][d]),
                     chain,
                     output,
                     acks: rt.coordinator.ack_sender(),

@@ -7,6 +7,7 @@
 
 use crate::exchange::ExchangeKind;
 use crate::operators::hash_agg::HashAggSpec;
+use crate::operators::hash_join::HashJoinSpec;
 use arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ pub enum OperatorSpec {
         schema: SchemaRef,
     },
     HashAgg(HashAggSpec),
+    HashJoin(HashJoinSpec),
 }
 
 impl OperatorSpec {
@@ -45,6 +47,44 @@ impl OperatorSpec {
                     .join(", "),
                 spec.uid
             ),
+            OperatorSpec::HashJoin(spec) => format!(
+                "HashJoin: {} keys={}{} uid={} state=StateTable(key_group, join key -> rows with match counts) per side",
+                spec.kind.name(),
+                spec.key_types.len(),
+                spec.filter
+                    .as_ref()
+                    .map(|f| format!(" condition={f}"))
+                    .unwrap_or_default(),
+                spec.uid
+            ),
+        }
+    }
+
+    /// The uid a stateful operator keeps its state under (pinned by `"uid.N"`).
+    pub fn uid_mut(&mut self) -> Option<&mut String> {
+        match self {
+            OperatorSpec::HashAgg(spec) => Some(&mut spec.uid),
+            OperatorSpec::HashJoin(spec) => Some(&mut spec.uid),
+            _ => None,
+        }
+    }
+
+    pub fn uid(&self) -> Option<&str> {
+        match self {
+            OperatorSpec::HashAgg(spec) => Some(&spec.uid),
+            OperatorSpec::HashJoin(spec) => Some(&spec.uid),
+            _ => None,
+        }
+    }
+
+    /// Every uid this operator writes state under, with what that state holds.
+    pub fn state_layouts(&self) -> Vec<(String, String)> {
+        match self {
+            OperatorSpec::HashAgg(spec) => vec![(spec.uid.clone(), spec.state_schema())],
+            OperatorSpec::HashJoin(spec) => (0..2)
+                .map(|s| (spec.side_uid(s), spec.side_state_schema(s)))
+                .collect(),
+            _ => vec![],
         }
     }
 }
@@ -103,14 +143,11 @@ impl StreamGraph {
 
     /// Every stateful operator, in plan order (inputs first): what EXPLAIN numbers and
     /// what `"uid.N"` pins.
-    pub fn stateful_mut(&mut self) -> Vec<&mut HashAggSpec> {
+    pub fn stateful_mut(&mut self) -> Vec<&mut String> {
         self.fragments
             .iter_mut()
             .flat_map(|f| f.chain.iter_mut())
-            .filter_map(|op| match op {
-                OperatorSpec::HashAgg(spec) => Some(spec),
-                _ => None,
-            })
+            .filter_map(OperatorSpec::uid_mut)
             .collect()
     }
 
@@ -122,10 +159,7 @@ impl StreamGraph {
             .fragments
             .iter()
             .flat_map(|f| &f.chain)
-            .filter_map(|op| match op {
-                OperatorSpec::HashAgg(spec) => Some((spec.uid.clone(), spec.state_schema())),
-                _ => None,
-            })
+            .flat_map(OperatorSpec::state_layouts)
             .collect();
         out.push((self.output_uid.clone(), rows_layout(output)));
         out

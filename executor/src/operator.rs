@@ -16,6 +16,18 @@ pub trait Operator: Send {
     /// Processes one chunk, pushing any output to `out`.
     fn process_chunk(&mut self, chunk: StreamChunk, out: &mut Vec<StreamChunk>) -> Result<()>;
 
+    /// Processes a chunk from the fragment's input number `input` (the first operator
+    /// of a chain gets these; a join tells its two sides apart by them). By default
+    /// the input does not matter.
+    fn process_chunk_from(
+        &mut self,
+        _input: usize,
+        chunk: StreamChunk,
+        out: &mut Vec<StreamChunk>,
+    ) -> Result<()> {
+        self.process_chunk(chunk, out)
+    }
+
     /// Event-time progress; by default passed on unchanged.
     fn process_watermark(&mut self, watermark: Watermark) -> Result<Option<Watermark>> {
         Ok(Some(watermark))

@@ -466,6 +466,7 @@ impl Runtime {
             job: id,
             job_name: name.into(),
             inputs: vec![rx],
+            input_sides: vec![0],
             chain: vec![Box::new(MaterializeOperator::new(
                 store.clone(),
                 uid.clone(),

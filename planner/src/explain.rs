@@ -20,10 +20,7 @@ pub fn explain_graph(
         .fragments
         .iter()
         .flat_map(|f| &f.chain)
-        .filter_map(|op| match op {
-            OperatorSpec::HashAgg(spec) => Some(spec.uid.as_str()),
-            _ => None,
-        })
+        .filter_map(OperatorSpec::uid)
         .collect();
     for (i, f) in graph.fragments.iter().enumerate().rev() {
         let p = if f.single { 1 } else { parallelism };
@@ -49,14 +46,11 @@ pub fn explain_graph(
             }
         }
         for op in &f.chain {
-            let number = match op {
-                OperatorSpec::HashAgg(spec) => stateful
-                    .iter()
-                    .position(|u| *u == spec.uid)
-                    .map(|n| format!("[uid.{}] ", n + 1))
-                    .unwrap_or_default(),
-                _ => String::new(),
-            };
+            let number = op
+                .uid()
+                .and_then(|uid| stateful.iter().position(|u| *u == uid))
+                .map(|n| format!("[uid.{}] ", n + 1))
+                .unwrap_or_default();
             lines.push(format!("  {number}{}", op.describe()));
         }
         if i == last {

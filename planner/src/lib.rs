@@ -4,6 +4,7 @@
 //! - [`statement`]: Weir's dialect: statement splitting, Weir statements, sqlparser.
 //! - [`connector_ddl`]: RisingWave's CREATE SOURCE / FORMAT ... ENCODE, rewritten.
 //! - [`stream_plan`]: DataFusion logical plan → `StreamGraph` (fragments, exchanges, uids).
+//! - `stream_join`: a logical Join → two keyed inputs and a `HashJoin` fragment.
 //! - [`explain`]: `EXPLAIN CREATE MATERIALIZED VIEW` output.
 //! - [`naming`]: Postgres-style output column names.
 //! - [`error`]: `SqlError` with SQLSTATE codes, and the mapping from engine errors.
@@ -15,6 +16,7 @@ pub mod error;
 pub mod explain;
 pub mod naming;
 pub mod statement;
+mod stream_join;
 pub mod stream_plan;
 
 pub use error::{sqlstate, SqlError, SqlResult};

@@ -26,17 +26,20 @@ use weir_executor::operators::hash_agg::HashAggSpec;
 use weir_executor::{FragmentInput, FragmentSpec, OperatorSpec, StreamGraph};
 
 /// A fragment under construction.
-struct Partial {
-    inputs: Vec<FragmentInput>,
-    chain: Vec<OperatorSpec>,
-    single: bool,
-    schema: DFSchemaRef,
+pub(crate) struct Partial {
+    pub(crate) inputs: Vec<FragmentInput>,
+    pub(crate) chain: Vec<OperatorSpec>,
+    pub(crate) single: bool,
+    /// Known to hold at most one row (a global aggregate, maybe filtered or
+    /// projected): the one input a cross join may have.
+    pub(crate) one_row: bool,
+    pub(crate) schema: DFSchemaRef,
 }
 
-struct Builder<'a> {
-    state: &'a SessionState,
-    view: String,
-    fragments: Vec<FragmentSpec>,
+pub(crate) struct Builder<'a> {
+    pub(crate) state: &'a SessionState,
+    pub(crate) view: String,
+    pub(crate) fragments: Vec<FragmentSpec>,
 }
 
 /// All-nullable Arrow schema of a plan node: streaming operators never rely on
@@ -78,24 +81,28 @@ pub fn plan_view(state: &SessionState, plan: &LogicalPlan, view: &str) -> SqlRes
     // Two aggregations with the same meaning in one view (a self-union) keep apart:
     // the second is `<uid>.2`, in plan order.
     let mut seen: Vec<String> = Vec::new();
-    for spec in graph.stateful_mut() {
-        let base = spec.uid.clone();
+    for uid in graph.stateful_mut() {
+        let base = uid.clone();
         let mut n = 1;
-        while seen.contains(&spec.uid) {
+        while seen.contains(uid) {
             n += 1;
-            spec.uid = format!("{base}.{n}");
+            *uid = format!("{base}.{n}");
         }
-        seen.push(spec.uid.clone());
+        seen.push(uid.clone());
     }
     Ok(PlannedView { graph, schema })
 }
 
 impl Builder<'_> {
-    fn physical(&self, expr: &Expr, schema: &DFSchema) -> SqlResult<Arc<dyn PhysicalExpr>> {
+    pub(crate) fn physical(
+        &self,
+        expr: &Expr,
+        schema: &DFSchema,
+    ) -> SqlResult<Arc<dyn PhysicalExpr>> {
         Ok(self.state.create_physical_expr(expr.clone(), schema)?)
     }
 
-    fn finish(&mut self, p: Partial, output_schema: SchemaRef) -> usize {
+    pub(crate) fn finish(&mut self, p: Partial, output_schema: SchemaRef) -> usize {
         let id = self.fragments.len();
         self.fragments.push(FragmentSpec {
             id,
@@ -107,7 +114,7 @@ impl Builder<'_> {
         id
     }
 
-    fn visit(&mut self, plan: &LogicalPlan) -> SqlResult<Partial> {
+    pub(crate) fn visit(&mut self, plan: &LogicalPlan) -> SqlResult<Partial> {
         match plan {
             LogicalPlan::TableScan(scan) => {
                 if scan.fetch.is_some() {
@@ -124,6 +131,7 @@ impl Builder<'_> {
                     inputs: vec![FragmentInput::Relation(scan.table_name.table().to_string())],
                     chain: vec![],
                     single: false,
+                    one_row: false,
                     schema: full.clone(),
                 };
                 if let Some(pred) = scan.filters.iter().cloned().reduce(|a, b| a.and(b)) {
@@ -205,12 +213,11 @@ impl Builder<'_> {
                     inputs,
                     chain: vec![],
                     single: false,
+                    one_row: false,
                     schema: u.schema.clone(),
                 })
             }
-            LogicalPlan::Join(_) => Err(SqlError::unsupported(
-                "joins in materialized views are not supported yet",
-            )),
+            LogicalPlan::Join(join) => self.join(join),
             LogicalPlan::Limit(_) | LogicalPlan::Sort(_) => Err(SqlError::unsupported(
                 "ORDER BY ... LIMIT (Top-N) in materialized views is not supported yet",
             )),
@@ -368,6 +375,7 @@ impl Builder<'_> {
             }],
             chain: vec![OperatorSpec::HashAgg(spec)],
             single,
+            one_row: single,
             schema: out_schema.clone(),
         })
     }

@@ -435,9 +435,9 @@ fn pin_uids(
                 ),
             )
         })?;
-        spec.uid = uid.clone();
+        **spec = uid.clone();
     }
-    let uids: Vec<&str> = stateful.iter().map(|s| s.uid.as_str()).collect();
+    let uids: Vec<&str> = stateful.iter().map(|s| s.as_str()).collect();
     for (i, u) in uids.iter().enumerate() {
         if uids[..i].contains(u) {
             return Err(SqlError::new(
@@ -457,7 +457,14 @@ pub(crate) async fn plan_query(
 ) -> SqlResult<weir_planner::PlannedView> {
     let query = Statement::Query(Box::new(query.clone()));
     let ctx = query::planning_context(db, &query)?;
-    let state = ctx.state();
+    let mut state = ctx.state();
+    // A streaming plan has no one-off subquery execution: every scalar subquery
+    // becomes a join (with a one-row side, for an uncorrelated one).
+    state
+        .config_mut()
+        .options_mut()
+        .optimizer
+        .enable_physical_uncorrelated_scalar_subquery = false;
     let plan = query::plan_statement(&state, &query).await?;
     let plan = state.optimize(&plan)?;
     plan_view(&state, &plan, name)

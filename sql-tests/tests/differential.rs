@@ -1,6 +1,7 @@
 //! Differential test: seeded random INSERT/UPDATE/DELETE sequences on two tables, with
-//! views covering aggregates with retraction, HAVING, DISTINCT, a global aggregate and
-//! views on views. After every batch of changes each view, read from a real `weir`
+//! views covering aggregates with retraction, HAVING, DISTINCT, a global aggregate,
+//! views on views, joins of every kind (inner, outer, non-equi conditions, self,
+//! three-way, semi/anti from EXISTS, a scalar subquery) and set operations. After every batch of changes each view, read from a real `weir`
 //! server, must equal DataFusion's batch answer for the same query over the test's own
 //! copy of the tables (an oracle independent of Weir's storage and runtime).
 
@@ -18,6 +19,8 @@ use weir_sql_tests::WeirProcess;
 
 /// (name, defining query). Views may read earlier views.
 const VIEWS: &[(&str, &str)] = &[
+    ("v_join_inner", "SELECT t1.id, t1.g, t2.id AS id2, t2.x FROM t1 JOIN t2 ON t1.s = t2.k"),
+    ("v_join_full", "SELECT t1.id, t2.id AS id2, t1.v + t2.x AS w FROM t1 FULL JOIN t2 ON t1.g = t2.x AND t1.v > t2.x"),
     ("v_groups", "SELECT g, count(*) AS n, sum(v) AS total, min(v) AS lo, max(v) AS hi, count(s) AS ns FROM t1 GROUP BY g"),
     ("v_having", "SELECT g, sum(v) AS total FROM t1 GROUP BY g HAVING count(*) > 2"),
     ("v_distinct", "SELECT DISTINCT s FROM t1"),
@@ -28,6 +31,17 @@ const VIEWS: &[(&str, &str)] = &[
     ("v_on_view", "SELECT n, count(*) AS groups, sum(total) AS total FROM v_groups GROUP BY n"),
     ("v_on_view2", "SELECT count(*) AS n FROM v_having WHERE total > 0"),
     ("v_count_distinct", "SELECT g, count(DISTINCT s) AS ds, count(*) FILTER (WHERE v > 50) AS big FROM t1 GROUP BY g"),
+    ("v_join_left", "SELECT t1.id, t1.s, t2.x FROM t1 LEFT JOIN t2 ON t1.s = t2.k AND t2.x > t1.g"),
+    ("v_join_right", "SELECT t1.id, t2.id AS id2 FROM t1 RIGHT JOIN t2 ON t1.g = t2.x"),
+    ("v_join_agg", "SELECT t2.k, count(*) AS n, sum(t1.v) AS total FROM t1 JOIN t2 ON t1.s = t2.k GROUP BY t2.k"),
+    ("v_self_join", "SELECT a.id, b.id AS id2 FROM t1 a JOIN t1 b ON a.g = b.g AND a.id < b.id WHERE a.v > 150"),
+    ("v_join_3way", "SELECT t1.id, t2.id AS id2, c.id AS id3 FROM t1 JOIN t2 ON t1.s = t2.k JOIN t2 c ON c.x = t1.g"),
+    ("v_semi", "SELECT id, s FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.k = t1.s AND t2.x > t1.g)"),
+    ("v_anti", "SELECT id FROM t1 WHERE NOT EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.g)"),
+    ("v_intersect", "SELECT s FROM t1 INTERSECT SELECT k FROM t2"),
+    ("v_except", "SELECT k FROM t2 EXCEPT SELECT s FROM t1"),
+    ("v_union", "SELECT s FROM t1 UNION SELECT k FROM t2"),
+    ("v_scalar_subquery", "SELECT id, v FROM t1 WHERE v > (SELECT avg(x) FROM t2)"),
 ];
 
 #[derive(Default)]

@@ -4,6 +4,7 @@
 //! - [`filter`]: keeps rows whose predicate is true (WHERE, HAVING).
 //! - [`project`]: evaluates scalar expressions (DataFusion physical expressions).
 //! - [`hash_agg`]: keyed aggregation with retraction, emitting changes at barriers.
+//! - [`hash_join`]: symmetric hash join (inner, outer, semi, anti) with retraction.
 //! - [`materialize`]: stages each epoch's changes into a relation store and passes them on.
 //! - [`blackhole`]: the end of a blackhole sink: takes every change, keeps nothing.
 //! - [`kafka_sink`]: the end of a Kafka sink: every change as a JSON record, at least
@@ -22,6 +23,7 @@ pub mod blackhole;
 pub mod file_sink;
 pub mod filter;
 pub mod hash_agg;
+pub mod hash_join;
 pub mod kafka_sink;
 pub mod kafka_sink_txn;
 pub mod materialize;
