@@ -12,7 +12,7 @@ use crate::hub::{RelationHub, Subscription};
 use crate::operator::Operator;
 use crate::operators::{
     filter::FilterOperator, hash_agg::HashAggOperator, hash_join::HashJoinOperator,
-    materialize::MaterializeOperator, project::ProjectOperator,
+    materialize::MaterializeOperator, project::ProjectOperator, top_n::TopNOperator,
 };
 use crate::runtime::{RelationRuntime, Runtime, ViewSpec, WriteState};
 use crate::store::RelationStore;
@@ -73,6 +73,15 @@ fn build_operator(
             Box::new(ProjectOperator::new(exprs.clone(), schema.clone()))
         }
         OperatorSpec::HashAgg(spec) => Box::new(HashAggOperator::new(
+            spec.clone(),
+            rt.backend.clone(),
+            rt.config.max_parallelism,
+            key_groups,
+            restored,
+            reemit,
+            track_changes,
+        )?),
+        OperatorSpec::TopN(spec) => Box::new(TopNOperator::new(
             spec.clone(),
             rt.backend.clone(),
             rt.config.max_parallelism,
@@ -330,7 +339,18 @@ pub(crate) async fn deploy_view(
             let mut chain = frag
                 .chain
                 .iter()
-                .map(|s| build_operator(rt, s, range, restored.is_some(), reemit, track))
+                // Only the last fragment's output is the (unstored) view rows; an
+                // earlier operator re-emitting would feed state that already counts it.
+                .map(|s| {
+                    build_operator(
+                        rt,
+                        s,
+                        range,
+                        restored.is_some(),
+                        reemit && gi == last,
+                        track,
+                    )
+                })
                 .collect::<Result<Vec<_>>>()?;
             if gi == last {
                 chain.push(match &graph.sink {
@@ -439,8 +459,8 @@ pub(crate) async fn deploy_view(
     })
 }
 
-/// True when the view's rows are a function of an aggregation's state: its last
-/// fragment runs a HashAgg followed only by stateless operators. Such a view's rows
+/// True when the view's rows are a function of an aggregation's (or Top-N's) state: its
+/// last fragment runs one followed only by stateless operators. Such a view's rows
 /// are not checkpointed (halving what an aggregation view uploads); on restore the
 /// aggregation emits them again.
 pub(crate) fn rows_derived_from_state(graph: &StreamGraph) -> bool {
@@ -450,7 +470,7 @@ pub(crate) fn rows_derived_from_state(graph: &StreamGraph) -> bool {
     match last
         .chain
         .iter()
-        .rposition(|op| matches!(op, OperatorSpec::HashAgg(_)))
+        .rposition(|op| matches!(op, OperatorSpec::HashAgg(_) | OperatorSpec::TopN(_)))
     {
         Some(i) => last.chain[i + 1..].iter().all(|op| {
             matches!(

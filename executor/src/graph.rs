@@ -8,6 +8,7 @@
 use crate::exchange::ExchangeKind;
 use crate::operators::hash_agg::HashAggSpec;
 use crate::operators::hash_join::HashJoinSpec;
+use crate::operators::top_n::TopNSpec;
 use arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ pub enum OperatorSpec {
     },
     HashAgg(HashAggSpec),
     HashJoin(HashJoinSpec),
+    TopN(TopNSpec),
 }
 
 impl OperatorSpec {
@@ -57,6 +59,15 @@ impl OperatorSpec {
                     .unwrap_or_default(),
                 spec.uid
             ),
+            OperatorSpec::TopN(spec) => format!(
+                "TopN: partition keys={} order keys={} offset={} limit={}{} uid={} state=StateTable(key_group, partition -> every row in order)",
+                spec.partition_types.len(),
+                spec.sort_fields.len(),
+                spec.offset,
+                spec.limit,
+                if spec.row_number { " with row_number" } else { "" },
+                spec.uid
+            ),
         }
     }
 
@@ -65,6 +76,7 @@ impl OperatorSpec {
         match self {
             OperatorSpec::HashAgg(spec) => Some(&mut spec.uid),
             OperatorSpec::HashJoin(spec) => Some(&mut spec.uid),
+            OperatorSpec::TopN(spec) => Some(&mut spec.uid),
             _ => None,
         }
     }
@@ -73,6 +85,7 @@ impl OperatorSpec {
         match self {
             OperatorSpec::HashAgg(spec) => Some(&spec.uid),
             OperatorSpec::HashJoin(spec) => Some(&spec.uid),
+            OperatorSpec::TopN(spec) => Some(&spec.uid),
             _ => None,
         }
     }
@@ -84,6 +97,7 @@ impl OperatorSpec {
             OperatorSpec::HashJoin(spec) => (0..2)
                 .map(|s| (spec.side_uid(s), spec.side_state_schema(s)))
                 .collect(),
+            OperatorSpec::TopN(spec) => vec![(spec.uid.clone(), spec.state_schema())],
             _ => vec![],
         }
     }

@@ -3,8 +3,10 @@
 //! Module map:
 //! - [`statement`]: Weir's dialect: statement splitting, Weir statements, sqlparser.
 //! - [`connector_ddl`]: RisingWave's CREATE SOURCE / FORMAT ... ENCODE, rewritten.
+//! - [`window_tvf`]: TUMBLE / HOP windows (Flink's and RisingWave's syntax) as SQL.
 //! - [`stream_plan`]: DataFusion logical plan → `StreamGraph` (fragments, exchanges, uids).
 //! - `stream_join`: a logical Join → two keyed inputs and a `HashJoin` fragment.
+//! - `stream_top_n`: ORDER BY ... LIMIT and ROW_NUMBER() filters → a `TopN` fragment.
 //! - [`explain`]: `EXPLAIN CREATE MATERIALIZED VIEW` output.
 //! - [`naming`]: Postgres-style output column names.
 //! - [`error`]: `SqlError` with SQLSTATE codes, and the mapping from engine errors.
@@ -18,6 +20,8 @@ pub mod naming;
 pub mod statement;
 mod stream_join;
 pub mod stream_plan;
+mod stream_top_n;
+pub mod window_tvf;
 
 pub use error::{sqlstate, SqlError, SqlResult};
 pub use explain::explain_graph;

@@ -173,6 +173,9 @@ impl Builder<'_> {
                 Ok(p)
             }
             LogicalPlan::Filter(f) => {
+                if let Some(top) = self.row_number_filter(f)? {
+                    return Ok(top);
+                }
                 let mut p = self.visit(&f.input)?;
                 let predicate = self.physical(&f.predicate, &p.schema)?;
                 p.chain.push(OperatorSpec::Filter { predicate });
@@ -218,11 +221,24 @@ impl Builder<'_> {
                 })
             }
             LogicalPlan::Join(join) => self.join(join),
-            LogicalPlan::Limit(_) | LogicalPlan::Sort(_) => Err(SqlError::unsupported(
-                "ORDER BY ... LIMIT (Top-N) in materialized views is not supported yet",
-            )),
+            LogicalPlan::Limit(l) => self.limit(l),
+            LogicalPlan::Sort(s) => {
+                let p = self.visit(&s.input)?;
+                self.top_n(
+                    p,
+                    crate::stream_top_n::TopNQuery {
+                        partition: &[],
+                        order: &s.expr,
+                        offset: 0,
+                        limit: s.fetch.unwrap_or(usize::MAX),
+                        row_number: false,
+                        out_schema: s.input.schema().clone(),
+                    },
+                )
+            }
             LogicalPlan::Window(_) => Err(SqlError::unsupported(
-                "window functions in materialized views are not supported yet",
+                "window functions in materialized views are supported only as Top-N: \
+                 ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) filtered by <= n, < n or = 1",
             )),
             LogicalPlan::Distinct(Distinct::On(_)) => Err(SqlError::unsupported(
                 "DISTINCT ON in materialized views is not supported yet",

@@ -446,24 +446,17 @@ pub fn watermark_spec(ct: &CreateTable, schema: &Schema) -> SqlResult<Option<Wat
 
 /// The delay of `col` or `col - INTERVAL 'n' unit` (also `INTERVAL 'n unit'`).
 fn watermark_delay(column: &str, expr: &str) -> Option<std::time::Duration> {
-    let text = expr.replace(['\'', '"'], " ").to_ascii_lowercase();
-    let tokens: Vec<&str> = text.split_whitespace().collect();
-    match tokens.as_slice() {
-        [c] if c.eq_ignore_ascii_case(column) => Some(std::time::Duration::ZERO),
-        [c, "-", "interval", n, unit] if c.eq_ignore_ascii_case(column) => {
-            let n: f64 = n.parse().ok().filter(|n: &f64| *n >= 0.0)?;
-            let seconds = match unit.trim_end_matches('s') {
-                "millisecond" => 0.001,
-                "second" => 1.0,
-                "minute" => 60.0,
-                "hour" => 3600.0,
-                "day" => 86400.0,
-                _ => return None,
-            };
-            Some(std::time::Duration::from_secs_f64(n * seconds))
-        }
-        _ => None,
+    let text = expr.replace('"', " ");
+    let text = text.trim();
+    let head = text
+        .get(..column.len())
+        .filter(|h| h.eq_ignore_ascii_case(column))?;
+    let rest = text[head.len()..].trim();
+    if rest.is_empty() {
+        return Some(std::time::Duration::ZERO);
     }
+    let ms = weir_planner::window_tvf::interval_millis(rest.strip_prefix('-')?)?;
+    Some(std::time::Duration::from_millis(ms as u64))
 }
 
 /// The statement without its options, for DataFusion's planning of the columns.

@@ -5,6 +5,7 @@
 //! - [`project`]: evaluates scalar expressions (DataFusion physical expressions).
 //! - [`hash_agg`]: keyed aggregation with retraction, emitting changes at barriers.
 //! - [`hash_join`]: symmetric hash join (inner, outer, semi, anti) with retraction.
+//! - [`top_n`]: ORDER BY ... LIMIT and ROW_NUMBER() <= n per partition, with refill.
 //! - [`materialize`]: stages each epoch's changes into a relation store and passes them on.
 //! - [`blackhole`]: the end of a blackhole sink: takes every change, keeps nothing.
 //! - [`kafka_sink`]: the end of a Kafka sink: every change as a JSON record, at least
@@ -29,4 +30,5 @@ pub mod kafka_sink_txn;
 pub mod materialize;
 pub mod project;
 pub mod sink_format;
+pub mod top_n;
 pub mod two_phase;

@@ -1,0 +1,286 @@
+//! Windowing table-valued functions, rewritten into plain SQL before parsing:
+//!
+//! - Flink: `TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size))` and
+//!   `TABLE(HOP(TABLE t, DESCRIPTOR(ts), slide, size))`;
+//! - RisingWave: `TUMBLE(t, ts, size)` and `HOP(t, ts, slide, size)` in FROM.
+//!
+//! Both add the columns `window_start` and `window_end` to every row of `t`:
+//!
+//! - TUMBLE is a projection: `window_start = date_bin(size, ts)` (windows aligned to
+//!   the Unix epoch, as in Flink and RisingWave), `window_end = window_start + size`.
+//! - HOP puts each row into `size / slide` windows (Flink requires `size` to be a
+//!   multiple of `slide`, and so does Weir): a UNION ALL of that many projections,
+//!   copy `j` with `window_start = date_bin(slide, ts) - j * slide`.
+//!
+//! So windows need no operator of their own: an aggregation grouped by `window_start`
+//! is an ordinary keyed aggregation, and the same SQL runs as a batch SELECT.
+//! SESSION and CUMULATE windows are refused (0A000): a session's bounds depend on the
+//! gaps between rows, which a projection cannot see.
+
+use crate::error::{SqlError, SqlResult};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+
+fn is_word(t: &Token, w: &str) -> bool {
+    matches!(t, Token::Word(word) if word.quote_style.is_none() && word.value.eq_ignore_ascii_case(w))
+}
+
+fn significant(tokens: &[Token], mut i: usize) -> Option<usize> {
+    while i < tokens.len() {
+        if !matches!(tokens[i], Token::Whitespace(_)) {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The index of the `)` closing the `(` at `open`.
+fn closing(tokens: &[Token], open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, t) in tokens.iter().enumerate().skip(open) {
+        match t {
+            Token::LParen => depth += 1,
+            Token::RParen => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The top-level comma-separated arguments between `open` and `close`, as text.
+fn arguments(tokens: &[Token], open: usize, close: usize) -> Vec<String> {
+    let mut args = vec![String::new()];
+    let mut depth = 0usize;
+    for t in &tokens[open + 1..close] {
+        match t {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            Token::Comma if depth == 0 => {
+                args.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        args.last_mut().expect("non-empty").push_str(&t.to_string());
+    }
+    args.into_iter().map(|a| a.trim().to_string()).collect()
+}
+
+/// `INTERVAL 'n' unit` or `INTERVAL 'n unit'` in milliseconds.
+pub fn interval_millis(text: &str) -> Option<i64> {
+    let lower = text.replace(['\'', '"'], " ").to_ascii_lowercase();
+    let tokens: Vec<&str> = lower.split_whitespace().collect();
+    let (n, unit) = match tokens.as_slice() {
+        ["interval", n, unit] => (*n, *unit),
+        [n, unit] => (*n, *unit),
+        _ => return None,
+    };
+    let n: f64 = n.parse().ok().filter(|n: &f64| *n >= 0.0)?;
+    let ms = match unit.trim_end_matches('s') {
+        "millisecond" => 1.0,
+        "second" => 1_000.0,
+        "minute" => 60_000.0,
+        "hour" => 3_600_000.0,
+        "day" => 86_400_000.0,
+        _ => return None,
+    };
+    Some((n * ms).round() as i64)
+}
+
+fn tumble(table: &str, ts: &str, size: &str) -> String {
+    format!(
+        "(SELECT *, date_bin({size}, {ts}) AS window_start, \
+         date_bin({size}, {ts}) + {size} AS window_end FROM {table})"
+    )
+}
+
+fn hop(table: &str, ts: &str, slide: &str, size: &str) -> SqlResult<String> {
+    let bad = || {
+        SqlError::syntax(format!(
+            "HOP needs literal intervals with the size a multiple of the slide (got slide {slide}, size {size})"
+        ))
+    };
+    let slide_ms = interval_millis(slide).filter(|s| *s > 0).ok_or_else(bad)?;
+    let size_ms = interval_millis(size).ok_or_else(bad)?;
+    if size_ms < slide_ms || size_ms % slide_ms != 0 {
+        return Err(bad());
+    }
+    let copies = size_ms / slide_ms;
+    if copies > 1000 {
+        return Err(SqlError::unsupported(format!(
+            "HOP with {copies} windows per row is not supported (at most 1000)"
+        )));
+    }
+    let branches: Vec<String> = (0..copies)
+        .map(|j| {
+            format!(
+                "SELECT *, date_bin({slide}, {ts}) - INTERVAL '{} milliseconds' AS window_start, \
+                 date_bin({slide}, {ts}) - INTERVAL '{} milliseconds' + {size} AS window_end FROM {table}",
+                j * slide_ms,
+                j * slide_ms
+            )
+        })
+        .collect();
+    Ok(format!("({})", branches.join(" UNION ALL ")))
+}
+
+/// The expansion of one window function call with arguments `args` (Flink's `TABLE t`
+/// and `DESCRIPTOR(c)` already unwrapped).
+fn expand(func: &str, args: &[String]) -> SqlResult<String> {
+    match (func, args) {
+        ("tumble", [t, ts, size]) => Ok(tumble(t, ts, size)),
+        ("hop", [t, ts, slide, size]) => hop(t, ts, slide, size),
+        ("tumble", _) => Err(SqlError::syntax("TUMBLE takes (table, time column, size)")),
+        ("hop", _) => Err(SqlError::syntax(
+            "HOP takes (table, time column, slide, size)",
+        )),
+        (other, _) => Err(SqlError::unsupported(format!(
+            "{} windows are not supported yet (TUMBLE and HOP are)",
+            other.to_ascii_uppercase()
+        ))),
+    }
+}
+
+/// Flink's argument forms `TABLE t` and `DESCRIPTOR(c)`, unwrapped.
+fn unwrap_flink_arg(arg: &str) -> String {
+    let trimmed = arg.trim();
+    let lower = trimmed.to_ascii_lowercase();
+    if lower.starts_with("table ") {
+        return trimmed[6..].trim().to_string();
+    }
+    if lower.starts_with("descriptor") {
+        let inner = trimmed[10..].trim();
+        if inner.starts_with('(') && inner.ends_with(')') {
+            return inner[1..inner.len() - 1].trim().to_string();
+        }
+    }
+    trimmed.to_string()
+}
+
+const WINDOW_FUNCS: [&str; 4] = ["tumble", "hop", "session", "cumulate"];
+
+/// Rewrites every windowing TVF in `sql`; the text is returned unchanged when there is
+/// none (or when it does not tokenize: the parser reports that).
+pub fn rewrite(sql: &str) -> SqlResult<String> {
+    let lower = sql.to_ascii_lowercase();
+    if !WINDOW_FUNCS.iter().any(|f| lower.contains(f)) {
+        return Ok(sql.to_string());
+    }
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+        return Ok(sql.to_string());
+    };
+    let mut out = String::with_capacity(sql.len());
+    let mut i = 0;
+    let mut changed = false;
+    while i < tokens.len() {
+        // Flink: TABLE ( F ( ... ) )
+        if is_word(&tokens[i], "table") {
+            if let Some(open) = significant(&tokens, i + 1).filter(|&o| tokens[o] == Token::LParen)
+            {
+                if let Some(f) = significant(&tokens, open + 1) {
+                    if let Some(func) = WINDOW_FUNCS.iter().find(|w| is_word(&tokens[f], w)) {
+                        let inner_open = significant(&tokens, f + 1)
+                            .filter(|&o| tokens[o] == Token::LParen)
+                            .ok_or_else(|| SqlError::syntax(format!("expected ( after {func}")))?;
+                        let inner_close = closing(&tokens, inner_open)
+                            .ok_or_else(|| SqlError::syntax("unbalanced parentheses"))?;
+                        let close = closing(&tokens, open)
+                            .ok_or_else(|| SqlError::syntax("unbalanced parentheses"))?;
+                        let args: Vec<String> = arguments(&tokens, inner_open, inner_close)
+                            .iter()
+                            .map(|a| unwrap_flink_arg(a))
+                            .collect();
+                        out.push_str(&expand(func, &args)?);
+                        i = close + 1;
+                        changed = true;
+                        continue;
+                    }
+                }
+            }
+        }
+        // RisingWave: F ( t, ts, ... ) directly after FROM, JOIN or a comma.
+        if let Some(func) = WINDOW_FUNCS.iter().find(|w| is_word(&tokens[i], w)) {
+            let before = tokens[..i]
+                .iter()
+                .rev()
+                .find(|t| !matches!(t, Token::Whitespace(_)));
+            let in_from = matches!(before, Some(Token::Comma))
+                || before.is_some_and(|t| is_word(t, "from") || is_word(t, "join"));
+            if let Some(open) = significant(&tokens, i + 1).filter(|&o| tokens[o] == Token::LParen)
+            {
+                if in_from {
+                    let close = closing(&tokens, open)
+                        .ok_or_else(|| SqlError::syntax("unbalanced parentheses"))?;
+                    let args = arguments(&tokens, open, close);
+                    out.push_str(&expand(func, &args)?);
+                    i = close + 1;
+                    changed = true;
+                    continue;
+                }
+            }
+        }
+        out.push_str(&tokens[i].to_string());
+        i += 1;
+    }
+    Ok(if changed { out } else { sql.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flink_and_risingwave_tumble_expand_alike() {
+        let flink = rewrite(
+            "SELECT window_start, count(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) GROUP BY window_start",
+        )
+        .unwrap();
+        let rw = rewrite(
+            "SELECT window_start, count(*) FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND) GROUP BY window_start",
+        )
+        .unwrap();
+        assert_eq!(flink, rw);
+        assert!(
+            rw.contains("date_bin(INTERVAL '10' SECOND, date_time) AS window_start"),
+            "{rw}"
+        );
+    }
+
+    #[test]
+    fn hop_is_one_branch_per_window() {
+        let sql = rewrite(
+            "SELECT * FROM HOP(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND) w",
+        )
+        .unwrap();
+        assert_eq!(sql.matches("UNION ALL").count(), 4, "{sql}");
+        assert!(sql.contains("INTERVAL '8000 milliseconds'"), "{sql}");
+        assert!(sql.trim_end().ends_with(") w"), "{sql}");
+    }
+
+    #[test]
+    fn bad_windows_are_refused() {
+        assert!(
+            rewrite("SELECT * FROM HOP(bid, ts, INTERVAL '3' SECOND, INTERVAL '10' SECOND)")
+                .is_err()
+        );
+        assert!(rewrite("SELECT * FROM TUMBLE(bid, ts)").is_err());
+        let e =
+            rewrite("SELECT * FROM TABLE(SESSION(TABLE bid, DESCRIPTOR(ts), INTERVAL '1' MINUTE))")
+                .unwrap_err();
+        assert!(e.to_string().contains("SESSION"), "{e}");
+    }
+
+    #[test]
+    fn other_uses_are_left_alone() {
+        let sql = "SELECT 'tumble(' AS x, hop FROM t";
+        assert_eq!(rewrite(sql).unwrap(), sql);
+        assert_eq!(interval_millis("INTERVAL '5' SECOND"), Some(5000));
+        assert_eq!(interval_millis("INTERVAL '2 minutes'"), Some(120_000));
+    }
+}
