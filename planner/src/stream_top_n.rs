@@ -118,7 +118,7 @@ impl Builder<'_> {
             return Ok(None);
         };
         let WindowFunction { fun, params } = wf.as_ref();
-        if fun.name().to_ascii_lowercase() != "row_number" {
+        if !fun.name().eq_ignore_ascii_case("row_number") {
             return Ok(None);
         }
         let rn = w.schema.field(w.schema.fields().len() - 1).name().clone();

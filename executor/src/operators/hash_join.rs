@@ -7,8 +7,8 @@
 //! is evaluated over all candidate pairs of a chunk at once (vectorised), then the
 //! chunk's rows are applied in order.
 //!
-//! Each stored row carries its *degree*: how many rows of the other side it currently
-//! matches. Outer joins emit a NULL-padded row while the degree is 0 and retract it
+//! Each stored (distinct) row carries its copy count and its *degree*: how many rows
+//! of the other side it currently matches. Outer joins emit a NULL-padded row while the degree is 0 and retract it
 //! when the first match appears (and the other way round); semi joins emit a row when
 //! its degree leaves 0 and anti joins while it is 0. So every kind is correct under
 //! deletes on either side, with output emitted as the changes arrive.
@@ -21,6 +21,7 @@ use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
+use ahash::AHashMap as HashMap;
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -130,27 +131,84 @@ impl HashJoinSpec {
     }
 }
 
-/// One copy of a stored row and how many rows of the other side it matches.
+/// A distinct stored row: its copies and how many rows of the other side it matches.
+/// Both may be negative for a while: a row's insert and delete can reach the join
+/// through different upstream actors in either order within one epoch; at a barrier
+/// they have settled.
 #[derive(Debug, Clone)]
 struct Entry {
     row: Vec<u8>,
+    count: i64,
     degree: i64,
 }
+
+/// Buckets larger than this get a row -> position index.
+const INDEX_FROM: usize = 32;
 
 /// The rows of one side under one join key.
 #[derive(Debug, Default)]
 pub struct Bucket {
     entries: Vec<Entry>,
+    /// Row -> position in `entries`, for large buckets (hot keys); rebuilt on demand.
+    index: Option<HashMap<Vec<u8>, usize>>,
+}
+
+impl Bucket {
+    fn position(&mut self, row: &[u8]) -> Option<usize> {
+        if self.entries.len() < INDEX_FROM {
+            return self.entries.iter().position(|e| e.row == row);
+        }
+        let entries = &self.entries;
+        let index = self.index.get_or_insert_with(|| {
+            entries
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (e.row.clone(), i))
+                .collect()
+        });
+        index.get(row).copied()
+    }
+
+    /// Adds `sign` copies of `row` (matching `degree` rows of the other side).
+    fn apply(&mut self, row: &[u8], sign: i64, degree: i64) {
+        match self.position(row) {
+            Some(at) => {
+                let e = &mut self.entries[at];
+                e.count += sign;
+                e.degree = degree;
+                if e.count == 0 {
+                    self.entries.swap_remove(at);
+                    if let Some(index) = &mut self.index {
+                        index.remove(row);
+                        if let Some(moved) = self.entries.get(at) {
+                            index.insert(moved.row.clone(), at);
+                        }
+                    }
+                }
+            }
+            None => {
+                if let Some(index) = &mut self.index {
+                    index.insert(row.to_vec(), self.entries.len());
+                }
+                self.entries.push(Entry {
+                    row: row.to_vec(),
+                    count: sign,
+                    degree,
+                });
+            }
+        }
+    }
 }
 
 impl StateValue for Bucket {
     fn encode(&self) -> Vec<u8> {
-        let size: usize = self.entries.iter().map(|e| e.row.len() + 12).sum();
+        let size: usize = self.entries.iter().map(|e| e.row.len() + 20).sum();
         let mut buf = Vec::with_capacity(4 + size);
         buf.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
         for e in &self.entries {
             buf.extend_from_slice(&(e.row.len() as u32).to_le_bytes());
             buf.extend_from_slice(&e.row);
+            buf.extend_from_slice(&e.count.to_le_bytes());
             buf.extend_from_slice(&e.degree.to_le_bytes());
         }
         buf
@@ -163,19 +221,24 @@ impl StateValue for Bucket {
             at += n;
             Some(s)
         };
-        let count = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-        let mut entries = Vec::with_capacity(count.min(1 << 16));
-        for _ in 0..count {
+        let n = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+        let mut entries = Vec::with_capacity(n.min(1 << 16));
+        for _ in 0..n {
             let len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
             let row = take(len)?.to_vec();
+            let count = i64::from_le_bytes(take(8)?.try_into().ok()?);
             let degree = i64::from_le_bytes(take(8)?.try_into().ok()?);
-            entries.push(Entry { row, degree });
+            entries.push(Entry { row, count, degree });
         }
-        Some(Bucket { entries })
+        Some(Bucket {
+            entries,
+            index: None,
+        })
     }
 }
 
 /// What one output row holds.
+#[derive(Clone, Copy)]
 enum OutRow {
     Pair(usize, usize),
     /// Side `s`'s row alone (index into that side's row list).
@@ -193,6 +256,14 @@ impl Emitted {
     fn push_row(&mut self, s: usize, row: &[u8]) -> usize {
         self.rows[s].push(row.to_vec());
         self.rows[s].len() - 1
+    }
+
+    /// `net` copies of `row`: inserts when positive, deletes when negative.
+    fn emit(&mut self, net: i64, row: OutRow) {
+        let op = if net > 0 { Op::Insert } else { Op::Delete };
+        for _ in 0..net.unsigned_abs() {
+            self.out.push((op, row));
+        }
     }
 }
 
@@ -393,83 +464,51 @@ impl HashJoinOperator {
         let mask = self.evaluate_filter(s, &chunk, width, &candidates)?;
         let matches = |c: usize| mask.as_ref().is_none_or(|m| m.is_valid(c) && m.value(c));
 
+        // The output is a function of both sides' multisets: pairs `count(l) *
+        // count(r)` for every match, and each row alone `count * [degree == 0]` (outer,
+        // anti) or `count * [degree != 0]` (semi). Each input row emits the change of
+        // that function, so any order of inserts and deletes ends at the same output.
         let mut em = Emitted::default();
         for (i, op) in chunk.ops.iter().enumerate() {
-            let matched: Vec<usize> = (first_candidate[i]..first_candidate[i + 1])
-                .filter(|&c| matches(c))
-                .collect();
-            let m = matched.len() as i64;
+            let sign = op.sign();
             let this_row = em.push_row(s, &rows[i]);
-            for &c in &matched {
-                let (_, key, j) = &candidates[c];
+            let mut m = 0i64;
+            let range = first_candidate[i]..first_candidate[i + 1];
+            for (c, (_, key, j)) in candidates[range.clone()].iter().enumerate() {
+                if !matches(range.start + c) {
+                    continue;
+                }
                 let bucket = self.states[o].get_or_insert_with(key, Bucket::default);
                 let entry = &mut bucket.entries[*j];
+                m += entry.count;
                 let other_row = em.push_row(o, &entry.row);
-                let pair = if s == 0 {
-                    OutRow::Pair(this_row, other_row)
-                } else {
-                    OutRow::Pair(other_row, this_row)
-                };
                 let before = entry.degree;
-                entry.degree += op.sign();
-                let after = entry.degree;
-                if kind.pairs() && *op == Op::Delete {
-                    em.out.push((Op::Delete, pair));
-                }
-                // The other row's own output flips when its degree crosses zero.
-                if (before == 0) != (after == 0) {
-                    let now_matched = after != 0;
-                    if kind.alone_when_unmatched(o) {
-                        let op = if now_matched { Op::Delete } else { Op::Insert };
-                        em.out.push((op, OutRow::Alone(o, other_row)));
-                    }
-                    if kind.alone_when_matched(o) {
-                        let op = if now_matched { Op::Insert } else { Op::Delete };
-                        em.out.push((op, OutRow::Alone(o, other_row)));
-                    }
-                }
-                if after < 0 {
-                    return Err(ExecError::Internal(format!(
-                        "negative match count in join {}",
-                        self.spec.uid
-                    )));
-                }
-                if kind.pairs() && *op == Op::Insert {
+                entry.degree += sign;
+                let (after, count) = (entry.degree, entry.count);
+                if kind.pairs() {
                     let pair = if s == 0 {
                         OutRow::Pair(this_row, other_row)
                     } else {
                         OutRow::Pair(other_row, this_row)
                     };
-                    em.out.push((Op::Insert, pair));
+                    em.emit(sign * count, pair);
+                }
+                let flip = i64::from(after == 0) - i64::from(before == 0);
+                if kind.alone_when_unmatched(o) {
+                    em.emit(count * flip, OutRow::Alone(o, other_row));
+                }
+                if kind.alone_when_matched(o) {
+                    em.emit(-count * flip, OutRow::Alone(o, other_row));
                 }
             }
-            if (kind.alone_when_unmatched(s) && m == 0) || (kind.alone_when_matched(s) && m > 0) {
-                em.out.push((*op, OutRow::Alone(s, this_row)));
+            if kind.alone_when_unmatched(s) && m == 0 || kind.alone_when_matched(s) && m != 0 {
+                em.emit(sign, OutRow::Alone(s, this_row));
             }
             let key = &keys[i].0;
             let bucket = self.states[s].get_or_insert_with(key, Bucket::default);
-            match op {
-                Op::Insert => bucket.entries.push(Entry {
-                    row: rows[i].clone(),
-                    degree: m,
-                }),
-                Op::Delete => {
-                    let at = bucket.entries.iter().position(|e| e.row == rows[i]);
-                    match at {
-                        Some(at) => {
-                            bucket.entries.swap_remove(at);
-                        }
-                        None => {
-                            return Err(ExecError::Internal(format!(
-                                "join {}: delete of a row it does not hold",
-                                self.spec.uid
-                            )))
-                        }
-                    }
-                    if bucket.entries.is_empty() {
-                        self.states[s].remove(key);
-                    }
-                }
+            bucket.apply(&rows[i], sign, m);
+            if bucket.entries.is_empty() {
+                self.states[s].remove(key);
             }
         }
         if !em.out.is_empty() {

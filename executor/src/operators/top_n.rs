@@ -16,7 +16,7 @@
 
 use crate::barrier::{Barrier, Epoch};
 use crate::chunk::{Op, StreamChunk};
-use crate::error::{ExecError, Result};
+use crate::error::Result;
 use crate::operator::Operator;
 use ahash::AHashMap as HashMap;
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, UInt64Array};
@@ -168,6 +168,8 @@ impl TopNOperator {
         let mut numbers: Vec<u64> = Vec::new();
         let changed: Vec<_> = self.epoch_before.drain().collect();
         for (key, before) in changed {
+            // Rows with a negative count (a delete ahead of its insert, possible across
+            // a barrier in at-least-once mode) are not shown until the insert arrives.
             let after = self.top(self.state.get(&key));
             if self.state.get(&key).is_some_and(|p| p.rows.is_empty()) {
                 self.state.remove(&key);
@@ -287,13 +289,9 @@ impl Operator for TopNOperator {
             let entry_key = (sorts.row(i).as_ref().to_vec(), row);
             let partition = self.state.get_or_insert_with(&key, Partition::default);
             let n = partition.rows.entry(entry_key.clone()).or_insert(0);
+            // A row's delete may arrive before its insert (through another upstream
+            // actor, within the epoch): the count is negative until the insert comes.
             *n += op.sign();
-            if *n < 0 {
-                return Err(ExecError::Internal(format!(
-                    "Top-N {}: delete of a row it does not hold",
-                    self.spec.uid
-                )));
-            }
             if *n == 0 {
                 partition.rows.remove(&entry_key);
             }
