@@ -1,37 +1,34 @@
-//! `weir bench nexmark --query q0|q1|q2|source --events N --parallelism P`: Nexmark
-//! events/s through the whole pipeline, in this process.
+//! `weir bench nexmark --query source|q0|q1|q2|q3|q4|q5|q7|q8 --events N --parallelism P`:
+//! Nexmark events/s through the whole pipeline, in this process.
 //!
-//! The `bid` table is fed by the `nexmark` connector (the generator in this process,
-//! like Flink's in-process Nexmark source); the query runs as `CREATE SINK ... AS
+//! The tables a query reads (`person`, `auction`, `bid`) are fed by the `nexmark`
+//! connector (the generator in this process, like Flink's in-process Nexmark source),
+//! each over the same N events, keeping its kind; the query runs as `CREATE SINK ... AS
 //! <query> WITH (connector = 'blackhole')`; `source` is the generator-only pipeline
-//! (the table into a blackhole sink), the ceiling. Checkpoints every 10 s, exactly
+//! (the bid table into a blackhole sink), the ceiling. Checkpoints every 10 s, exactly
 //! once, hashmap state, as in the Flink figures of issue 5. The clock runs from the
-//! table's creation until the generator logged its last event and a FLUSH (a barrier
+//! tables' creation until every generator logged its last event and a FLUSH (a barrier
 //! through every job) returned, i.e. until the sink consumed every event.
 //!
 //! Reported: events/s (all kinds of events the generator produced, as Nexmark counts
 //! them), events per CPU-second of this process (the "per core" figure), peak RSS. Run
-//! each query in its own process so that the peak RSS is that query's.
-//! q3–q8 need joins and windows, which are not built yet.
+//! each query in its own process so that the peak RSS is that query's. The queries are
+//! `weir_executor::source::nexmark::queries` (q6 is not among them).
 
 use crate::session::Session;
 use crate::{Config, Database};
 use std::time::{Duration, Instant};
 
-const BID: &str = "auction bigint, bidder bigint, price bigint, date_time timestamp, extra text";
+use weir_executor::source::nexmark::queries;
 
-/// The query of a Nexmark query name, over `bid`.
-fn query(name: &str) -> Result<&'static str, String> {
-    Ok(match name {
-        "source" => "SELECT * FROM bid",
-        "q0" => "SELECT auction, bidder, price, date_time, extra FROM bid",
-        "q1" => "SELECT auction, bidder, 0.908 * price AS price, date_time, extra FROM bid",
-        "q2" => "SELECT auction, price FROM bid WHERE auction % 123 = 0",
-        other => {
-            return Err(format!(
-                "{other}: only source, q0, q1 and q2 run yet (q3-q8 need joins and windows)"
-            ))
-        }
+/// The tables and query of a benchmark name.
+fn query(name: &str) -> Result<(&'static [&'static str], &'static str), String> {
+    if name == "source" {
+        return Ok((&["bid"], "SELECT * FROM bid"));
+    }
+    queries::query(name).ok_or_else(|| {
+        let known: Vec<&str> = queries::QUERIES.iter().map(|(n, _, _)| *n).collect();
+        format!("{name}: known are source, {}", known.join(", "))
     })
 }
 
@@ -41,7 +38,7 @@ pub async fn run(
     events: u64,
     parallelism: u32,
 ) -> Result<(), String> {
-    let sql = query(&name)?;
+    let (tables, sql) = query(&name)?;
     let dir = std::env::temp_dir().join(format!("weir-bench-nexmark-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     cfg.data_dir = dir.clone();
@@ -52,27 +49,35 @@ pub async fn run(
     let mut s = Session::default();
     let cpu0 = crate::bench_kafka::cpu_seconds();
     let start = Instant::now();
-    let ddl = [
-        format!(
-            "CREATE TABLE bid ({BID}) WITH (connector = 'nexmark', nexmark.table.type = 'bid', nexmark.event.num = '{events}')"
-        ),
-        if name == "source" {
-            "CREATE SINK s FROM bid WITH (connector = 'blackhole')".to_string()
-        } else {
-            format!("CREATE SINK {name} AS {sql} WITH (connector = 'blackhole')")
-        },
-    ];
+    let mut ddl: Vec<String> = tables
+        .iter()
+        .map(|t| {
+            format!(
+                "CREATE TABLE {t} ({}) WITH (connector = 'nexmark', nexmark.table.type = '{t}', nexmark.event.num = '{events}')",
+                queries::columns(t).unwrap_or_default()
+            )
+        })
+        .collect();
+    ddl.push(format!(
+        "CREATE SINK {name} AS {sql} WITH (connector = 'blackhole')"
+    ));
     for stmt in &ddl {
         for r in db.execute(&mut s, stmt).await {
             r.map_err(|e| format!("{stmt}: {}", e.message))?;
         }
     }
-    // Until the generator has logged its last event ...
+    // Until every generator has logged its last event ...
     loop {
         let done = {
             let mut w = db.runtime().lock_writes().await;
-            w.table("bid")
-                .and_then(|t| t.source_positions().get("nexmark:next_event").copied())
+            tables
+                .iter()
+                .map(|t| {
+                    w.table(t)
+                        .and_then(|t| t.source_positions().get("nexmark:next_event").copied())
+                        .unwrap_or(0)
+                })
+                .min()
                 .unwrap_or(0)
         };
         if done >= events {

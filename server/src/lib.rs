@@ -8,6 +8,7 @@
 //! - [`catalog`]: the persisted catalog of tables and views.
 //! - [`ddl`], [`dml`], [`query`], [`show`]: statement execution by kind.
 //! - [`pg_catalog`]: the system tables psql and drivers query.
+//! - [`functions`]: scalar functions DataFusion lacks (`MOD`).
 //! - [`pg`]: the Postgres wire protocol (pgwire): auth, handlers, encoding.
 //! - [`server`]: the TCP listener.
 //! - [`bench`], [`bench_kafka`], [`bench_nexmark`]: `weir bench` subcommands.
@@ -25,6 +26,7 @@ pub mod connector;
 pub mod database;
 pub mod ddl;
 pub mod dml;
+pub mod functions;
 pub mod metrics_http;
 pub mod output;
 pub mod pg;

@@ -38,6 +38,7 @@ pub fn session_config() -> SessionConfig {
 pub fn new_context() -> SessionContext {
     let ctx = SessionContext::new_with_config(session_config());
     pg_catalog::register_functions(&ctx);
+    crate::functions::register(&ctx);
     ctx
 }
 

@@ -12,6 +12,7 @@
 
 pub mod generator;
 mod java_random;
+pub mod queries;
 
 use crate::error::Result;
 use crate::runtime::Runtime;
