@@ -467,11 +467,12 @@ pub(crate) fn rows_derived_from_state(graph: &StreamGraph) -> bool {
     let Some(last) = graph.fragments.last() else {
         return false;
     };
-    match last
-        .chain
-        .iter()
-        .rposition(|op| matches!(op, OperatorSpec::HashAgg(_) | OperatorSpec::TopN(_)))
-    {
+    // An EMIT ON WINDOW CLOSE aggregation drops what it emitted: its rows are stored.
+    match last.chain.iter().rposition(|op| match op {
+        OperatorSpec::HashAgg(spec) => !spec.emit_on_window_close,
+        OperatorSpec::TopN(_) => true,
+        _ => false,
+    }) {
         Some(i) => last.chain[i + 1..].iter().all(|op| {
             matches!(
                 op,

@@ -1,6 +1,8 @@
 //! `RelationStore`: the readable contents of a table or view, at committed epochs.
 //!
-//! Rows are kept as a multiset keyed by their Arrow row-format bytes. Materialize
+//! Rows are kept as a multiset keyed by their Arrow row-format bytes; insert-only
+//! chunks (append-only sources) are kept as the Arrow batches they came in until a
+//! change needs the map. Materialize
 //! actors *stage* each epoch's changes here at the barrier; the coordinator *commits*
 //! an epoch once every actor has passed its barrier, so a `SELECT` (which snapshots
 //! stores under the coordinator's commit lock) sees every view and table at the same
@@ -17,6 +19,11 @@ use arrow::row::{RowConverter, SortField};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 
+/// Appended batches kept before small ones are merged.
+const COMPACT_BATCHES: usize = 1024;
+/// Batches below this many rows are merged by a compaction.
+const SMALL_BATCH_ROWS: usize = 65_536;
+
 /// A multiset of rows of one schema, keyed by row-format bytes.
 pub struct RowMultiset {
     schema: SchemaRef,
@@ -24,8 +31,15 @@ pub struct RowMultiset {
     /// Row bytes are shared (`Arc`) so that a restored table's readable store and its
     /// writer's latest rows can hold one copy (see [`RowMultiset::share`]).
     rows: HashMap<std::sync::Arc<[u8]>, i64>,
+    /// Insert-only batches not encoded into `rows` yet. Appending them costs nothing
+    /// (no row encoding, no hashing, and the Arrow buffers are shared with whoever
+    /// else holds the chunk); they are encoded on the first change that needs the
+    /// map: a delete, or an insert while some row has a negative count.
+    appended: Vec<RecordBatch>,
     /// Sum of positive multiplicities: the row count a reader sees.
     len: usize,
+    /// Rows of `rows` with a negative count (a delete ahead of its insert).
+    negative: usize,
     /// The encoding buffer, reused across chunks.
     scratch: Option<arrow::row::Rows>,
 }
@@ -41,7 +55,9 @@ impl RowMultiset {
             converter: RowConverter::new(fields)?,
             schema,
             rows: HashMap::new(),
+            appended: Vec::new(),
             len: 0,
+            negative: 0,
             scratch: None,
         })
     }
@@ -63,7 +79,9 @@ impl RowMultiset {
     pub fn share(&self) -> Result<RowMultiset> {
         let mut copy = RowMultiset::new(self.schema.clone())?;
         copy.rows = self.rows.clone();
+        copy.appended = self.appended.clone();
         copy.len = self.len;
+        copy.negative = self.negative;
         Ok(copy)
     }
 
@@ -74,6 +92,48 @@ impl RowMultiset {
     }
 
     pub fn apply(&mut self, chunk: &StreamChunk) -> Result<()> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        if self.negative == 0 && chunk.is_append_only() {
+            self.appended
+                .push(chunk.batch.clone().with_schema(self.schema.clone())?);
+            self.len += chunk.len();
+            if self.appended.len() >= COMPACT_BATCHES {
+                self.compact_appended()?;
+            }
+            return Ok(());
+        }
+        self.index_appended()?;
+        self.encode_and_add(chunk)
+    }
+
+    /// Many small appended batches (single-row INSERTs) are merged into one, so that
+    /// their count stays bounded; each row is copied at most once per
+    /// `COMPACT_BATCHES` appends and only while it sits in a small batch.
+    fn compact_appended(&mut self) -> Result<()> {
+        let (small, large): (Vec<RecordBatch>, Vec<RecordBatch>) =
+            std::mem::take(&mut self.appended)
+                .into_iter()
+                .partition(|b| b.num_rows() < SMALL_BATCH_ROWS);
+        self.appended = large;
+        if !small.is_empty() {
+            self.appended
+                .push(arrow::compute::concat_batches(&self.schema, &small)?);
+        }
+        Ok(())
+    }
+
+    /// Encodes the appended batches into the map.
+    fn index_appended(&mut self) -> Result<()> {
+        for batch in std::mem::take(&mut self.appended) {
+            self.len -= batch.num_rows();
+            self.encode_and_add(&StreamChunk::inserts(batch))?;
+        }
+        Ok(())
+    }
+
+    fn encode_and_add(&mut self, chunk: &StreamChunk) -> Result<()> {
         // Encode a slice at a time: the encoded rows are copied into the map anyway,
         // and one small reused buffer beats one as large as the chunk (a restored
         // checkpoint arrives as a single chunk of every row).
@@ -92,7 +152,7 @@ impl RowMultiset {
             rows.clear();
             self.converter.append(&mut rows, &columns)?;
             for (i, op) in chunk.ops[start..start + len].iter().enumerate() {
-                self.add(rows.row(i).as_ref(), op.sign());
+                self.add_indexed(rows.row(i).as_ref(), op.sign());
             }
         }
         // Kept for the next chunk: a fresh buffer costs page faults and zeroing.
@@ -100,7 +160,14 @@ impl RowMultiset {
         Ok(())
     }
 
-    pub fn add(&mut self, row: &[u8], delta: i64) {
+    /// Adds `delta` copies of an encoded row.
+    pub fn add(&mut self, row: &[u8], delta: i64) -> Result<()> {
+        self.index_appended()?;
+        self.add_indexed(row, delta);
+        Ok(())
+    }
+
+    fn add_indexed(&mut self, row: &[u8], delta: i64) {
         let (before, after) = match self.rows.get_mut(row) {
             Some(c) => {
                 let before = *c;
@@ -119,6 +186,7 @@ impl RowMultiset {
             }
         };
         self.len = self.len + after.max(0) as usize - before.max(0) as usize;
+        self.negative = self.negative + usize::from(after < 0) - usize::from(before < 0);
     }
 
     /// Materializes the rows (each repeated by its multiplicity) as one batch.
@@ -130,11 +198,17 @@ impl RowMultiset {
                 selected.push(parser.parse(bytes));
             }
         }
-        if selected.is_empty() {
-            return Ok(RecordBatch::new_empty(self.schema.clone()));
+        let mut batches = Vec::with_capacity(self.appended.len() + 1);
+        if !selected.is_empty() {
+            let columns = self.converter.convert_rows(selected)?;
+            batches.push(RecordBatch::try_new(self.schema.clone(), columns)?);
         }
-        let columns = self.converter.convert_rows(selected)?;
-        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+        batches.extend(self.appended.iter().cloned());
+        match batches.len() {
+            0 => Ok(RecordBatch::new_empty(self.schema.clone())),
+            1 => Ok(batches.pop().expect("one batch")),
+            _ => Ok(arrow::compute::concat_batches(&self.schema, &batches)?),
+        }
     }
 }
 
@@ -291,5 +365,28 @@ mod tests {
         m.apply(&chunk(vec![Op::Insert], vec![7])).unwrap();
         assert_eq!(m.len(), 0);
         assert_eq!(m.to_batch().unwrap().num_rows(), 0);
+    }
+
+    #[test]
+    fn appended_rows_are_indexed_when_a_delete_comes() {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
+        let mut m = RowMultiset::new(schema).unwrap();
+        m.apply(&chunk(vec![Op::Insert, Op::Insert], vec![1, 2]))
+            .unwrap();
+        m.apply(&chunk(vec![Op::Insert], vec![1])).unwrap();
+        assert_eq!((m.len(), m.to_batch().unwrap().num_rows()), (3, 3));
+        m.apply(&chunk(vec![Op::Delete], vec![1])).unwrap();
+        m.apply(&chunk(vec![Op::Insert], vec![3])).unwrap();
+        assert_eq!((m.len(), m.to_batch().unwrap().num_rows()), (3, 3));
+        let copy = m.share().unwrap();
+        m.apply(&chunk(vec![Op::Delete], vec![2])).unwrap();
+        assert_eq!(copy.to_batch().unwrap().num_rows(), 3);
+        assert_eq!(m.to_batch().unwrap().num_rows(), 2);
+        // A delete ahead of its insert: the insert must cancel it, not be appended.
+        let mut m = RowMultiset::new(m.schema().clone()).unwrap();
+        m.apply(&chunk(vec![Op::Delete], vec![9])).unwrap();
+        m.apply(&chunk(vec![Op::Insert, Op::Insert], vec![9, 8]))
+            .unwrap();
+        assert_eq!((m.len(), m.to_batch().unwrap().num_rows()), (1, 1));
     }
 }

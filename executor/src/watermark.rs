@@ -15,6 +15,10 @@ use crate::error::{ExecError, Result};
 use arrow::array::AsArray;
 use arrow::datatypes::{DataType, Int64Type, TimeUnit};
 use datafusion::common::ScalarValue;
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The declared watermark of a table: a TIMESTAMP column and the allowed lateness.
@@ -98,6 +102,71 @@ pub fn millis(w: &Watermark) -> Option<i64> {
         ScalarValue::TimestampMicrosecond(Some(v), _) => v / 1000,
         ScalarValue::TimestampNanosecond(Some(v), _) => v / 1_000_000,
         _ => return None,
+    })
+}
+
+/// A fixed interval literal in milliseconds (no months: their length varies).
+fn interval_ms(e: &Arc<dyn PhysicalExpr>) -> Option<i64> {
+    let lit = e.downcast_ref::<Literal>()?;
+    match lit.value() {
+        ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
+            Some(v.days as i64 * 86_400_000 + v.nanoseconds / 1_000_000)
+        }
+        ScalarValue::IntervalDayTime(Some(v)) => {
+            Some(v.days as i64 * 86_400_000 + v.milliseconds as i64)
+        }
+        _ => None,
+    }
+}
+
+/// `f(value, units per millisecond)` on a timestamp watermark, same type.
+fn map_units(value: &ScalarValue, f: impl Fn(i64, i64) -> i64) -> Option<ScalarValue> {
+    Some(match value {
+        ScalarValue::TimestampSecond(Some(v), tz) => {
+            ScalarValue::TimestampSecond(Some(f(v * 1000, 1).div_euclid(1000)), tz.clone())
+        }
+        ScalarValue::TimestampMillisecond(Some(v), tz) => {
+            ScalarValue::TimestampMillisecond(Some(f(*v, 1)), tz.clone())
+        }
+        ScalarValue::TimestampMicrosecond(Some(v), tz) => {
+            ScalarValue::TimestampMicrosecond(Some(f(*v, 1000)), tz.clone())
+        }
+        ScalarValue::TimestampNanosecond(Some(v), tz) => {
+            ScalarValue::TimestampNanosecond(Some(f(*v, 1_000_000)), tz.clone())
+        }
+        _ => return None,
+    })
+}
+
+/// If `expr` is a window bound of the watermark's column — `date_bin(size, col)`,
+/// optionally `± interval` — the watermark of that output: the same expression at the
+/// watermark. These are non-decreasing in `col`, so no later row can produce a smaller
+/// bound.
+pub fn window_bound(expr: &Arc<dyn PhysicalExpr>, w: &Watermark) -> Option<ScalarValue> {
+    if let Some(b) = expr.downcast_ref::<BinaryExpr>() {
+        let shift = interval_ms(b.right())?;
+        let shift = match b.op() {
+            Operator::Plus => shift,
+            Operator::Minus => -shift,
+            _ => return None,
+        };
+        let inner = window_bound(b.left(), w)?;
+        return map_units(&inner, |v, per_ms| v + shift * per_ms);
+    }
+    let f = expr.downcast_ref::<ScalarFunctionExpr>()?;
+    if f.name() != "date_bin" {
+        return None;
+    }
+    let [size, col] = f.args() else {
+        return None;
+    };
+    let size = interval_ms(size).filter(|s| *s > 0)?;
+    let col = col.downcast_ref::<Column>()?;
+    if col.index() != w.column {
+        return None;
+    }
+    map_units(&w.value, |v, per_ms| {
+        v.div_euclid(size * per_ms) * size * per_ms
     })
 }
 

@@ -15,7 +15,7 @@ type Spans = Vec<(usize, usize)>;
 
 /// Top-level words (outside quotes and parentheses) with their byte ranges, and the
 /// byte range of each top-level parenthesised group.
-fn scan(sql: &str) -> (Spans, Spans) {
+pub(crate) fn scan(sql: &str) -> (Spans, Spans) {
     let bytes = sql.as_bytes();
     let mut words = Vec::new();
     let mut groups = Vec::new();

@@ -266,6 +266,7 @@ fn parse_savepoint_statement(sql: &str, ws: &[&str]) -> SqlResult<WeirStatement>
 pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
     check_complexity(sql)?;
     let rewritten = crate::window_tvf::rewrite(&crate::connector_ddl::rewrite(sql))?;
+    let rewritten = crate::window_tvf::rewrite_emit_on_window_close(&rewritten);
     let sql = rewritten.as_str();
     let w = words(sql);
     let ws: Vec<&str> = w.iter().map(|s| s.as_str()).collect();

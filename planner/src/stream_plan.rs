@@ -60,6 +60,29 @@ pub struct PlannedView {
     pub schema: SchemaRef,
 }
 
+/// `EMIT ON WINDOW CLOSE`: the aggregation at the top of the query (in the last
+/// fragment) emits each window once, when the watermark closes it.
+pub fn emit_on_window_close(graph: &mut StreamGraph) -> SqlResult<()> {
+    let agg = graph.fragments.last_mut().and_then(|f| {
+        f.chain.iter_mut().find_map(|op| match op {
+            OperatorSpec::HashAgg(spec) if !spec.group_types.is_empty() => Some(spec),
+            _ => None,
+        })
+    });
+    match agg {
+        Some(spec) => {
+            spec.emit_on_window_close = true;
+            // The stored rows mean something else (final windows only).
+            graph.output_uid.push_str(".eowc");
+            Ok(())
+        }
+        None => Err(SqlError::unsupported(
+            "EMIT ON WINDOW CLOSE needs a query whose last step is a GROUP BY over a \
+             window (window_start or window_end of TUMBLE / HOP over a table with a WATERMARK)",
+        )),
+    }
+}
+
 /// Plans a view's (optimized) logical plan as a streaming graph.
 pub fn plan_view(state: &SessionState, plan: &LogicalPlan, view: &str) -> SqlResult<PlannedView> {
     let mut b = Builder {
@@ -377,6 +400,7 @@ impl Builder<'_> {
             group_types,
             calls,
             output_schema: nullable_schema(out_schema),
+            emit_on_window_close: false,
         };
         Ok(Partial {
             inputs: vec![FragmentInput::Fragment {

@@ -277,6 +277,8 @@ struct ViewOptions {
     /// `"uid.N" = 'name'`: the N-th stateful operator (as EXPLAIN numbers them) keeps
     /// state under `name` whatever its derived uid.
     pinned_uids: BTreeMap<usize, String>,
+    /// `EMIT ON WINDOW CLOSE` (rewritten into this option by the parser).
+    emit_on_window_close: bool,
 }
 
 impl ViewPlan {
@@ -359,6 +361,9 @@ fn view_options(
                         format!("invalid parallelism: {value}"),
                     )
                 })?);
+            }
+            weir_planner::window_tvf::EMIT_ON_WINDOW_CLOSE => {
+                opts.emit_on_window_close = option_text(value) == "true";
             }
             "restore_from" => {
                 let sp = option_text(value);
@@ -505,6 +510,9 @@ async fn plan_create_view(
         ));
     }
     let mut planned = plan_query(db, &cv.query, &name).await?;
+    if opts.emit_on_window_close {
+        weir_planner::stream_plan::emit_on_window_close(&mut planned.graph)?;
+    }
     pin_uids(&mut planned.graph, &opts.pinned_uids)?;
     // Postgres names for the view's columns, or the names the user listed.
     let mut names: Vec<String> = planned

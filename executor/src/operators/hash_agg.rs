@@ -16,7 +16,7 @@ use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use ahash::AHashMap as HashMap;
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
@@ -31,6 +31,11 @@ pub struct HashAggSpec {
     pub group_types: Vec<DataType>,
     pub calls: Vec<AggCall>,
     pub output_schema: SchemaRef,
+    /// `EMIT ON WINDOW CLOSE`: a group is emitted once, as an insert, when the
+    /// watermark on one of its key columns (a window bound) passes it, and then
+    /// dropped from the state; rows of closed windows that still arrive are late and
+    /// dropped, as in Flink's window aggregations.
+    pub emit_on_window_close: bool,
 }
 
 impl HashAggSpec {
@@ -93,6 +98,8 @@ pub struct HashAggOperator {
     /// Output last emitted for each group changed in this epoch (None: no row emitted).
     epoch_before: HashMap<Vec<u8>, Option<Vec<ScalarValue>>>,
     global_emitted: bool,
+    /// `EMIT ON WINDOW CLOSE`: groups whose key column `.0` is below `.1` are closed.
+    closed_below: Option<(usize, ScalarValue)>,
 }
 
 impl HashAggOperator {
@@ -143,6 +150,7 @@ impl HashAggOperator {
             epoch_before,
             // A restored global aggregate already emitted its row (unless it re-emits).
             global_emitted: restored && !reemit,
+            closed_below: None,
         })
     }
 
@@ -211,10 +219,34 @@ impl Operator for HashAggOperator {
     /// Group keys come first in both input and output: a watermark on a key column
     /// stays at its position; one on any other column ends here.
     fn process_watermark(&mut self, w: Watermark) -> Result<Option<Watermark>> {
-        Ok((w.column < self.spec.group_types.len()).then_some(w))
+        if w.column >= self.spec.group_types.len() {
+            return Ok(None);
+        }
+        if self.spec.emit_on_window_close {
+            self.closed_below = Some((w.column, w.value.clone()));
+        }
+        Ok(Some(w))
     }
 
     fn process_chunk(&mut self, chunk: StreamChunk, _out: &mut Vec<StreamChunk>) -> Result<()> {
+        let chunk = match &self.closed_below {
+            Some((col, below)) => {
+                let late = arrow::compute::kernels::cmp::lt(
+                    &chunk.columns()[*col],
+                    &arrow::array::Scalar::new(below.to_array()?),
+                )?;
+                let keep: Vec<u32> = (0..chunk.len())
+                    .filter(|&i| !(late.is_valid(i) && late.value(i)))
+                    .map(|i| i as u32)
+                    .collect();
+                if keep.len() == chunk.len() {
+                    chunk
+                } else {
+                    chunk.take(&keep)?
+                }
+            }
+            None => chunk,
+        };
         let k = self.spec.group_types.len();
         let cols = chunk.columns();
         // A global aggregate has no key columns: every row is in the one group, whose
@@ -276,9 +308,49 @@ impl Operator for HashAggOperator {
 }
 
 impl HashAggOperator {
+    /// `EMIT ON WINDOW CLOSE`: emits every group the watermark closed, once, and
+    /// drops it. Nothing else is emitted.
+    fn emit_closed(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
+        self.epoch_before.clear();
+        if let Some((col, below)) = self.closed_below.clone() {
+            let keys: Vec<Vec<u8>> = self.state.keys().cloned().collect();
+            if !keys.is_empty() {
+                let parser = self.key_converter.parser();
+                let columns = self
+                    .key_converter
+                    .convert_rows(keys.iter().map(|k| parser.parse(k)))?;
+                let closed = arrow::compute::kernels::cmp::lt(
+                    &columns[col],
+                    &arrow::array::Scalar::new(below.to_array()?),
+                )?;
+                let (mut out_keys, mut values) = (Vec::new(), Vec::new());
+                for (i, key) in keys.into_iter().enumerate() {
+                    if !(closed.is_valid(i) && closed.value(i)) {
+                        continue;
+                    }
+                    if let Some(g) = self.state.remove(&key) {
+                        if g.rows > 0 {
+                            values.push(self.outputs(&g)?);
+                            out_keys.push(key);
+                        }
+                    }
+                }
+                if !values.is_empty() {
+                    let ops = vec![Op::Insert; values.len()];
+                    out.push(self.build_output(out_keys, ops, values)?);
+                }
+            }
+        }
+        self.state.flush()?;
+        Ok(())
+    }
+
     /// Emits, for every group changed since the last emission, a delete of the row
     /// last emitted and an insert of the current one, and flushes the state table.
     fn emit_changes(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
+        if self.spec.emit_on_window_close {
+            return self.emit_closed(out);
+        }
         if self.is_global() && !self.global_emitted && self.epoch_before.is_empty() {
             // Postgres returns one row for a global aggregate over no rows.
             self.epoch_before.insert(Vec::new(), None);

@@ -44,9 +44,17 @@ impl Operator for ProjectOperator {
         Ok(())
     }
 
-    /// The watermark follows its column to the first output that passes it through
-    /// unchanged; a projection that drops the column drops the watermark.
+    /// The watermark follows its column to the first output that is a window bound of
+    /// it (`date_bin(size, ts) ± interval`, what TUMBLE and HOP compute: the aggregation
+    /// grouping by `window_start` needs it to close windows), else to the first output
+    /// that passes it through unchanged; a projection that drops the column drops the
+    /// watermark.
     fn process_watermark(&mut self, w: Watermark) -> Result<Option<Watermark>> {
+        for (column, e) in self.exprs.iter().enumerate() {
+            if let Some(value) = crate::watermark::window_bound(e, &w) {
+                return Ok(Some(Watermark { column, value }));
+            }
+        }
         Ok(self
             .exprs
             .iter()
