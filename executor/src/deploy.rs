@@ -105,6 +105,7 @@ fn build_operator(
 fn sink_operator(
     rt: &Runtime,
     job: u64,
+    name: &str,
     graph: &StreamGraph,
     sink: &SinkSpec,
     restored: Option<&RestoredJob>,
@@ -120,7 +121,7 @@ fn sink_operator(
         completions: rt.checkpoints.completions(),
     };
     Ok(match sink {
-        SinkSpec::Blackhole => Box::new(crate::operators::blackhole::BlackholeOperator),
+        SinkSpec::Blackhole => Box::new(crate::operators::blackhole::BlackholeOperator::new(name)),
         SinkSpec::Kafka(k) => Box::new(kafka_sink::KafkaSinkOperator::new(k.clone(), ctx())?),
         SinkSpec::File(f) => Box::new(file_sink::FileSinkOperator::new(f.clone(), ctx())?),
     })
@@ -359,7 +360,7 @@ pub(crate) async fn deploy_view(
                         graph.output_uid.clone(),
                         track && !derived,
                     )),
-                    Some(sink) => sink_operator(rt, job, graph, sink, restored.as_ref())?,
+                    Some(sink) => sink_operator(rt, job, name, graph, sink, restored.as_ref())?,
                 });
             }
             let output = outputs[gi][d].take().ok_or_else(|| {

@@ -30,6 +30,7 @@ pub struct Metrics {
     pub alignment_time: IntGaugeVec,
     pub output_watermark: IntGaugeVec,
     pub source_bad_records: IntCounterVec,
+    pub sink_records_in: IntCounterVec,
 }
 
 fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
@@ -136,6 +137,12 @@ pub fn metrics() -> &'static Metrics {
                 &r,
                 "currentOutputWatermark",
                 "ms since epoch of the last watermark that reached the relation's rows",
+                job,
+            ),
+            sink_records_in: counter(
+                &r,
+                "sinkRecordsIn",
+                "changes that reached the sink's connector (Flink: numRecordsOut of the sink)",
                 job,
             ),
             registry: r,

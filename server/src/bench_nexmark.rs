@@ -91,8 +91,27 @@ pub async fn run(
     }
     let took = start.elapsed().as_secs_f64();
     let cpu = crate::bench_kafka::cpu_seconds() - cpu0;
+    // What reached the sink, checked where the answer is known: every bid for the
+    // pass-through queries (source, q0, q1).
+    let sink_records = weir_executor::metrics::metrics()
+        .sink_records_in
+        .with_label_values(&[name.as_str()])
+        .get();
+    if matches!(name.as_str(), "source" | "q0" | "q1") {
+        let bids = {
+            let mut w = db.runtime().lock_writes().await;
+            w.table("bid")
+                .map(|t| t.latest_batch().map(|b| b.num_rows()).unwrap_or(0))
+                .unwrap_or(0) as u64
+        };
+        if sink_records != bids {
+            return Err(format!(
+                "the sink received {sink_records} changes, the bid table holds {bids}"
+            ));
+        }
+    }
     println!(
-        "nexmark {name}: events={events} parallelism={parallelism} seconds={took:.2} events_per_s={:.0} cpu_seconds={cpu:.2} events_per_cpu_second={:.0} peak_rss_mb={}",
+        "nexmark {name}: events={events} parallelism={parallelism} seconds={took:.2} events_per_s={:.0} cpu_seconds={cpu:.2} events_per_cpu_second={:.0} sink_records={sink_records} peak_rss_mb={}",
         events as f64 / took,
         events as f64 / cpu.max(1e-9),
         crate::bench::peak_rss_bytes().map(|b| b / (1024 * 1024)).unwrap_or(0),

@@ -1,20 +1,34 @@
 //! Blackhole: the last operator of a `connector = 'blackhole'` sink. It takes every
 //! change and keeps nothing: a sink that measures the pipeline in front of it (the
-//! actor counts the records in `numRecordsIn`), as Flink's and RisingWave's do.
+//! changes that reach it count in `weir_sinkRecordsIn{job}`), as Flink's and
+//! RisingWave's do.
 
 use crate::chunk::StreamChunk;
 use crate::error::Result;
 use crate::operator::Operator;
 
-#[derive(Default)]
-pub struct BlackholeOperator;
+pub struct BlackholeOperator {
+    records: prometheus::IntCounter,
+}
+
+impl BlackholeOperator {
+    /// `job`: the sink's name (the metric's label).
+    pub fn new(job: &str) -> Self {
+        Self {
+            records: crate::metrics::metrics()
+                .sink_records_in
+                .with_label_values(&[job]),
+        }
+    }
+}
 
 impl Operator for BlackholeOperator {
     fn name(&self) -> &str {
         "Blackhole"
     }
 
-    fn process_chunk(&mut self, _chunk: StreamChunk, _out: &mut Vec<StreamChunk>) -> Result<()> {
+    fn process_chunk(&mut self, chunk: StreamChunk, _out: &mut Vec<StreamChunk>) -> Result<()> {
+        self.records.inc_by(chunk.len() as u64);
         Ok(())
     }
 }
