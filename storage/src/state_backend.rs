@@ -46,6 +46,14 @@ pub trait StateBackend: Send + Sync + 'static {
     fn scan(&self, uid: &str, kg_start: u32, kg_end: u32) -> Result<Vec<(StateKey, Vec<u8>)>>;
     /// Removes all state of one operator (used when a view is dropped).
     fn drop_uid(&self, uid: &str) -> Result<()>;
+    /// Whether state tables write their flushed entries here. An in-heap backend does
+    /// not: the state table's own cache is the working state (Flink's HashMap backend
+    /// keeps its state as heap objects too), and checkpoints take their deltas from the
+    /// state table; a copy here would only be written, never read. It is still how
+    /// restored state reaches the operators (`write` then `scan`).
+    fn keeps_flushed_state(&self) -> bool {
+        true
+    }
     /// Number of entries, for metrics and tests.
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
@@ -66,6 +74,10 @@ impl MemoryStateBackend {
 }
 
 impl StateBackend for MemoryStateBackend {
+    fn keeps_flushed_state(&self) -> bool {
+        false
+    }
+
     fn get(&self, key: &StateKey) -> Result<Option<Vec<u8>>> {
         Ok(self.map.read().get(key).cloned())
     }

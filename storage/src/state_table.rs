@@ -1,10 +1,11 @@
 //! `StateTable`: the one state API every stateful operator uses.
 //!
-//! Reads and writes go to a write-back cache of decoded values; at each barrier the
-//! runtime calls [`StateTable::flush`], which encodes only the entries dirtied since the
-//! last barrier and hands them to the backend as one atomic write batch. The backend
-//! therefore always holds a barrier-consistent image of the operator's state, which is
-//! what a checkpoint copies. The cache currently holds the whole state (no eviction).
+//! Reads and writes go to a cache of decoded values, which holds the whole state (no
+//! eviction). At each barrier the operator calls [`StateTable::flush`]: the entries
+//! dirtied since the last barrier join the next checkpoint's delta, which is encoded
+//! once when the checkpoint takes it; a backend that keeps flushed state (RocksDB)
+//! also gets them as one atomic write batch, so it holds a barrier-consistent image.
+//! The in-heap backend keeps no second copy.
 
 use crate::{KeyGroup, StateBackend, StateKey, WriteBatch};
 // ahash: the std SipHash showed up as the top cost of aggregation in profiles.
@@ -23,9 +24,10 @@ pub struct StateTable<V> {
     backend: Arc<dyn StateBackend>,
     cache: HashMap<Vec<u8>, V>,
     dirty: HashSet<Vec<u8>>,
-    /// Encoded entries flushed since the last checkpoint (None: deleted): the delta the
-    /// next checkpoint uploads, so upload size follows the change, not the state.
-    since_checkpoint: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Keys flushed since the last checkpoint: the delta the next checkpoint uploads
+    /// (encoded then, once, however often the entry changed in between), so upload
+    /// size follows the change, not the state.
+    since_checkpoint: HashSet<Vec<u8>>,
     /// Off when the job never checkpoints: then nothing is kept for deltas.
     track_changes: bool,
 }
@@ -38,7 +40,7 @@ impl<V: StateValue> StateTable<V> {
             backend,
             cache: HashMap::new(),
             dirty: HashSet::new(),
-            since_checkpoint: HashMap::new(),
+            since_checkpoint: HashSet::new(),
             track_changes: true,
         }
     }
@@ -99,45 +101,46 @@ impl<V: StateValue> StateTable<V> {
         self.cache.is_empty()
     }
 
-    /// Writes the entries dirtied since the last flush as one batch. Returns how many.
+    /// Ends the barrier's changes: the entries dirtied since the last flush become part
+    /// of the next checkpoint's delta and, on a backend that keeps flushed state
+    /// (RocksDB), are written to it as one batch. Returns how many entries.
     pub fn flush(&mut self) -> crate::Result<usize> {
         if self.dirty.is_empty() {
             return Ok(0);
         }
-        let mut batch = WriteBatch::default();
-        for key in self.dirty.drain() {
-            let state_key = StateKey {
-                uid: self.uid.clone(),
-                key_group: KeyGroup::of_key(&key, self.max_parallelism),
-                key: key.clone(),
-            };
-            match self.cache.get(&key) {
-                Some(v) => {
-                    let bytes = v.encode();
-                    if self.track_changes {
-                        self.since_checkpoint.insert(key, Some(bytes.clone()));
-                    }
-                    batch.put(state_key, bytes)
-                }
-                None => {
-                    if self.track_changes {
-                        self.since_checkpoint.insert(key, None);
-                    }
-                    batch.delete(state_key)
+        let n = self.dirty.len();
+        if self.backend.keeps_flushed_state() {
+            let mut batch = WriteBatch::default();
+            for key in &self.dirty {
+                let state_key = StateKey {
+                    uid: self.uid.clone(),
+                    key_group: KeyGroup::of_key(key, self.max_parallelism),
+                    key: key.clone(),
+                };
+                match self.cache.get(key) {
+                    Some(v) => batch.put(state_key, v.encode()),
+                    None => batch.delete(state_key),
                 }
             }
+            self.backend.write(batch)?;
         }
-        let n = batch.len();
-        self.backend.write(batch)?;
+        if self.track_changes {
+            self.since_checkpoint.extend(self.dirty.drain());
+        } else {
+            self.dirty.clear();
+        }
         Ok(n)
     }
 
-    /// Takes the changes flushed since the last checkpoint, as keyed-state entries.
-    /// Call after [`StateTable::flush`] at a checkpoint barrier.
+    /// The changes flushed since the last checkpoint, as keyed-state entries (None:
+    /// deleted), encoded now. Call after [`StateTable::flush`] at a checkpoint.
     pub fn take_checkpoint_delta(&mut self) -> Vec<crate::state_snapshot::KeyedEntry> {
         self.since_checkpoint
             .drain()
-            .map(|(k, v)| (KeyGroup::of_key(&k, self.max_parallelism).0, k, v))
+            .map(|k| {
+                let v = self.cache.get(&k).map(StateValue::encode);
+                (KeyGroup::of_key(&k, self.max_parallelism).0, k, v)
+            })
             .collect()
     }
 
@@ -161,22 +164,48 @@ mod tests {
     }
 
     #[test]
-    fn flush_writes_only_dirty_entries_and_reloads() {
+    fn flush_collects_dirty_entries_for_the_checkpoint() {
         let backend = MemoryStateBackend::new();
         let mut t: StateTable<i64> = StateTable::new("agg", 16, backend.clone());
         *t.get_or_insert_with(b"k1", || 0) += 5;
         *t.get_or_insert_with(b"k2", || 0) += 7;
-        assert_eq!(
-            backend.len(),
-            0,
-            "nothing reaches the backend before the barrier"
-        );
         assert_eq!(t.flush().unwrap(), 2);
         assert_eq!(t.flush().unwrap(), 0);
         t.remove(b"k1");
-        assert_eq!(t.flush().unwrap(), 1);
-        let mut again: StateTable<i64> = StateTable::new("agg", 16, backend);
-        assert_eq!(again.load(0, 16).unwrap(), 1);
-        assert_eq!(again.get(b"k2"), Some(&7));
+        *t.get_or_insert_with(b"k2", || 0) += 1;
+        assert_eq!(t.flush().unwrap(), 2);
+        let mut values: Vec<_> = t
+            .take_checkpoint_delta()
+            .into_iter()
+            .map(|(_, k, v)| (k, v))
+            .collect();
+        values.sort();
+        assert_eq!(
+            values,
+            vec![(b"k1".to_vec(), None), (b"k2".to_vec(), Some(8i64.encode()))],
+            "one entry per changed key, encoded at the checkpoint"
+        );
+        assert!(t.take_checkpoint_delta().is_empty());
+        assert_eq!(backend.len(), 0, "an in-heap backend keeps no second copy");
+    }
+
+    #[test]
+    fn restored_entries_load_from_the_backend() {
+        let backend = MemoryStateBackend::new();
+        let mut batch = WriteBatch::default();
+        for (k, v) in [(b"k1", 3i64), (b"k2", 4)] {
+            batch.put(
+                StateKey {
+                    uid: "agg".into(),
+                    key_group: KeyGroup::of_key(k, 16),
+                    key: k.to_vec(),
+                },
+                v.encode(),
+            );
+        }
+        backend.write(batch).unwrap();
+        let mut t: StateTable<i64> = StateTable::new("agg", 16, backend);
+        assert_eq!(t.load(0, 16).unwrap(), 2);
+        assert_eq!(t.get(b"k2"), Some(&4));
     }
 }
