@@ -138,8 +138,9 @@ fn map_units(value: &ScalarValue, f: impl Fn(i64, i64) -> i64) -> Option<ScalarV
     })
 }
 
-/// If `expr` is a window bound of the watermark's column — `date_bin(size, col)`,
-/// optionally `± interval` — the watermark of that output: the same expression at the
+/// If `expr` is a window bound of the watermark's column — `date_bin(size, col)` or
+/// `window_bound(col, size, offset_ms)`, optionally `± interval` — the watermark of
+/// that output: the same expression at the
 /// watermark. These are non-decreasing in `col`, so no later row can produce a smaller
 /// bound.
 pub fn window_bound(expr: &Arc<dyn PhysicalExpr>, w: &Watermark) -> Option<ScalarValue> {
@@ -154,11 +155,17 @@ pub fn window_bound(expr: &Arc<dyn PhysicalExpr>, w: &Watermark) -> Option<Scala
         return map_units(&inner, |v, per_ms| v + shift * per_ms);
     }
     let f = expr.downcast_ref::<ScalarFunctionExpr>()?;
-    if f.name() != "date_bin" {
-        return None;
-    }
-    let [size, col] = f.args() else {
-        return None;
+    // date_bin(size, col), or Weir's window_bound(col, size, offset_ms).
+    let (size, col, offset) = match (f.name(), f.args()) {
+        ("date_bin", [size, col]) => (size, col, 0),
+        ("window_bound", [col, size, offset]) => {
+            let offset = match offset.downcast_ref::<Literal>()?.value() {
+                ScalarValue::Int64(Some(o)) => *o,
+                _ => return None,
+            };
+            (size, col, offset)
+        }
+        _ => return None,
     };
     let size = interval_ms(size).filter(|s| *s > 0)?;
     let col = col.downcast_ref::<Column>()?;
@@ -166,7 +173,7 @@ pub fn window_bound(expr: &Arc<dyn PhysicalExpr>, w: &Watermark) -> Option<Scala
         return None;
     }
     map_units(&w.value, |v, per_ms| {
-        v.div_euclid(size * per_ms) * size * per_ms
+        v.div_euclid(size * per_ms) * size * per_ms + offset * per_ms
     })
 }
 

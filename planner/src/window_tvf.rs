@@ -6,11 +6,14 @@
 //!
 //! Both add the columns `window_start` and `window_end` to every row of `t`:
 //!
-//! - TUMBLE is a projection: `window_start = date_bin(size, ts)` (windows aligned to
-//!   the Unix epoch, as in Flink and RisingWave), `window_end = window_start + size`.
+//! - TUMBLE is a projection: `window_start = window_bound(ts, size, 0)` (= `date_bin(size,
+//!   ts)`: windows aligned to the Unix epoch, as in Flink and RisingWave),
+//!   `window_end = window_bound(ts, size, size)` (the start plus the size).
 //! - HOP puts each row into `size / slide` windows (Flink requires `size` to be a
 //!   multiple of `slide`, and so does Weir): a UNION ALL of that many projections,
-//!   copy `j` with `window_start = date_bin(slide, ts) - j * slide`.
+//!   copy `j` with `window_start = window_bound(ts, slide, -j * slide)`.
+//!
+//! `window_bound` is a Weir function (the server's `functions` module).
 //!
 //! So windows need no operator of their own: an aggregation grouped by `window_start`
 //! is an ordinary keyed aggregation, and the same SQL runs as a batch SELECT.
@@ -97,11 +100,16 @@ pub fn interval_millis(text: &str) -> Option<i64> {
     Some((n * ms).round() as i64)
 }
 
-fn tumble(table: &str, ts: &str, size: &str) -> String {
-    format!(
-        "(SELECT *, date_bin({size}, {ts}) AS window_start, \
-         date_bin({size}, {ts}) + {size} AS window_end FROM {table})"
-    )
+fn tumble(table: &str, ts: &str, size: &str) -> SqlResult<String> {
+    let size_ms = interval_millis(size).filter(|s| *s > 0).ok_or_else(|| {
+        SqlError::syntax(format!(
+            "TUMBLE needs a literal interval of seconds, minutes, hours or days (got {size})"
+        ))
+    })?;
+    Ok(format!(
+        "(SELECT *, window_bound({ts}, {size}, 0) AS window_start, \
+         window_bound({ts}, {size}, {size_ms}) AS window_end FROM {table})"
+    ))
 }
 
 fn hop(table: &str, ts: &str, slide: &str, size: &str) -> SqlResult<String> {
@@ -123,11 +131,11 @@ fn hop(table: &str, ts: &str, slide: &str, size: &str) -> SqlResult<String> {
     }
     let branches: Vec<String> = (0..copies)
         .map(|j| {
+            let start = -j * slide_ms;
             format!(
-                "SELECT *, date_bin({slide}, {ts}) - INTERVAL '{} milliseconds' AS window_start, \
-                 date_bin({slide}, {ts}) - INTERVAL '{} milliseconds' + {size} AS window_end FROM {table}",
-                j * slide_ms,
-                j * slide_ms
+                "SELECT *, window_bound({ts}, {slide}, {start}) AS window_start, \
+                 window_bound({ts}, {slide}, {}) AS window_end FROM {table}",
+                start + size_ms
             )
         })
         .collect();
@@ -138,7 +146,7 @@ fn hop(table: &str, ts: &str, slide: &str, size: &str) -> SqlResult<String> {
 /// and `DESCRIPTOR(c)` already unwrapped).
 fn expand(func: &str, args: &[String]) -> SqlResult<String> {
     match (func, args) {
-        ("tumble", [t, ts, size]) => Ok(tumble(t, ts, size)),
+        ("tumble", [t, ts, size]) => tumble(t, ts, size),
         ("hop", [t, ts, slide, size]) => hop(t, ts, slide, size),
         ("tumble", _) => Err(SqlError::syntax("TUMBLE takes (table, time column, size)")),
         ("hop", _) => Err(SqlError::syntax(
@@ -288,7 +296,9 @@ mod tests {
         .unwrap();
         assert_eq!(flink, rw);
         assert!(
-            rw.contains("date_bin(INTERVAL '10' SECOND, date_time) AS window_start"),
+            rw.contains("window_bound(date_time, INTERVAL '10' SECOND, 0) AS window_start")
+                && rw
+                    .contains("window_bound(date_time, INTERVAL '10' SECOND, 10000) AS window_end"),
             "{rw}"
         );
     }
@@ -300,7 +310,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(sql.matches("UNION ALL").count(), 4, "{sql}");
-        assert!(sql.contains("INTERVAL '8000 milliseconds'"), "{sql}");
+        assert!(
+            sql.contains("window_bound(date_time, INTERVAL '2' SECOND, -8000) AS window_start"),
+            "{sql}"
+        );
         assert!(sql.trim_end().ends_with(") w"), "{sql}");
     }
 

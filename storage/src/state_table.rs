@@ -182,7 +182,10 @@ mod tests {
         values.sort();
         assert_eq!(
             values,
-            vec![(b"k1".to_vec(), None), (b"k2".to_vec(), Some(8i64.encode()))],
+            vec![
+                (b"k1".to_vec(), None),
+                (b"k2".to_vec(), Some(8i64.encode()))
+            ],
             "one entry per changed key, encoded at the checkpoint"
         );
         assert!(t.take_checkpoint_delta().is_empty());
