@@ -266,9 +266,38 @@ impl Operator for HashAggOperator {
             .iter()
             .map(|c| c.call.arg.map(|a| &cols[a]))
             .collect();
-        for (i, op) in chunk.ops.iter().enumerate() {
-            let key_row = keys.as_ref().map(|k| k.row(i));
-            let key: &[u8] = key_row.as_ref().map(|r| r.as_ref()).unwrap_or(&[]);
+        // Rows grouped by key first (one hash per row), so that the per-group work —
+        // the epoch's "before" image and the state lookup, several hashes each — runs
+        // once per distinct key of the chunk instead of once per row.
+        let n = chunk.len();
+        let key_of = |i: usize| -> &[u8] { keys.as_ref().map(|k| k.row(i).data()).unwrap_or(&[]) };
+        let mut group_of: HashMap<&[u8], u32> = HashMap::with_capacity(n.min(1024));
+        let mut first_row: Vec<usize> = Vec::new();
+        let mut row_group: Vec<u32> = Vec::with_capacity(n);
+        for i in 0..n {
+            let next = first_row.len() as u32;
+            let g = *group_of.entry(key_of(i)).or_insert_with(|| {
+                first_row.push(i);
+                next
+            });
+            row_group.push(g);
+        }
+        // Row indexes ordered by group (a counting sort keeps each group's rows in order).
+        let mut start = vec![0usize; first_row.len() + 1];
+        for g in &row_group {
+            start[*g as usize + 1] += 1;
+        }
+        for g in 0..first_row.len() {
+            start[g + 1] += start[g];
+        }
+        let mut fill = start.clone();
+        let mut order = vec![0usize; n];
+        for (i, g) in row_group.iter().enumerate() {
+            order[fill[*g as usize]] = i;
+            fill[*g as usize] += 1;
+        }
+        for (g, &first) in first_row.iter().enumerate() {
+            let key = key_of(first);
             if !self.epoch_before.contains_key(key) {
                 let before = match self.state.get(key) {
                     Some(g) if self.visible(g) => Some(self.outputs(g)?),
@@ -281,11 +310,13 @@ impl Operator for HashAggOperator {
             }
             let calls = &self.spec.calls;
             let group = self.state.get_or_insert_with(key, || empty_group(calls));
-            let sign = op.sign();
-            group.rows += sign;
-            for (j, c) in self.calls.iter().enumerate() {
-                let (arg, filter) = &prepared[j];
-                c.update(&mut group.accs[j], arg, nulls[j], filter.as_ref(), i, sign)?;
+            for &i in &order[start[g]..start[g + 1]] {
+                let sign = chunk.ops[i].sign();
+                group.rows += sign;
+                for (j, c) in self.calls.iter().enumerate() {
+                    let (arg, filter) = &prepared[j];
+                    c.update(&mut group.accs[j], arg, nulls[j], filter.as_ref(), i, sign)?;
+                }
             }
         }
         Ok(())
