@@ -81,6 +81,13 @@ fn build_operator(
             reemit,
             track_changes,
         )?),
+        OperatorSpec::Expand {
+            projections,
+            schema,
+        } => Box::new(crate::operators::expand::ExpandOperator::new(
+            projections.clone(),
+            schema.clone(),
+        )),
         OperatorSpec::TopN(spec) => Box::new(TopNOperator::new(
             spec.clone(),
             rt.backend.clone(),
@@ -477,7 +484,9 @@ pub(crate) fn rows_derived_from_state(graph: &StreamGraph) -> bool {
         Some(i) => last.chain[i + 1..].iter().all(|op| {
             matches!(
                 op,
-                OperatorSpec::Filter { .. } | OperatorSpec::Project { .. }
+                OperatorSpec::Filter { .. }
+                    | OperatorSpec::Project { .. }
+                    | OperatorSpec::Expand { .. }
             )
         }),
         None => false,

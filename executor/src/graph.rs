@@ -22,6 +22,11 @@ pub enum OperatorSpec {
         exprs: Vec<Arc<dyn PhysicalExpr>>,
         schema: SchemaRef,
     },
+    /// Each input row once per projection (a UNION ALL of projections of one scan).
+    Expand {
+        projections: Vec<Vec<Arc<dyn PhysicalExpr>>>,
+        schema: SchemaRef,
+    },
     HashAgg(HashAggSpec),
     HashJoin(HashJoinSpec),
     TopN(TopNSpec),
@@ -39,6 +44,9 @@ impl OperatorSpec {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
+            OperatorSpec::Expand { projections, .. } => {
+                format!("Expand: {} projections of each row", projections.len())
+            }
             OperatorSpec::HashAgg(spec) => format!(
                 "HashAgg: groups={} aggs=[{}] uid={} state=StateTable(key_group, group key -> accumulators)",
                 spec.group_types.len(),

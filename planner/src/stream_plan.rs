@@ -221,6 +221,9 @@ impl Builder<'_> {
                 self.aggregate(p, &group, &[], &schema)
             }
             LogicalPlan::Union(u) => {
+                if let Some(p) = self.union_of_projections(u)? {
+                    return Ok(p);
+                }
                 let mut inputs = Vec::new();
                 for child in &u.inputs {
                     let p = self.visit(child)?;
@@ -279,6 +282,48 @@ impl Builder<'_> {
                     .unwrap_or("this plan node")
             ))),
         }
+    }
+
+    /// A UNION ALL whose branches all project one and the same scan (HOP windows):
+    /// the scan is read once and an Expand applies every projection to each row.
+    fn union_of_projections(
+        &mut self,
+        u: &datafusion::logical_expr::Union,
+    ) -> SqlResult<Option<Partial>> {
+        let projections: Vec<&datafusion::logical_expr::Projection> = u
+            .inputs
+            .iter()
+            .filter_map(|c| match c.as_ref() {
+                LogicalPlan::Projection(p)
+                    if matches!(p.input.as_ref(), LogicalPlan::TableScan(_)) =>
+                {
+                    Some(p)
+                }
+                _ => None,
+            })
+            .collect();
+        if projections.len() < 2
+            || projections.len() != u.inputs.len()
+            || projections.iter().any(|p| p.input != projections[0].input)
+        {
+            return Ok(None);
+        }
+        let mut p = self.visit(&projections[0].input)?;
+        let mut all = Vec::new();
+        for proj in &projections {
+            all.push(
+                proj.expr
+                    .iter()
+                    .map(|e| self.physical(e, &p.schema))
+                    .collect::<SqlResult<Vec<_>>>()?,
+            );
+        }
+        p.chain.push(OperatorSpec::Expand {
+            projections: all,
+            schema: nullable_schema(&u.schema),
+        });
+        p.schema = u.schema.clone();
+        Ok(Some(p))
     }
 
     fn aggregate(

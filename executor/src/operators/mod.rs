@@ -3,6 +3,7 @@
 //!
 //! - [`filter`]: keeps rows whose predicate is true (WHERE, HAVING).
 //! - [`project`]: evaluates scalar expressions (DataFusion physical expressions).
+//! - [`expand`]: several projections of each row in one pass (HOP windows).
 //! - [`hash_agg`]: keyed aggregation with retraction, emitting changes at barriers.
 //! - [`hash_join`]: symmetric hash join (inner, outer, semi, anti) with retraction.
 //! - [`top_n`]: ORDER BY ... LIMIT and ROW_NUMBER() <= n per partition, with refill.
@@ -21,6 +22,7 @@
 //! Test them through the SQL suites in `sql-tests/` and the unit tests in each file.
 
 pub mod blackhole;
+pub mod expand;
 pub mod file_sink;
 pub mod filter;
 pub mod hash_agg;

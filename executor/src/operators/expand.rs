@@ -1,0 +1,69 @@
+//! Expand: several projections of every input row, in one pass (HOP windows: each row
+//! in `size / slide` windows). The planner uses it for a UNION ALL whose branches all
+//! project the same scan, instead of reading that relation once per branch.
+
+use crate::barrier::Watermark;
+use crate::chunk::StreamChunk;
+use crate::error::Result;
+use crate::operator::Operator;
+use crate::operators::project::ProjectOperator;
+use arrow::datatypes::SchemaRef;
+use datafusion::common::ScalarValue;
+use datafusion::physical_expr::PhysicalExpr;
+use std::sync::Arc;
+
+pub struct ExpandOperator {
+    projections: Vec<ProjectOperator>,
+}
+
+impl ExpandOperator {
+    pub fn new(projections: Vec<Vec<Arc<dyn PhysicalExpr>>>, schema: SchemaRef) -> Self {
+        Self {
+            projections: projections
+                .into_iter()
+                .map(|exprs| ProjectOperator::new(exprs, schema.clone()))
+                .collect(),
+        }
+    }
+}
+
+impl Operator for ExpandOperator {
+    fn name(&self) -> &str {
+        "Expand"
+    }
+
+    fn process_chunk(&mut self, chunk: StreamChunk, out: &mut Vec<StreamChunk>) -> Result<()> {
+        for p in &mut self.projections {
+            p.process_chunk(chunk.clone(), out)?;
+        }
+        Ok(())
+    }
+
+    /// As a union of the projections would: the minimum of what each makes of it, when
+    /// all of them keep it on the same column.
+    fn process_watermark(&mut self, w: Watermark) -> Result<Option<Watermark>> {
+        let mut combined: Option<Watermark> = None;
+        for p in &mut self.projections {
+            let Some(mine) = p.process_watermark(w.clone())? else {
+                return Ok(None);
+            };
+            combined = match combined {
+                None => Some(mine),
+                Some(c) if c.column != mine.column => return Ok(None),
+                Some(c) => Some(Watermark {
+                    column: c.column,
+                    value: min_value(c.value, mine.value),
+                }),
+            };
+        }
+        Ok(combined)
+    }
+}
+
+fn min_value(a: ScalarValue, b: ScalarValue) -> ScalarValue {
+    if b < a {
+        b
+    } else {
+        a
+    }
+}
