@@ -73,7 +73,9 @@ impl OperatorSpec {
                 spec.sort_fields.len(),
                 spec.offset,
                 spec.limit,
-                if spec.row_number { " with row_number" } else { "" },
+                spec.ranking
+                    .map(|r| format!(" with {r:?}"))
+                    .unwrap_or_default(),
                 spec.uid
             ),
         }

@@ -257,14 +257,15 @@ impl Builder<'_> {
                         order: &s.expr,
                         offset: 0,
                         limit: s.fetch.unwrap_or(usize::MAX),
-                        row_number: false,
+                        ranking: None,
                         out_schema: s.input.schema().clone(),
                     },
                 )
             }
             LogicalPlan::Window(_) => Err(SqlError::unsupported(
                 "window functions in materialized views are supported only as Top-N: \
-                 ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) filtered by <= n, < n or = 1",
+                 ROW_NUMBER() or RANK() OVER (PARTITION BY ... ORDER BY ...) filtered by \
+                 bounds on it (rn <= n, rn > m)",
             )),
             LogicalPlan::Distinct(Distinct::On(_)) => Err(SqlError::unsupported(
                 "DISTINCT ON in materialized views is not supported yet",

@@ -1,6 +1,7 @@
 //! Planning Top-N: `ORDER BY ... LIMIT n [OFFSET m]` (a Sort with a fetch, maybe under
-//! a Limit) and `ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...)` filtered by
-//! `<= n`, `< n` or `= 1` (the filter DataFusion pushes down onto the window). Both
+//! a Limit) and `ROW_NUMBER()` / `RANK() OVER (PARTITION BY ... ORDER BY ...)` filtered
+//! by bounds on the rank (`<= n`, `< n`, `= n`, `> m`, `>= m`, combined with AND; the
+//! filter DataFusion pushes down onto the window). Both
 //! become a `TopN` fragment fed through a hash exchange on the partition keys (one
 //! actor without PARTITION BY).
 
@@ -17,7 +18,7 @@ use datafusion::logical_expr::{
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 use weir_executor::exchange::ExchangeKind;
-use weir_executor::operators::top_n::TopNSpec;
+use weir_executor::operators::top_n::{Ranking, TopNSpec};
 use weir_executor::{FragmentInput, OperatorSpec};
 
 /// What one Top-N computes.
@@ -26,7 +27,8 @@ pub(crate) struct TopNQuery<'a> {
     pub order: &'a [SortExpr],
     pub offset: usize,
     pub limit: usize,
-    pub row_number: bool,
+    /// The rank column the output ends with (ROW_NUMBER() / RANK()), if any.
+    pub ranking: Option<Ranking>,
     pub out_schema: DFSchemaRef,
 }
 
@@ -48,12 +50,16 @@ fn literal_usize(e: &Expr) -> Option<i128> {
     }
 }
 
-/// The row count a `rn <op> n` predicate keeps.
-fn rank_limit(pred: &Expr, rn: &str) -> Option<usize> {
+/// The ranks `[lo, hi]` a conjunction of `rn <op> n` predicates keeps (`rn` is the
+/// window function's output column), or `None` for any other predicate.
+fn rank_bounds(pred: &Expr, is_rn: &dyn Fn(&Expr) -> bool) -> Option<(i128, i128)> {
     let Expr::BinaryExpr(BinaryExpr { left, op, right }) = pred else {
         return None;
     };
-    let is_rn = |e: &Expr| matches!(e, Expr::Column(c) if c.name == rn);
+    if *op == Operator::And {
+        let (a, b) = (rank_bounds(left, is_rn)?, rank_bounds(right, is_rn)?);
+        return Some((a.0.max(b.0), a.1.min(b.1)));
+    }
     let (op, n) = if is_rn(left) {
         (*op, literal_usize(right)?)
     } else if is_rn(right) {
@@ -61,13 +67,14 @@ fn rank_limit(pred: &Expr, rn: &str) -> Option<usize> {
     } else {
         return None;
     };
-    let limit = match op {
-        Operator::LtEq => n,
-        Operator::Lt => n - 1,
-        Operator::Eq if n == 1 => 1,
+    Some(match op {
+        Operator::LtEq => (1, n),
+        Operator::Lt => (1, n - 1),
+        Operator::Eq => (n, n),
+        Operator::Gt => (n + 1, i128::MAX),
+        Operator::GtEq => (n, i128::MAX),
         _ => return None,
-    };
-    usize::try_from(limit).ok()
+    })
 }
 
 impl Builder<'_> {
@@ -94,7 +101,7 @@ impl Builder<'_> {
                 order: &sort.expr,
                 offset,
                 limit: fetch.unwrap_or(usize::MAX),
-                row_number: false,
+                ranking: None,
                 out_schema: sort.input.schema().clone(),
             },
         )
@@ -118,22 +125,42 @@ impl Builder<'_> {
             return Ok(None);
         };
         let WindowFunction { fun, params } = wf.as_ref();
-        if !fun.name().eq_ignore_ascii_case("row_number") {
-            return Ok(None);
-        }
-        let rn = w.schema.field(w.schema.fields().len() - 1).name().clone();
-        let Some(limit) = rank_limit(&f.predicate, &rn) else {
+        let ranking = match fun.name().to_ascii_lowercase().as_str() {
+            "row_number" => Ranking::RowNumber,
+            "rank" => Ranking::Rank,
+            _ => return Ok(None),
+        };
+        // The window's output is its last column; the filter may name it through a
+        // column-only projection, by the same name.
+        let last = w.schema.fields().len() - 1;
+        let is_rn = |e: &Expr| match e {
+            Expr::Column(c) => {
+                w.schema.maybe_index_of_column(c) == Some(last)
+                    || c.name == *w.schema.field(last).name()
+            }
+            _ => false,
+        };
+        let Some((lo, hi)) = rank_bounds(&f.predicate, &is_rn) else {
             return Ok(None);
         };
+        if hi == i128::MAX {
+            return Err(SqlError::unsupported(
+                "a ROW_NUMBER() / RANK() filter in a materialized view needs an upper bound \
+                 (rn <= n): without one it keeps every row",
+            ));
+        }
+        let (lo, hi) = (lo.max(1), hi);
+        let limit = usize::try_from((hi - lo + 1).max(0)).unwrap_or(0);
+        let offset = usize::try_from(lo - 1).unwrap_or(0);
         let p = self.visit(&w.input)?;
         let mut top = self.top_n(
             p,
             TopNQuery {
                 partition: &params.partition_by,
                 order: &params.order_by,
-                offset: 0,
+                offset,
                 limit,
-                row_number: true,
+                ranking: Some(ranking),
                 out_schema: w.schema.clone(),
             },
         )?;
@@ -192,7 +219,7 @@ impl Builder<'_> {
         let upstream = self.finish(p, schema);
         let global = q.partition.is_empty();
         let canonical = format!(
-            "topn partition[{}] order[{}] offset {} limit {} rn {}",
+            "topn partition[{}] order[{}] offset {} limit {} rn {:?}",
             q.partition
                 .iter()
                 .map(|e| e.to_string())
@@ -205,7 +232,7 @@ impl Builder<'_> {
                 .join(","),
             q.offset,
             q.limit,
-            q.row_number
+            q.ranking
         );
         let spec = TopNSpec {
             uid: format!(
@@ -218,7 +245,7 @@ impl Builder<'_> {
             sort_fields,
             offset: q.offset,
             limit: q.limit,
-            row_number: q.row_number,
+            ranking: q.ranking,
             output_schema: nullable_schema(&q.out_schema),
         };
         Ok(Partial {

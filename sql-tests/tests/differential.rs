@@ -46,6 +46,8 @@ const VIEWS: &[(&str, &str)] = &[
     ("v_topn", "SELECT id, v FROM t1 ORDER BY v DESC, id LIMIT 5 OFFSET 2"),
     ("v_rank", "SELECT * FROM (SELECT id, g, v, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v DESC, id) AS rn FROM t1) WHERE rn <= 3"),
     ("v_rank_agg", "SELECT k, count(*) AS n, sum(x) AS total FROM (SELECT k, x, ROW_NUMBER() OVER (PARTITION BY k ORDER BY x NULLS FIRST, id DESC) AS rn FROM t2) WHERE rn < 3 GROUP BY k"),
+    ("v_rank_ties", "SELECT * FROM (SELECT id, g, RANK() OVER (PARTITION BY g ORDER BY v DESC) AS r FROM t1) WHERE r <= 2"),
+    ("v_rank_band", "SELECT * FROM (SELECT id, g, v, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v, id) AS rn FROM t1) WHERE rn > 1 AND rn <= 3"),
     ("v_ts", "SELECT id, g, v, CAST(to_timestamp(v * 37) AS TIMESTAMP) AS ts FROM t1"),
     ("v_tumble", "SELECT g, window_start, window_end, count(*) AS n, sum(v) AS total FROM TUMBLE(v_ts, ts, INTERVAL '5' MINUTE) GROUP BY g, window_start, window_end"),
     ("v_hop", "SELECT window_start, window_end, count(*) AS n, max(v) AS hi FROM TABLE(HOP(TABLE v_ts, DESCRIPTOR(ts), INTERVAL '2' MINUTE, INTERVAL '6' MINUTE)) GROUP BY window_start, window_end"),

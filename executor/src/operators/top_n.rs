@@ -1,5 +1,5 @@
-//! TopN: `ORDER BY ... LIMIT n OFFSET m` and `ROW_NUMBER() OVER (PARTITION BY ...
-//! ORDER BY ...) <= n`, with retraction.
+//! TopN: `ORDER BY ... LIMIT n OFFSET m` and `ROW_NUMBER()` / `RANK() OVER (PARTITION
+//! BY ... ORDER BY ...)` between bounds, with retraction.
 //!
 //! Input columns are `[row..., partition keys..., sort keys...]` (a projection before
 //! the exchange computes them); rows arrive hash-exchanged on the partition keys (or on
@@ -37,19 +37,29 @@ pub struct TopNSpec {
     pub sort_fields: Vec<(DataType, SortOptions)>,
     pub offset: usize,
     pub limit: usize,
-    /// Append the 1-based row number (ROW_NUMBER() form).
-    pub row_number: bool,
+    /// Append the rank (ROW_NUMBER() / RANK() forms); `offset` and `limit` then select
+    /// ranks `offset + 1 ..= offset + limit`.
+    pub ranking: Option<Ranking>,
     pub output_schema: SchemaRef,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ranking {
+    /// 1, 2, 3, ... in order (ties broken by the row).
+    RowNumber,
+    /// 1 + the rows ordered strictly before: ties share a rank, and all of them are in.
+    Rank,
 }
 
 impl TopNSpec {
     pub fn state_schema(&self) -> String {
         let list = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(", ");
         format!(
-            "topn partition({}) order({}) rows({})",
+            "topn partition({}) order({}) rows({}) {:?}",
             list(&mut self.partition_types.iter().map(|t| t.to_string())),
             list(&mut self.sort_fields.iter().map(|(t, o)| format!("{t} {o:?}"))),
-            list(&mut self.row_types.iter().map(|t| t.to_string()))
+            list(&mut self.row_types.iter().map(|t| t.to_string())),
+            self.ranking
         )
     }
 }
@@ -102,7 +112,7 @@ pub struct TopNOperator {
     sort_converter: RowConverter,
     state: StateTable<Partition>,
     /// The top each partition changed in this epoch showed before its first change.
-    epoch_before: HashMap<Vec<u8>, Vec<Vec<u8>>>,
+    epoch_before: HashMap<Vec<u8>, Vec<(Vec<u8>, u64)>>,
 }
 
 impl TopNOperator {
@@ -149,17 +159,40 @@ impl TopNOperator {
         })
     }
 
-    fn top(&self, partition: Option<&Partition>) -> Vec<Vec<u8>> {
+    /// The rows shown for a partition, with their rank (0 when the output has none).
+    fn top(&self, partition: Option<&Partition>) -> Vec<(Vec<u8>, u64)> {
         let Some(p) = partition else {
             return Vec::new();
         };
-        p.rows
-            .iter()
-            .flat_map(|((_, row), n)| std::iter::repeat_n(row, (*n).max(0) as usize))
-            .skip(self.spec.offset)
-            .take(self.spec.limit)
-            .cloned()
-            .collect()
+        let first = self.spec.offset as u64 + 1;
+        let last = first.saturating_add(self.spec.limit as u64) - 1;
+        let mut out = Vec::new();
+        let mut position = 0u64;
+        let mut rank = 0u64;
+        let mut previous_sort: Option<&[u8]> = None;
+        for ((sort, row), n) in &p.rows {
+            for _ in 0..(*n).max(0) {
+                position += 1;
+                let r = match self.spec.ranking {
+                    Some(Ranking::Rank) => {
+                        if previous_sort != Some(sort.as_slice()) {
+                            rank = position;
+                        }
+                        rank
+                    }
+                    _ => position,
+                };
+                previous_sort = Some(sort);
+                if r > last {
+                    return out;
+                }
+                if r >= first {
+                    let tag = if self.spec.ranking.is_some() { r } else { 0 };
+                    out.push((row.clone(), tag));
+                }
+            }
+        }
+        out
     }
 
     fn emit_changes(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
@@ -174,23 +207,8 @@ impl TopNOperator {
             if self.state.get(&key).is_some_and(|p| p.rows.is_empty()) {
                 self.state.remove(&key);
             }
-            // With row numbers, a row is (row, position); without, rows are a multiset.
-            let tag = |list: Vec<Vec<u8>>| -> Vec<(Vec<u8>, u64)> {
-                list.into_iter()
-                    .enumerate()
-                    .map(|(i, r)| {
-                        (
-                            r,
-                            if self.spec.row_number {
-                                i as u64 + 1
-                            } else {
-                                0
-                            },
-                        )
-                    })
-                    .collect()
-            };
-            let (mut before, mut after) = (tag(before), tag(after));
+            // With a rank column, a row is (row, rank); without, rows are a multiset.
+            let (mut before, mut after) = (before, after);
             before.sort();
             after.sort();
             let (mut i, mut j) = (0, 0);
@@ -231,7 +249,7 @@ impl TopNOperator {
             self.row_converter
                 .convert_rows(rows.iter().map(|r| parser.parse(r)))?
         };
-        if self.spec.row_number {
+        if self.spec.ranking.is_some() {
             columns.push(Arc::new(UInt64Array::from(numbers)));
         }
         let columns = columns
