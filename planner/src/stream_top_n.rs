@@ -133,10 +133,14 @@ impl Builder<'_> {
         // The window's output is its last column; the filter may name it through a
         // column-only projection, by the same name.
         let last = w.schema.fields().len() - 1;
+        // (Its display name can differ from the filter's after type coercion: a column
+        // that is none of the window's input columns is the window's.)
+        let input = w.input.schema();
         let is_rn = |e: &Expr| match e {
             Expr::Column(c) => {
                 w.schema.maybe_index_of_column(c) == Some(last)
                     || c.name == *w.schema.field(last).name()
+                    || input.maybe_index_of_column(c).is_none()
             }
             _ => false,
         };
