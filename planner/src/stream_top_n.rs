@@ -121,7 +121,10 @@ impl Builder<'_> {
             }
             _ => return Ok(None),
         };
-        let [Expr::WindowFunction(wf)] = w.window_expr.as_slice() else {
+        let [expr] = w.window_expr.as_slice() else {
+            return Ok(None);
+        };
+        let Expr::WindowFunction(wf) = expr.clone().unalias() else {
             return Ok(None);
         };
         let WindowFunction { fun, params } = wf.as_ref();
