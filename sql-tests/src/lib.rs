@@ -10,10 +10,13 @@
 //! - [`workload`]: the crash workload (acknowledged writes, oracle check) shared by the
 //!   kill -9 test and the soak command.
 //! - [`slt`]: the sqllogictest `AsyncDB` over tokio-postgres, and record-level runs.
+//! - [`conformance`]: runs the third-party files of `../shared/conformance/`, record by
+//!   record, with the skip list and its reasons.
 //!
 //! Tests live in `tests/` (sqllogictest files in `slt/`, differential and crash tests);
 //! the conformance report over `../shared/conformance/` is `src/bin/conformance.rs`.
 
+pub mod conformance;
 pub mod kafka;
 pub mod process;
 pub mod query;

@@ -1,0 +1,206 @@
+//! Conformance runs over `../shared/conformance/` (third-party sqllogictest files):
+//! the `conformance` binary's report and the floor `tests/conformance.rs` holds.
+//!
+//! Every file runs against its own fresh `weir` server. Records are counted one by one
+//! (a failing record does not hide the rest of its file). Records that use syntax Weir
+//! deliberately does not support yet are skipped and listed with the reason. SQLite
+//! files get the two header lines sqllogictest-rs needs, in a temporary copy.
+
+use crate::WeirProcess;
+use sqllogictest::{DefaultColumnType, Record};
+use std::path::{Path, PathBuf};
+
+/// (pattern in the lower-cased SQL, reason). Each is a feature of a later issue.
+const SKIP: &[(&str, &str)] = &[
+    ("session(", "SESSION windows are not supported yet"),
+    ("cumulate(", "CUMULATE windows are not supported yet"),
+];
+
+const LABELS: &[&str] = &["postgres", "postgresql", "weir"];
+
+fn skip_reason(sql: &str) -> Option<&'static str> {
+    let l = sql.to_ascii_lowercase();
+    SKIP.iter().find(|(p, _)| l.contains(p)).map(|(_, r)| *r)
+}
+
+pub struct FileResult {
+    pub name: String,
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: Vec<(String, &'static str)>,
+    pub first_failures: Vec<String>,
+}
+
+pub async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
+    let is_sqlite = display.starts_with("sqlite/");
+    let source = if is_sqlite {
+        let copy = tmp.join(path.file_name().unwrap());
+        let text = std::fs::read_to_string(path).unwrap();
+        std::fs::write(
+            &copy,
+            format!("hash-threshold 8\n\ncontrol resultmode valuewise\n\n{text}"),
+        )
+        .unwrap();
+        copy
+    } else {
+        path.to_path_buf()
+    };
+    let records = sqllogictest::parse_file::<DefaultColumnType>(&source)
+        .unwrap_or_else(|e| panic!("cannot parse {display}: {e}"));
+    let data = tmp.join(format!("data-{}", display.replace('/', "_")));
+    let server = WeirProcess::start(&data, 2).await;
+    let port = server.port;
+    let mut runner = sqllogictest::Runner::new(move || crate::slt::connect(port));
+    for l in LABELS {
+        runner.add_label(l);
+    }
+    let mut res = FileResult {
+        name: display.to_string(),
+        passed: 0,
+        failed: 0,
+        skipped: vec![],
+        first_failures: vec![],
+    };
+    for record in records {
+        let (sql, loc) = match &record {
+            Record::Statement {
+                sql,
+                loc,
+                conditions,
+                ..
+            }
+            | Record::Query {
+                sql,
+                loc,
+                conditions,
+                ..
+            } => {
+                // `skipif postgresql` / `onlyif mysql` records are not meant for a
+                // Postgres-compatible engine: they are not part of the count.
+                let skipped_by_condition = conditions.iter().any(|c| match c {
+                    sqllogictest::Condition::OnlyIf { label } => !LABELS.contains(&label.as_str()),
+                    sqllogictest::Condition::SkipIf { label } => LABELS.contains(&label.as_str()),
+                });
+                if skipped_by_condition {
+                    continue;
+                }
+                (Some(sql.clone()), loc.to_string())
+            }
+            _ => (None, String::new()),
+        };
+        if let Some(sql) = &sql {
+            if let Some(reason) = skip_reason(sql) {
+                res.skipped.push((loc, reason));
+                continue;
+            }
+        }
+        let outcome = runner.run_async(record).await;
+        if sql.is_some() {
+            match outcome {
+                Ok(_) => res.passed += 1,
+                Err(e) => {
+                    res.failed += 1;
+                    if res.first_failures.len() < 5 {
+                        res.first_failures.push(format!(
+                            "{loc}: {}",
+                            e.display(false)
+                                .to_string()
+                                .lines()
+                                .take(3)
+                                .collect::<Vec<_>>()
+                                .join(" | ")
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    res
+}
+
+pub fn files(dir: &Path, base: &Path, out: &mut Vec<(PathBuf, String)>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            files(&p, base, out);
+        } else if p.extension().is_some_and(|e| e == "slt") {
+            let rel = p.strip_prefix(base).unwrap().to_string_lossy().to_string();
+            out.push((p, rel));
+        }
+    }
+}
+
+/// The conformance folder next to the project (`../shared/conformance`).
+pub fn default_dir() -> PathBuf {
+    PathBuf::from(
+        // Run-time first: a shared target folder may hold a binary built in another
+        // clone (see tests/slt.rs).
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../shared/conformance")
+}
+
+/// Runs every file under `dir` whose path contains `filter`.
+pub async fn run_suite(dir: &Path, filter: &str) -> Vec<FileResult> {
+    let mut list = Vec::new();
+    files(dir, dir, &mut list);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut results = Vec::new();
+    for (path, rel) in list {
+        if !rel.contains(filter) {
+            continue;
+        }
+        eprintln!("running {rel}");
+        results.push(run_file(&path, &rel, tmp.path()).await);
+    }
+    results
+}
+
+/// (passed, failed, skipped) over all files.
+pub fn totals(results: &[FileResult]) -> (usize, usize, usize) {
+    results.iter().fold((0, 0, 0), |(p, f, s), r| {
+        (p + r.passed, f + r.failed, s + r.skipped.len())
+    })
+}
+
+/// The markdown report: per-file table, skip list with reasons, first failures.
+pub fn report(results: &[FileResult]) -> String {
+    let mut out = String::new();
+    out.push_str("\n| file | passed | failed | skipped | total | pass % |\n");
+    out.push_str("| --- | ---: | ---: | ---: | ---: | ---: |\n");
+    for r in results {
+        let total = r.passed + r.failed + r.skipped.len();
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {:.1} |\n",
+            r.name,
+            r.passed,
+            r.failed,
+            r.skipped.len(),
+            total,
+            100.0 * r.passed as f64 / total.max(1) as f64
+        ));
+    }
+    let (p, f, s) = totals(results);
+    out.push_str(&format!(
+        "| **total** | {p} | {f} | {s} | {} | {:.1} |\n",
+        p + f + s,
+        100.0 * p as f64 / (p + f + s).max(1) as f64
+    ));
+    out.push_str("\nSkipped records:\n");
+    for r in results {
+        for (loc, reason) in &r.skipped {
+            out.push_str(&format!("- {loc}: {reason}\n"));
+        }
+    }
+    out.push_str("\nFirst failures per file:\n");
+    for r in results {
+        for f in &r.first_failures {
+            out.push_str(&format!("- {f}\n"));
+        }
+    }
+    out
+}
