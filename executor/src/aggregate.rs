@@ -27,6 +27,17 @@ pub enum AggKind {
     /// both stay exact under retraction.
     BoolAnd,
     BoolOr,
+    /// `string_agg(value, delimiter [ORDER BY ...])`, `first_value(value ORDER BY ...)`,
+    /// `last_value(...)`: ordered aggregates. They keep the multiset of (order keys,
+    /// value, delimiter) rows, ordered by Arrow's row encoding with the ORDER BY's
+    /// directions, so retracting any row is exact.
+    StringAgg,
+    FirstValue,
+    LastValue,
+    /// `sum(DISTINCT x)` / `avg(DISTINCT x)`: the multiset of values, like
+    /// count(DISTINCT); the sum runs over the values present at output time.
+    SumDistinct,
+    AvgDistinct,
 }
 
 impl AggKind {
@@ -41,6 +52,11 @@ impl AggKind {
             AggKind::CountDistinct => "count(distinct)",
             AggKind::BoolAnd => "bool_and",
             AggKind::BoolOr => "bool_or",
+            AggKind::StringAgg => "string_agg",
+            AggKind::FirstValue => "first_value",
+            AggKind::LastValue => "last_value",
+            AggKind::SumDistinct => "sum(distinct)",
+            AggKind::AvgDistinct => "avg(distinct)",
         }
     }
 }
@@ -55,6 +71,19 @@ pub struct AggCall {
     /// Boolean input column of a `FILTER (WHERE ...)` clause.
     pub filter: Option<usize>,
     pub output_type: DataType,
+    /// Ordered aggregates: the ORDER BY columns with their directions, and string_agg's
+    /// delimiter column. Empty / none for the others.
+    pub order: Vec<(usize, DataType, arrow::compute::SortOptions)>,
+    pub delimiter: Option<usize>,
+}
+
+impl AggCall {
+    fn is_ordered(&self) -> bool {
+        matches!(
+            self.kind,
+            AggKind::StringAgg | AggKind::FirstValue | AggKind::LastValue
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -94,9 +123,14 @@ impl AccState {
                     )));
                 }
             }
-            AggKind::Min | AggKind::Max | AggKind::CountDistinct => {
-                AccState::Extreme(BTreeMap::new())
-            }
+            AggKind::Min
+            | AggKind::Max
+            | AggKind::CountDistinct
+            | AggKind::StringAgg
+            | AggKind::FirstValue
+            | AggKind::LastValue
+            | AggKind::SumDistinct
+            | AggKind::AvgDistinct => AccState::Extreme(BTreeMap::new()),
             AggKind::BoolAnd | AggKind::BoolOr => AccState::SumInt { sum: 0, n: 0 },
         })
     }
@@ -122,10 +156,29 @@ pub struct CallRuntime {
 impl CallRuntime {
     pub fn new(call: AggCall) -> Result<Self> {
         let converter = match call.kind {
-            AggKind::Min | AggKind::Max | AggKind::CountDistinct => {
-                Some(RowConverter::new(vec![SortField::new(
-                    call.arg_type.clone().expect("min/max has an argument"),
-                )])?)
+            AggKind::Min
+            | AggKind::Max
+            | AggKind::CountDistinct
+            | AggKind::SumDistinct
+            | AggKind::AvgDistinct => Some(RowConverter::new(vec![SortField::new(
+                call.arg_type.clone().expect("min/max has an argument"),
+            )])?),
+            // (order keys..., value, [delimiter]) rows.
+            _ if call.is_ordered() => {
+                let mut fields: Vec<SortField> = call
+                    .order
+                    .iter()
+                    .map(|(_, t, o)| SortField::new_with_options(t.clone(), *o))
+                    .collect();
+                fields.push(SortField::new(
+                    call.arg_type
+                        .clone()
+                        .expect("ordered aggregate has an argument"),
+                ));
+                if call.delimiter.is_some() {
+                    fields.push(SortField::new(DataType::Utf8));
+                }
+                Some(RowConverter::new(fields)?)
             }
             _ => None,
         };
@@ -169,7 +222,27 @@ impl CallRuntime {
                     PreparedArg::Int(c.as_any().downcast_ref::<Int64Array>().unwrap().clone())
                 }
             }
-            (AggKind::Min | AggKind::Max | AggKind::CountDistinct, Some(a)) => {
+            (AggKind::StringAgg | AggKind::FirstValue | AggKind::LastValue, Some(a)) => {
+                let mut cols: Vec<ArrayRef> = self
+                    .call
+                    .order
+                    .iter()
+                    .map(|(c, _, _)| columns[*c].clone())
+                    .collect();
+                cols.push(columns[a].clone());
+                if let Some(d) = self.call.delimiter {
+                    cols.push(cast(&columns[d], &DataType::Utf8)?);
+                }
+                PreparedArg::Rows(self.converter.as_ref().unwrap().convert_columns(&cols)?)
+            }
+            (
+                AggKind::Min
+                | AggKind::Max
+                | AggKind::CountDistinct
+                | AggKind::SumDistinct
+                | AggKind::AvgDistinct,
+                Some(a),
+            ) => {
                 let rows = self
                     .converter
                     .as_ref()
@@ -222,7 +295,10 @@ impl CallRuntime {
                 }
             }
             (AccState::Extreme(values), PreparedArg::Rows(rows)) => {
-                let null = nulls.map(|c| c.is_null(i)).unwrap_or(false);
+                // first_value / last_value keep NULL values (they can be first).
+                let keeps_nulls =
+                    matches!(self.call.kind, AggKind::FirstValue | AggKind::LastValue);
+                let null = !keeps_nulls && nulls.map(|c| c.is_null(i)).unwrap_or(false);
                 if !null {
                     let key = rows.row(i).as_ref().to_vec();
                     let c = values.entry(key.clone()).or_insert(0);
@@ -271,6 +347,12 @@ impl CallRuntime {
                     ScalarValue::Float64(Some(*sum)).cast_to(out)?
                 }
             }
+            AccState::Extreme(values) if self.call.is_ordered() => self.ordered_output(values)?,
+            AccState::Extreme(values)
+                if matches!(self.call.kind, AggKind::SumDistinct | AggKind::AvgDistinct) =>
+            {
+                self.distinct_sum_output(values)?
+            }
             AccState::Extreme(values) if self.call.kind == AggKind::CountDistinct => {
                 ScalarValue::Int64(Some(values.values().filter(|c| **c > 0).count() as i64))
             }
@@ -290,6 +372,118 @@ impl CallRuntime {
                 }
             }
         })
+    }
+}
+
+impl CallRuntime {
+    /// sum(DISTINCT) / avg(DISTINCT): over the values present once each.
+    fn distinct_sum_output(&self, values: &BTreeMap<Vec<u8>, i64>) -> Result<ScalarValue> {
+        let out = &self.call.output_type;
+        let avg = self.call.kind == AggKind::AvgDistinct;
+        let conv = self.converter.as_ref().expect("distinct converter");
+        let parser = conv.parser();
+        let present: Vec<&Vec<u8>> = values
+            .iter()
+            .filter(|(_, c)| **c > 0)
+            .map(|(k, _)| k)
+            .collect();
+        if present.is_empty() {
+            return Ok(ScalarValue::try_from(out)?);
+        }
+        let col = conv
+            .convert_rows(present.iter().map(|k| parser.parse(k)))?
+            .remove(0);
+        let n = (col.len() - col.null_count()) as i64;
+        if n == 0 {
+            return Ok(ScalarValue::try_from(out)?);
+        }
+        let t = col.data_type().clone();
+        if is_float(&t) {
+            let c = cast(&col, &DataType::Float64)?;
+            let c = c.as_any().downcast_ref::<Float64Array>().unwrap();
+            let sum: f64 = c.iter().flatten().sum();
+            let v = if avg { sum / n as f64 } else { sum };
+            return Ok(ScalarValue::Float64(Some(v)).cast_to(out)?);
+        }
+        let sum: i128 = if let DataType::Decimal128(_, sc) = t {
+            let c = cast(&col, &DataType::Decimal128(38, sc))?;
+            c.as_any()
+                .downcast_ref::<Decimal128Array>()
+                .unwrap()
+                .iter()
+                .flatten()
+                .sum()
+        } else {
+            let c = cast(&col, &DataType::Int64)?;
+            c.as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .iter()
+                .flatten()
+                .map(|v| v as i128)
+                .sum()
+        };
+        if avg {
+            return avg_of_int(sum, n, self.call.arg_type.as_ref(), out);
+        }
+        Ok(match out {
+            DataType::Decimal128(p, s) => ScalarValue::Decimal128(Some(sum), *p, *s),
+            DataType::Int64 => ScalarValue::Int64(Some(
+                i64::try_from(sum)
+                    .map_err(|_| ExecError::Overflow("bigint out of range".into()))?,
+            )),
+            other => ScalarValue::Int64(Some(sum as i64)).cast_to(other)?,
+        })
+    }
+
+    /// string_agg / first_value / last_value over the ordered multiset.
+    fn ordered_output(&self, values: &BTreeMap<Vec<u8>, i64>) -> Result<ScalarValue> {
+        let out = &self.call.output_type;
+        let conv = self
+            .converter
+            .as_ref()
+            .expect("ordered aggregate converter");
+        let parser = conv.parser();
+        let value_col = self.call.order.len();
+        let present = values.iter().filter(|(_, c)| **c > 0);
+        let picked: Vec<(&Vec<u8>, i64)> = match self.call.kind {
+            AggKind::FirstValue => present.take(1).map(|(k, c)| (k, *c)).collect(),
+            AggKind::LastValue => present.last().map(|(k, c)| (k, *c)).into_iter().collect(),
+            _ => present.map(|(k, c)| (k, *c)).collect(),
+        };
+        if picked.is_empty() {
+            return Ok(ScalarValue::try_from(out)?);
+        }
+        let cols = conv.convert_rows(picked.iter().map(|(k, _)| parser.parse(k)))?;
+        if self.call.kind != AggKind::StringAgg {
+            return Ok(ScalarValue::try_from_array(&cols[value_col], 0)?.cast_to(out)?);
+        }
+        let text = cast(&cols[value_col], &DataType::Utf8)?;
+        let text = text
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+            .unwrap();
+        let delims = cols.get(value_col + 1).map(|d| {
+            d.as_any()
+                .downcast_ref::<arrow::array::StringArray>()
+                .expect("delimiter is text")
+                .clone()
+        });
+        // Postgres: each value but the first is preceded by its own row's delimiter.
+        let mut s = String::new();
+        let mut first = true;
+        for (r, (_, copies)) in picked.iter().enumerate() {
+            for _ in 0..*copies {
+                if !first {
+                    if let Some(d) = delims.as_ref().filter(|d| d.is_valid(r)) {
+                        s.push_str(d.value(r));
+                    }
+                }
+                s.push_str(text.value(r));
+                first = false;
+            }
+        }
+        Ok(ScalarValue::Utf8(Some(s)).cast_to(out)?)
     }
 }
 
@@ -419,6 +613,8 @@ mod tests {
             arg_type: Some(DataType::Int32),
             filter: None,
             output_type: out,
+            order: vec![],
+            delimiter: None,
         })
         .unwrap()
     }

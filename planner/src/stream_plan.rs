@@ -373,14 +373,15 @@ impl Builder<'_> {
             let name = func.name().to_ascii_lowercase();
             // min(DISTINCT x) is min(x); likewise max.
             let distinct = params.distinct && name != "min" && name != "max";
-            if distinct && name != "count" {
+            if distinct && !matches!(name.as_str(), "count" | "sum" | "avg") {
                 return Err(SqlError::unsupported(format!(
-                    "{a}: DISTINCT aggregates other than count(DISTINCT ...) are not supported in materialized views yet"
+                    "{a}: DISTINCT aggregates other than count, sum and avg (DISTINCT ...) are not supported in materialized views yet"
                 )));
             }
-            if !params.order_by.is_empty() {
+            let ordered_kind = matches!(name.as_str(), "string_agg" | "first_value" | "last_value");
+            if !params.order_by.is_empty() && !ordered_kind {
                 return Err(SqlError::unsupported(format!(
-                    "{a}: ordered aggregates are not supported in materialized views yet"
+                    "{a}: ORDER BY inside {name}() is not supported in materialized views yet"
                 )));
             }
             let is_star = !distinct
@@ -391,19 +392,25 @@ impl Builder<'_> {
                 "count" if distinct => AggKind::CountDistinct,
                 "count" if is_star => AggKind::CountStar,
                 "count" => AggKind::Count,
+                "sum" if distinct => AggKind::SumDistinct,
+                "avg" | "mean" if distinct => AggKind::AvgDistinct,
                 "sum" => AggKind::Sum,
                 "avg" | "mean" => AggKind::Avg,
                 "min" => AggKind::Min,
                 "max" => AggKind::Max,
                 "bool_and" => AggKind::BoolAnd,
                 "bool_or" => AggKind::BoolOr,
+                "string_agg" => AggKind::StringAgg,
+                "first_value" => AggKind::FirstValue,
+                "last_value" => AggKind::LastValue,
                 other => {
                     return Err(SqlError::unsupported(format!(
                         "aggregate function {other} is not supported in materialized views yet"
                     )))
                 }
             };
-            if params.args.len() != 1 {
+            let arity = if kind == AggKind::StringAgg { 2 } else { 1 };
+            if params.args.len() != arity {
                 return Err(SqlError::unsupported(format!(
                     "{a}: aggregates with {} arguments are not supported",
                     params.args.len()
@@ -419,6 +426,23 @@ impl Builder<'_> {
                 Some(f) => Some(push(self, f, format!("_filter{j}"))?.0),
                 None => None,
             };
+            let delimiter = if kind == AggKind::StringAgg {
+                Some(push(self, &params.args[1], format!("_delim{j}"))?.0)
+            } else {
+                None
+            };
+            let mut order = Vec::new();
+            for (k, o) in params.order_by.iter().enumerate() {
+                let (col, t) = push(self, &o.expr, format!("_order{j}_{k}"))?;
+                order.push((
+                    col,
+                    t,
+                    arrow::compute::SortOptions {
+                        descending: !o.asc,
+                        nulls_first: o.nulls_first,
+                    },
+                ));
+            }
             let output_type = out_schema.field(group_expr.len() + j).data_type().clone();
             calls.push(AggCall {
                 kind,
@@ -426,6 +450,8 @@ impl Builder<'_> {
                 arg_type,
                 filter,
                 output_type,
+                order,
+                delimiter,
             });
             canonical.push_str(&format!(";{a}"));
         }

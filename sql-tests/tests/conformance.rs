@@ -30,7 +30,7 @@ async fn holds_floor(suite: &str, floor: f64, at_least: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn risingwave_files_hold_the_floor() {
-    holds_floor("risingwave", 85.0, 559).await;
+    holds_floor("risingwave", 90.0, 559).await;
 }
 
 /// About four minutes: 10,706 records of plain SELECTs.

@@ -2,7 +2,8 @@
 //! views covering aggregates with retraction, HAVING, DISTINCT, a global aggregate,
 //! views on views, joins of every kind (inner, outer, non-equi conditions, self,
 //! three-way, semi/anti from EXISTS, a scalar subquery), set operations, Top-N (ORDER
-//! BY ... LIMIT ... OFFSET, ROW_NUMBER() <= n) and TUMBLE / HOP windows. After every batch of changes each view, read from a real `weir`
+//! BY ... LIMIT ... OFFSET, ROW_NUMBER() <= n, RANK()), TUMBLE / HOP windows, ordered
+//! aggregates (string_agg, first_value, last_value), DISTINCT ON and sum/avg(DISTINCT). After every batch of changes each view, read from a real `weir`
 //! server, must equal DataFusion's batch answer for the same query over the test's own
 //! copy of the tables (an oracle independent of Weir's storage and runtime).
 
@@ -48,6 +49,8 @@ const VIEWS: &[(&str, &str)] = &[
     ("v_rank_agg", "SELECT k, count(*) AS n, sum(x) AS total FROM (SELECT k, x, ROW_NUMBER() OVER (PARTITION BY k ORDER BY x NULLS FIRST, id DESC) AS rn FROM t2) WHERE rn < 3 GROUP BY k"),
     ("v_rank_ties", "SELECT * FROM (SELECT id, g, RANK() OVER (PARTITION BY g ORDER BY v DESC) AS r FROM t1) WHERE r <= 2"),
     ("v_rank_band", "SELECT * FROM (SELECT id, g, v, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v, id) AS rn FROM t1) WHERE rn > 1 AND rn <= 3"),
+    ("v_ordered_aggs", "SELECT g, string_agg(s, ',' ORDER BY id) AS names, first_value(v ORDER BY id) AS first_v, last_value(v ORDER BY v, id) AS top_v, sum(DISTINCT v) AS sd, avg(DISTINCT v) AS ad FROM t1 GROUP BY g"),
+    ("v_distinct_on", "SELECT DISTINCT ON (g) g, id, v FROM t1 ORDER BY g, v DESC, id"),
     ("v_ts", "SELECT id, g, v, CAST(to_timestamp(v * 37) AS TIMESTAMP) AS ts FROM t1"),
     ("v_tumble", "SELECT g, window_start, window_end, count(*) AS n, sum(v) AS total FROM TUMBLE(v_ts, ts, INTERVAL '5' MINUTE) GROUP BY g, window_start, window_end"),
     ("v_hop", "SELECT window_start, window_end, count(*) AS n, max(v) AS hi FROM TABLE(HOP(TABLE v_ts, DESCRIPTOR(ts), INTERVAL '2' MINUTE, INTERVAL '6' MINUTE)) GROUP BY window_start, window_end"),

@@ -77,6 +77,9 @@ fn encode_err(e: impl std::fmt::Display) -> PgWireError {
     PgWireError::ApiError(Box::new(std::io::Error::other(e.to_string())))
 }
 
+/// The scale an unconstrained `NUMERIC` column is stored with.
+const UNCONSTRAINED_NUMERIC_SCALE: i8 = 10;
+
 /// Decimal from an unscaled Arrow value; values beyond rust_decimal's 96-bit mantissa
 /// are rounded to fit (Postgres clients then see the closest representable value).
 fn decimal(v: i128, scale: i8) -> PgWireResult<Decimal> {
@@ -208,7 +211,15 @@ fn encode_value(enc: &mut DataRowEncoder, col: &ArrayRef, r: usize) -> PgWireRes
             let v = if null {
                 None
             } else {
-                Some(decimal(col.as_primitive::<Decimal128Type>().value(r), *s)?)
+                let d = decimal(col.as_primitive::<Decimal128Type>().value(r), *s)?;
+                // Unconstrained NUMERIC is stored with scale 10 (and arithmetic on it
+                // widens the scale): Postgres shows such a value with its own digits,
+                // not 10 or 20 trailing zeros. Declared scales below 10 print as declared.
+                Some(if *s >= UNCONSTRAINED_NUMERIC_SCALE {
+                    d.normalize()
+                } else {
+                    d
+                })
             };
             enc.encode_field(&v)
         }
