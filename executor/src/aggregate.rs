@@ -445,10 +445,14 @@ impl CallRuntime {
             .expect("ordered aggregate converter");
         let parser = conv.parser();
         let value_col = self.call.order.len();
-        let present = values.iter().filter(|(_, c)| **c > 0);
+        let mut present = values.iter().filter(|(_, c)| **c > 0);
         let picked: Vec<(&Vec<u8>, i64)> = match self.call.kind {
             AggKind::FirstValue => present.take(1).map(|(k, c)| (k, *c)).collect(),
-            AggKind::LastValue => present.last().map(|(k, c)| (k, *c)).into_iter().collect(),
+            AggKind::LastValue => present
+                .next_back()
+                .map(|(k, c)| (k, *c))
+                .into_iter()
+                .collect(),
             _ => present.map(|(k, c)| (k, *c)).collect(),
         };
         if picked.is_empty() {
