@@ -106,14 +106,27 @@ impl JobHealth {
 }
 
 pub enum ActorOutput {
-    Exchange(Dispatcher),
-    Hub { hub: Arc<RelationHub>, index: usize },
+    /// One dispatcher per consuming fragment (several when the planner shares a
+    /// fragment between identical subqueries).
+    Exchange(Vec<Dispatcher>),
+    Hub {
+        hub: Arc<RelationHub>,
+        index: usize,
+    },
 }
 
 impl ActorOutput {
     async fn send(&self, msg: Message) -> Result<()> {
         match self {
-            ActorOutput::Exchange(d) => d.dispatch(msg).await,
+            ActorOutput::Exchange(ds) => {
+                if let [d] = ds.as_slice() {
+                    return d.dispatch(msg).await;
+                }
+                for d in ds {
+                    d.dispatch(msg.clone()).await?;
+                }
+                Ok(())
+            }
             ActorOutput::Hub { hub, index } => hub.publish(*index, msg).await,
         }
     }
@@ -122,7 +135,12 @@ impl ActorOutput {
     /// the checkpoint barrier itself.
     async fn send_cut(&self, barrier: &Barrier) -> Result<()> {
         match self {
-            ActorOutput::Exchange(d) => d.dispatch_cut(barrier).await,
+            ActorOutput::Exchange(ds) => {
+                for d in ds {
+                    d.dispatch_cut(barrier).await?;
+                }
+                Ok(())
+            }
             ActorOutput::Hub { .. } => Ok(()),
         }
     }

@@ -269,10 +269,13 @@ pub(crate) async fn deploy_view(
                     };
                     for out in outputs[fi].iter_mut() {
                         let senders = connect_to_all(&mut receivers[gi]);
-                        *out = Some(ActorOutput::Exchange(
-                            Dispatcher::new(exchange, &key_types, senders, max_p)?
-                                .with_lanes(lane_tx[gi].clone()),
-                        ));
+                        let d = Dispatcher::new(exchange, &key_types, senders, max_p)?
+                            .with_lanes(lane_tx[gi].clone());
+                        // A fragment several consumers read sends to each of them.
+                        match out {
+                            Some(ActorOutput::Exchange(ds)) => ds.push(d),
+                            _ => *out = Some(ActorOutput::Exchange(vec![d])),
+                        }
                     }
                 }
                 FragmentInput::Relation(rel_name) => {

@@ -3,7 +3,9 @@
 //!
 //! Fragments are listed inputs-first; the last fragment produces the view's rows. Each
 //! fragment runs as `parallelism` actors, or as one actor when `single` (global
-//! aggregates). A fragment has one output edge (to its consumer, or to the view's hub).
+//! aggregates). A fragment's output goes to every fragment that lists it as an input
+//! (usually one; several when the planner shares an aggregation between identical
+//! subqueries), or to the view's hub.
 
 use crate::exchange::ExchangeKind;
 use crate::operators::hash_agg::HashAggSpec;

@@ -40,6 +40,31 @@ pub(crate) struct Builder<'a> {
     pub(crate) state: &'a SessionState,
     pub(crate) view: String,
     pub(crate) fragments: Vec<FragmentSpec>,
+    /// Aggregations that occur more than once in the query (Nexmark q5's two identical
+    /// HOP counts): planned once, as a fragment every occurrence reads.
+    repeated: Vec<LogicalPlan>,
+    /// Those planned so far: (plan, fragment, single).
+    shared: Vec<(LogicalPlan, usize, bool)>,
+}
+
+/// Aggregate subtrees that occur at least twice in `plan`.
+fn repeated_aggregates(plan: &LogicalPlan) -> Vec<LogicalPlan> {
+    let mut seen: Vec<LogicalPlan> = Vec::new();
+    let mut repeated: Vec<LogicalPlan> = Vec::new();
+    let mut stack = vec![plan];
+    while let Some(p) = stack.pop() {
+        if matches!(p, LogicalPlan::Aggregate(_)) {
+            if seen.contains(p) {
+                if !repeated.contains(p) {
+                    repeated.push(p.clone());
+                }
+            } else {
+                seen.push(p.clone());
+            }
+        }
+        stack.extend(p.inputs());
+    }
+    repeated
 }
 
 /// All-nullable Arrow schema of a plan node: streaming operators never rely on
@@ -89,6 +114,8 @@ pub fn plan_view(state: &SessionState, plan: &LogicalPlan, view: &str) -> SqlRes
         state,
         view: view.to_string(),
         fragments: Vec::new(),
+        repeated: repeated_aggregates(plan),
+        shared: Vec::new(),
     };
     // ORDER BY without LIMIT does not change a view's contents: Sort is skipped.
     let top = b.visit(plan)?;
@@ -211,8 +238,18 @@ impl Builder<'_> {
             }
             LogicalPlan::Sort(s) if s.fetch.is_none() => self.visit(&s.input),
             LogicalPlan::Aggregate(agg) => {
+                if let Some(&(_, id, single)) = self.shared.iter().find(|(s, _, _)| s == plan) {
+                    return Ok(Self::reading_shared(id, single, &agg.schema));
+                }
                 let p = self.visit(&agg.input)?;
-                self.aggregate(p, &agg.group_expr, &agg.aggr_expr, &agg.schema)
+                let p = self.aggregate(p, &agg.group_expr, &agg.aggr_expr, &agg.schema)?;
+                if !self.repeated.contains(plan) {
+                    return Ok(p);
+                }
+                let single = p.single;
+                let id = self.finish(p, nullable_schema(&agg.schema));
+                self.shared.push((plan.clone(), id, single));
+                Ok(Self::reading_shared(id, single, &agg.schema))
             }
             LogicalPlan::Distinct(Distinct::All(input)) => {
                 let p = self.visit(input)?;
@@ -282,6 +319,24 @@ impl Builder<'_> {
                     .next()
                     .unwrap_or("this plan node")
             ))),
+        }
+    }
+
+    /// A fragment that reads a shared aggregation's fragment.
+    fn reading_shared(id: usize, single: bool, schema: &DFSchemaRef) -> Partial {
+        Partial {
+            inputs: vec![FragmentInput::Fragment {
+                id,
+                exchange: if single {
+                    ExchangeKind::Single
+                } else {
+                    ExchangeKind::RoundRobin
+                },
+            }],
+            chain: vec![],
+            single,
+            one_row: single,
+            schema: schema.clone(),
         }
     }
 
