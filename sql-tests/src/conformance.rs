@@ -29,6 +29,85 @@ pub struct FileResult {
     pub failed: usize,
     pub skipped: Vec<(String, &'static str)>,
     pub first_failures: Vec<String>,
+    /// SQLite files: each query that passed as a SELECT, created as a materialized
+    /// view and compared (as a multiset) with the same SELECT.
+    pub mv_passed: usize,
+    pub mv_failed: usize,
+    pub mv_first_failures: Vec<String>,
+}
+
+/// Rows of a simple query as text, sorted (a multiset), or the error.
+async fn sorted_rows(
+    client: &tokio_postgres::Client,
+    sql: &str,
+) -> Result<Vec<Vec<String>>, String> {
+    let messages = client.simple_query(sql).await.map_err(|e| {
+        e.as_db_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_else(|| e.to_string())
+    })?;
+    let mut rows: Vec<Vec<String>> = messages
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect();
+    rows.sort();
+    Ok(rows)
+}
+
+/// The query as a materialized view, compared with the same SELECT.
+async fn as_view(client: &tokio_postgres::Client, n: usize, sql: &str) -> Result<(), String> {
+    let name = format!("conformance_mv_{n}");
+    let sql = sql.trim().trim_end_matches(';');
+    // Columns named by the harness: SQLite's queries repeat expressions (`a+1, a+1`),
+    // which Postgres names alike and refuses as a view's columns.
+    let width = client
+        .prepare(sql)
+        .await
+        .map_err(|e| e.to_string())?
+        .columns()
+        .len();
+    let columns: Vec<String> = (1..=width).map(|i| format!("c{i}")).collect();
+    client
+        .batch_execute(&format!(
+            "CREATE MATERIALIZED VIEW {name} ({}) AS {sql}",
+            columns.join(", ")
+        ))
+        .await
+        .map_err(|e| {
+            e.as_db_error()
+                .map(|d| d.message().to_string())
+                .unwrap_or_else(|| e.to_string())
+        })?;
+    let result = async {
+        client
+            .batch_execute("FLUSH")
+            .await
+            .map_err(|e| e.to_string())?;
+        let view = sorted_rows(client, &format!("SELECT * FROM {name}")).await?;
+        let select = sorted_rows(client, sql).await?;
+        if view == select {
+            Ok(())
+        } else {
+            Err(format!(
+                "view has {} rows, the SELECT {}; first difference at {:?}",
+                view.len(),
+                select.len(),
+                view.iter().zip(&select).position(|(a, b)| a != b)
+            ))
+        }
+    }
+    .await;
+    let _ = client
+        .batch_execute(&format!("DROP MATERIALIZED VIEW {name}"))
+        .await;
+    result
 }
 
 pub async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
@@ -60,7 +139,16 @@ pub async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
         failed: 0,
         skipped: vec![],
         first_failures: vec![],
+        mv_passed: 0,
+        mv_failed: 0,
+        mv_first_failures: vec![],
     };
+    let client = if is_sqlite {
+        Some(server.connect().await)
+    } else {
+        None
+    };
+    let mut views = 0usize;
     for record in records {
         let (sql, loc) = match &record {
             Record::Statement {
@@ -94,10 +182,25 @@ pub async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
                 continue;
             }
         }
+        let is_query = matches!(record, Record::Query { .. });
         let outcome = runner.run_async(record).await;
         if sql.is_some() {
             match outcome {
-                Ok(_) => res.passed += 1,
+                Ok(_) => {
+                    res.passed += 1;
+                    if let (Some(client), Some(sql), true) = (&client, &sql, is_query) {
+                        views += 1;
+                        match as_view(client, views, sql).await {
+                            Ok(()) => res.mv_passed += 1,
+                            Err(e) => {
+                                res.mv_failed += 1;
+                                if res.mv_first_failures.len() < 5 {
+                                    res.mv_first_failures.push(format!("{loc}: {e}"));
+                                }
+                            }
+                        }
+                    }
+                }
                 Err(e) => {
                     res.failed += 1;
                     if res.first_failures.len() < 5 {
@@ -160,6 +263,13 @@ pub async fn run_suite(dir: &Path, filter: &str) -> Vec<FileResult> {
     results
 }
 
+/// (passed, failed) of the materialized-view comparisons over all files.
+pub fn view_totals(results: &[FileResult]) -> (usize, usize) {
+    results
+        .iter()
+        .fold((0, 0), |(p, f), r| (p + r.mv_passed, f + r.mv_failed))
+}
+
 /// (passed, failed, skipped) over all files.
 pub fn totals(results: &[FileResult]) -> (usize, usize, usize) {
     results.iter().fold((0, 0, 0), |(p, f, s), r| {
@@ -190,6 +300,19 @@ pub fn report(results: &[FileResult]) -> String {
         p + f + s,
         100.0 * p as f64 / (p + f + s).max(1) as f64
     ));
+    let (vp, vf) = view_totals(results);
+    if vp + vf > 0 {
+        out.push_str(&format!(
+            "\nQueries that pass as SELECTs, as materialized views compared with the same SELECT: {vp} of {} ({:.1}%)\n",
+            vp + vf,
+            100.0 * vp as f64 / (vp + vf) as f64
+        ));
+        for r in results {
+            for f in &r.mv_first_failures {
+                out.push_str(&format!("- {f}\n"));
+            }
+        }
+    }
     out.push_str("\nSkipped records:\n");
     for r in results {
         for (loc, reason) in &r.skipped {
