@@ -28,6 +28,7 @@ fn join_kind(t: JoinType) -> SqlResult<JoinKind> {
         JoinType::LeftAnti => JoinKind::LeftAnti,
         JoinType::RightSemi => JoinKind::RightSemi,
         JoinType::RightAnti => JoinKind::RightAnti,
+        JoinType::LeftMark => JoinKind::LeftMark,
         other => {
             return Err(SqlError::unsupported(format!(
                 "{other} joins in materialized views are not supported yet"

@@ -40,6 +40,7 @@ const VIEWS: &[(&str, &str)] = &[
     ("v_join_3way", "SELECT t1.id, t2.id AS id2, c.id AS id3 FROM t1 JOIN t2 ON t1.s = t2.k JOIN t2 c ON c.x = t1.g"),
     ("v_semi", "SELECT id, s FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.k = t1.s AND t2.x > t1.g)"),
     ("v_anti", "SELECT id FROM t1 WHERE NOT EXISTS (SELECT 1 FROM t2 WHERE t2.x = t1.g)"),
+    ("v_mark", "SELECT id, v FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.k = t1.s AND t2.x > t1.g) OR v > 150"),
     ("v_intersect", "SELECT s FROM t1 INTERSECT SELECT k FROM t2"),
     ("v_except", "SELECT k FROM t2 EXCEPT SELECT s FROM t1"),
     ("v_union", "SELECT s FROM t1 UNION SELECT k FROM t2"),

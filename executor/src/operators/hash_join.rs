@@ -11,7 +11,8 @@
 //! of the other side it currently matches. Outer joins emit a NULL-padded row while the degree is 0 and retract it
 //! when the first match appears (and the other way round); semi joins emit a row when
 //! its degree leaves 0 and anti joins while it is 0. So every kind is correct under
-//! deletes on either side, with output emitted as the changes arrive.
+//! deletes on either side, with output emitted as the changes arrive. A left mark join
+//! emits every left row with `mark = degree > 0`, replacing it when the mark flips.
 //!
 //! Input layout per side: `[payload columns..., join key columns...]` (a projection
 //! before the exchange computes the keys); the output is the payload columns of the
@@ -41,6 +42,9 @@ pub enum JoinKind {
     LeftAnti,
     RightSemi,
     RightAnti,
+    /// Every left row with a boolean `mark`: whether it has a match (DataFusion plans
+    /// a correlated `EXISTS` inside an OR this way).
+    LeftMark,
 }
 
 impl JoinKind {
@@ -54,6 +58,7 @@ impl JoinKind {
             JoinKind::LeftAnti => "left anti",
             JoinKind::RightSemi => "right semi",
             JoinKind::RightAnti => "right anti",
+            JoinKind::LeftMark => "left mark",
         }
     }
 
@@ -88,7 +93,7 @@ impl JoinKind {
     /// The sides whose payload the output carries.
     fn output_sides(self) -> &'static [usize] {
         match self {
-            JoinKind::LeftSemi | JoinKind::LeftAnti => &[0],
+            JoinKind::LeftSemi | JoinKind::LeftAnti | JoinKind::LeftMark => &[0],
             JoinKind::RightSemi | JoinKind::RightAnti => &[1],
             _ => &[0, 1],
         }
@@ -243,6 +248,8 @@ enum OutRow {
     Pair(usize, usize),
     /// Side `s`'s row alone (index into that side's row list).
     Alone(usize, usize),
+    /// A left row with its mark (LEFT MARK joins).
+    Marked(usize, bool),
 }
 
 /// Output rows under construction: encoded rows of each side and what to emit.
@@ -494,12 +501,19 @@ impl HashJoinOperator {
                     em.emit(sign * count, pair);
                 }
                 let flip = i64::from(after == 0) - i64::from(before == 0);
+                if kind == JoinKind::LeftMark && o == 0 && flip != 0 {
+                    em.emit(-count, OutRow::Marked(other_row, before != 0));
+                    em.emit(count, OutRow::Marked(other_row, after != 0));
+                }
                 if kind.alone_when_unmatched(o) {
                     em.emit(count * flip, OutRow::Alone(o, other_row));
                 }
                 if kind.alone_when_matched(o) {
                     em.emit(-count * flip, OutRow::Alone(o, other_row));
                 }
+            }
+            if kind == JoinKind::LeftMark && s == 0 {
+                em.emit(sign, OutRow::Marked(this_row, m != 0));
             }
             if kind.alone_when_unmatched(s) && m == 0 || kind.alone_when_matched(s) && m != 0 {
                 em.emit(sign, OutRow::Alone(s, this_row));
@@ -528,9 +542,21 @@ impl HashJoinOperator {
                     OutRow::Pair(l, r) => em.rows[s][if s == 0 { *l } else { *r }].clone(),
                     OutRow::Alone(side, i) if *side == s => em.rows[s][*i].clone(),
                     OutRow::Alone(..) => self.null_rows[s].clone(),
+                    OutRow::Marked(i, _) => em.rows[0][*i].clone(),
                 })
                 .collect();
             columns.extend(self.columns_of(s, &rows)?);
+        }
+        if self.spec.kind == JoinKind::LeftMark {
+            let marks: arrow::array::BooleanArray = em
+                .out
+                .iter()
+                .map(|(_, r)| match r {
+                    OutRow::Marked(_, m) => Some(*m),
+                    _ => None,
+                })
+                .collect();
+            columns.push(Arc::new(marks));
         }
         let columns = columns
             .into_iter()
