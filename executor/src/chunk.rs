@@ -111,6 +111,33 @@ impl StreamChunk {
         Ok(StreamChunk::new(ops, batch))
     }
 
+    /// A chunk of `ops.len()` rows from operator-built columns, each cast to its field's
+    /// type in `schema` where it differs (row decoding and accumulators may produce a
+    /// wider or narrower type than the plan declared).
+    pub fn from_columns(
+        ops: Vec<Op>,
+        schema: SchemaRef,
+        columns: Vec<ArrayRef>,
+    ) -> arrow::error::Result<StreamChunk> {
+        let columns = columns
+            .into_iter()
+            .zip(schema.fields())
+            .map(|(c, f)| {
+                if c.data_type() == f.data_type() {
+                    Ok(c)
+                } else {
+                    arrow::compute::cast(&c, f.data_type())
+                }
+            })
+            .collect::<arrow::error::Result<Vec<_>>>()?;
+        let batch = RecordBatch::try_new_with_options(
+            schema,
+            columns,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(ops.len())),
+        )?;
+        Ok(StreamChunk::new(ops, batch))
+    }
+
     /// Same rows under another schema (names or nullability changed, types equal).
     pub fn with_schema(self, schema: SchemaRef) -> arrow::error::Result<StreamChunk> {
         let batch = RecordBatch::try_new_with_options(

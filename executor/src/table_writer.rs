@@ -161,6 +161,12 @@ impl TableWriter {
         self.latest.to_batch()
     }
 
+    /// How many rows the table holds, including writes not yet committed (no copy of
+    /// them is made, unlike [`TableWriter::latest_batch`]).
+    pub fn row_count(&self) -> usize {
+        self.latest.len()
+    }
+
     /// Column indexes of the primary key (empty without one).
     pub fn primary_key(&self) -> &[usize] {
         self.pk

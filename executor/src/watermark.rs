@@ -105,10 +105,9 @@ pub fn millis(w: &Watermark) -> Option<i64> {
     })
 }
 
-/// A fixed interval literal in milliseconds (no months: their length varies).
-fn interval_ms(e: &Arc<dyn PhysicalExpr>) -> Option<i64> {
-    let lit = e.downcast_ref::<Literal>()?;
-    match lit.value() {
+/// A fixed interval in milliseconds (no months: their length varies).
+pub fn fixed_interval_ms(v: &ScalarValue) -> Option<i64> {
+    match v {
         ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
             Some(v.days as i64 * 86_400_000 + v.nanoseconds / 1_000_000)
         }
@@ -117,6 +116,11 @@ fn interval_ms(e: &Arc<dyn PhysicalExpr>) -> Option<i64> {
         }
         _ => None,
     }
+}
+
+/// A fixed interval literal in milliseconds.
+fn interval_ms(e: &Arc<dyn PhysicalExpr>) -> Option<i64> {
+    fixed_interval_ms(e.downcast_ref::<Literal>()?.value())
 }
 
 /// `f(value, units per millisecond)` on a timestamp watermark, same type.

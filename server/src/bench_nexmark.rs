@@ -100,9 +100,7 @@ pub async fn run(
     if matches!(name.as_str(), "source" | "q0" | "q1") {
         let bids = {
             let mut w = db.runtime().lock_writes().await;
-            w.table("bid")
-                .map(|t| t.latest_batch().map(|b| b.num_rows()).unwrap_or(0))
-                .unwrap_or(0) as u64
+            w.table("bid").map(|t| t.row_count()).unwrap_or(0) as u64
         };
         if sink_records != bids {
             return Err(format!(

@@ -60,19 +60,6 @@ struct WindowBound {
     signature: Signature,
 }
 
-/// A fixed interval in milliseconds (months have no fixed length).
-fn interval_ms(v: &ScalarValue) -> Option<i64> {
-    match v {
-        ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
-            Some(v.days as i64 * 86_400_000 + v.nanoseconds / 1_000_000)
-        }
-        ScalarValue::IntervalDayTime(Some(v)) => {
-            Some(v.days as i64 * 86_400_000 + v.milliseconds as i64)
-        }
-        _ => None,
-    }
-}
-
 impl ScalarUDFImpl for WindowBound {
     fn name(&self) -> &str {
         "window_bound"
@@ -99,7 +86,8 @@ impl ScalarUDFImpl for WindowBound {
         else {
             return plan_err!("window_bound needs a constant size and offset");
         };
-        let Some(size_ms) = interval_ms(size).filter(|s| *s > 0) else {
+        let Some(size_ms) = weir_executor::watermark::fixed_interval_ms(size).filter(|s| *s > 0)
+        else {
             return plan_err!("window_bound: the size must be a positive fixed interval");
         };
         let ts = ts.to_array(args.number_rows)?;

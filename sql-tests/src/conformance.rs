@@ -41,22 +41,7 @@ async fn sorted_rows(
     client: &tokio_postgres::Client,
     sql: &str,
 ) -> Result<Vec<Vec<String>>, String> {
-    let messages = client.simple_query(sql).await.map_err(|e| {
-        e.as_db_error()
-            .map(|d| d.message().to_string())
-            .unwrap_or_else(|| e.to_string())
-    })?;
-    let mut rows: Vec<Vec<String>> = messages
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect();
+    let mut rows = crate::query::try_rows(client, sql).await?;
     rows.sort();
     Ok(rows)
 }

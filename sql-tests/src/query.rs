@@ -4,10 +4,19 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// Every row of `sql`'s result as text (NULL as "NULL").
 pub async fn rows(client: &Client, sql: &str) -> Vec<Vec<String>> {
-    client
-        .simple_query(sql)
+    try_rows(client, sql)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// [`rows`], or the server's error message.
+pub async fn try_rows(client: &Client, sql: &str) -> Result<Vec<Vec<String>>, String> {
+    let messages = client.simple_query(sql).await.map_err(|e| {
+        e.as_db_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_else(|| e.to_string())
+    })?;
+    Ok(messages
         .into_iter()
         .filter_map(|m| match m {
             SimpleQueryMessage::Row(r) => Some(
@@ -17,7 +26,7 @@ pub async fn rows(client: &Client, sql: &str) -> Vec<Vec<String>> {
             ),
             _ => None,
         })
-        .collect()
+        .collect())
 }
 
 /// The single value of a one-row, one-column result.

@@ -16,7 +16,7 @@ use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use ahash::AHashMap as HashMap;
-use arrow::array::{Array, ArrayRef, RecordBatch};
+use arrow::array::{Array, ArrayRef};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
@@ -195,19 +195,13 @@ impl HashAggOperator {
             } else {
                 ScalarValue::iter_to_array(col)?
             };
-            let arr = if arr.data_type() != &call.output_type {
-                arrow::compute::cast(&arr, &call.output_type)?
-            } else {
-                arr
-            };
             columns.push(arr);
         }
-        let batch = RecordBatch::try_new_with_options(
+        Ok(StreamChunk::from_columns(
+            ops,
             self.spec.output_schema.clone(),
             columns,
-            &arrow::array::RecordBatchOptions::new().with_row_count(Some(n)),
-        )?;
-        Ok(StreamChunk::new(ops, batch))
+        )?)
     }
 }
 

@@ -370,7 +370,7 @@ impl HashJoinOperator {
     }
 
     /// Decodes encoded rows of side `s` into columns.
-    fn columns_of(&self, s: usize, rows: &[Vec<u8>]) -> Result<Vec<ArrayRef>> {
+    fn columns_of(&self, s: usize, rows: &[&[u8]]) -> Result<Vec<ArrayRef>> {
         let types = &self.spec.side_types[s];
         if rows.is_empty() || types.is_empty() {
             return Ok(types
@@ -382,48 +382,43 @@ impl HashJoinOperator {
         Ok(self.converters[s].convert_rows(rows.iter().map(|r| parser.parse(r)))?)
     }
 
-    /// For every candidate pair (input row, stored entry of the other side), whether
-    /// the non-equi condition holds.
+    /// For every candidate pair (input row `i`, entry `j` of the other side's bucket
+    /// under row `i`'s key), whether the non-equi condition holds.
     fn evaluate_filter(
         &self,
         s: usize,
         chunk: &StreamChunk,
-        width: usize,
-        candidates: &[(usize, Vec<u8>, usize)],
+        keys: &[(Vec<u8>, bool)],
+        candidates: &[(usize, usize)],
     ) -> Result<Option<BooleanArray>> {
         let Some(filter) = &self.spec.filter else {
             return Ok(None);
         };
         let o = 1 - s;
-        let idx: Vec<u32> = candidates.iter().map(|(i, _, _)| *i as u32).collect();
-        let idx = arrow::array::UInt32Array::from(idx);
+        let width = self.spec.side_types[s].len();
+        let idx =
+            arrow::array::UInt32Array::from_iter_values(candidates.iter().map(|(i, _)| *i as u32));
         let this_cols = chunk.columns()[..width]
             .iter()
             .map(|c| arrow::compute::take(c.as_ref(), &idx, None))
             .collect::<arrow::error::Result<Vec<_>>>()?;
-        let other_rows: Vec<Vec<u8>> = candidates
+        let other_rows: Vec<&[u8]> = candidates
             .iter()
-            .map(|(_, key, j)| {
+            .map(|(i, j)| {
                 self.states[o]
-                    .get(key)
-                    .map(|b| b.entries[*j].row.clone())
+                    .get(&keys[*i].0)
+                    .map(|b| b.entries[*j].row.as_slice())
                     .unwrap_or_default()
             })
             .collect();
         let other_cols = self.columns_of(o, &other_rows)?;
-        let mut cols = if s == 0 {
-            this_cols
+        // The condition reads `left payload ++ right payload`.
+        let (mut cols, rest) = if s == 0 {
+            (this_cols, other_cols)
         } else {
-            other_cols.clone()
+            (other_cols, this_cols)
         };
-        cols.extend(if s == 0 {
-            other_cols
-        } else {
-            chunk.columns()[..width]
-                .iter()
-                .map(|c| arrow::compute::take(c.as_ref(), &idx, None))
-                .collect::<arrow::error::Result<Vec<_>>>()?
-        });
+        cols.extend(rest);
         let batch = RecordBatch::try_new_with_options(
             self.filter_schema.clone(),
             cols,
@@ -456,51 +451,61 @@ impl HashJoinOperator {
                 .map(|i| r.row(i).as_ref().to_vec())
                 .collect()
         };
-        // Candidate pairs: (input row, key, entry index in the other side's bucket).
-        // The other side does not change while this chunk is applied (only degrees do),
-        // so the indices stay valid.
-        let mut candidates: Vec<(usize, Vec<u8>, usize)> = Vec::new();
+        // Candidate pairs: (input row, entry index in the other side's bucket under the
+        // row's key). The other side does not change while this chunk is applied (only
+        // degrees do), so the indices stay valid.
+        let mut candidates: Vec<(usize, usize)> = Vec::new();
         let mut first_candidate = Vec::with_capacity(chunk.len() + 1);
         for (i, (k, matchable)) in keys.iter().enumerate() {
             first_candidate.push(candidates.len());
             if let Some(b) = self.states[o].get(k).filter(|_| *matchable) {
-                candidates.extend((0..b.entries.len()).map(|j| (i, k.clone(), j)));
+                candidates.extend((0..b.entries.len()).map(|j| (i, j)));
             }
         }
         first_candidate.push(candidates.len());
-        let mask = self.evaluate_filter(s, &chunk, width, &candidates)?;
+        let mask = self.evaluate_filter(s, &chunk, &keys, &candidates)?;
         let matches = |c: usize| mask.as_ref().is_none_or(|m| m.is_valid(c) && m.value(c));
 
         // The output is a function of both sides' multisets: pairs `count(l) *
         // count(r)` for every match, and each row alone `count * [degree == 0]` (outer,
         // anti) or `count * [degree != 0]` (semi). Each input row emits the change of
         // that function, so any order of inserts and deletes ends at the same output.
+        // This side's output rows are the input rows themselves (index `i`); the other
+        // side's are copied in only when one is emitted.
         let mut em = Emitted::default();
+        em.rows[s] = rows;
+        let other_alone = kind.alone_when_unmatched(o)
+            || kind.alone_when_matched(o)
+            || (kind == JoinKind::LeftMark && o == 0);
         for (i, op) in chunk.ops.iter().enumerate() {
             let sign = op.sign();
-            let this_row = em.push_row(s, &rows[i]);
+            let key = &keys[i].0;
             let mut m = 0i64;
             let range = first_candidate[i]..first_candidate[i + 1];
-            for (c, (_, key, j)) in candidates[range.clone()].iter().enumerate() {
+            for (c, (_, j)) in candidates[range.clone()].iter().enumerate() {
                 if !matches(range.start + c) {
                     continue;
                 }
                 let bucket = self.states[o].get_or_insert_with(key, Bucket::default);
                 let entry = &mut bucket.entries[*j];
                 m += entry.count;
-                let other_row = em.push_row(o, &entry.row);
                 let before = entry.degree;
                 entry.degree += sign;
                 let (after, count) = (entry.degree, entry.count);
-                if kind.pairs() {
+                let flip = i64::from(after == 0) - i64::from(before == 0);
+                let pairs = kind.pairs() && count != 0;
+                if !(pairs || other_alone && flip != 0) {
+                    continue;
+                }
+                let other_row = em.push_row(o, &entry.row);
+                if pairs {
                     let pair = if s == 0 {
-                        OutRow::Pair(this_row, other_row)
+                        OutRow::Pair(i, other_row)
                     } else {
-                        OutRow::Pair(other_row, this_row)
+                        OutRow::Pair(other_row, i)
                     };
                     em.emit(sign * count, pair);
                 }
-                let flip = i64::from(after == 0) - i64::from(before == 0);
                 if kind == JoinKind::LeftMark && o == 0 && flip != 0 {
                     em.emit(-count, OutRow::Marked(other_row, before != 0));
                     em.emit(count, OutRow::Marked(other_row, after != 0));
@@ -513,14 +518,13 @@ impl HashJoinOperator {
                 }
             }
             if kind == JoinKind::LeftMark && s == 0 {
-                em.emit(sign, OutRow::Marked(this_row, m != 0));
+                em.emit(sign, OutRow::Marked(i, m != 0));
             }
             if kind.alone_when_unmatched(s) && m == 0 || kind.alone_when_matched(s) && m != 0 {
-                em.emit(sign, OutRow::Alone(s, this_row));
+                em.emit(sign, OutRow::Alone(s, i));
             }
-            let key = &keys[i].0;
             let bucket = self.states[s].get_or_insert_with(key, Bucket::default);
-            bucket.apply(&rows[i], sign, m);
+            bucket.apply(&em.rows[s][i], sign, m);
             if bucket.entries.is_empty() {
                 self.states[s].remove(key);
             }
@@ -532,17 +536,16 @@ impl HashJoinOperator {
     }
 
     fn build_output(&self, em: Emitted) -> Result<StreamChunk> {
-        let n = em.out.len();
         let mut columns = Vec::new();
         for &s in self.spec.kind.output_sides() {
-            let rows: Vec<Vec<u8>> = em
+            let rows: Vec<&[u8]> = em
                 .out
                 .iter()
                 .map(|(_, r)| match r {
-                    OutRow::Pair(l, r) => em.rows[s][if s == 0 { *l } else { *r }].clone(),
-                    OutRow::Alone(side, i) if *side == s => em.rows[s][*i].clone(),
-                    OutRow::Alone(..) => self.null_rows[s].clone(),
-                    OutRow::Marked(i, _) => em.rows[0][*i].clone(),
+                    OutRow::Pair(l, r) => em.rows[s][if s == 0 { *l } else { *r }].as_slice(),
+                    OutRow::Alone(side, i) if *side == s => em.rows[s][*i].as_slice(),
+                    OutRow::Alone(..) => self.null_rows[s].as_slice(),
+                    OutRow::Marked(i, _) => em.rows[0][*i].as_slice(),
                 })
                 .collect();
             columns.extend(self.columns_of(s, &rows)?);
@@ -558,26 +561,12 @@ impl HashJoinOperator {
                 .collect();
             columns.push(Arc::new(marks));
         }
-        let columns = columns
-            .into_iter()
-            .zip(self.spec.output_schema.fields())
-            .map(|(c, f)| {
-                if c.data_type() == f.data_type() {
-                    Ok(c)
-                } else {
-                    arrow::compute::cast(&c, f.data_type())
-                }
-            })
-            .collect::<arrow::error::Result<Vec<_>>>()?;
-        let batch = RecordBatch::try_new_with_options(
+        let ops = em.out.iter().map(|(op, _)| *op).collect();
+        Ok(StreamChunk::from_columns(
+            ops,
             self.spec.output_schema.clone(),
             columns,
-            &RecordBatchOptions::new().with_row_count(Some(n)),
-        )?;
-        Ok(StreamChunk::new(
-            em.out.iter().map(|(op, _)| *op).collect(),
-            batch,
-        ))
+        )?)
     }
 }
 
@@ -612,11 +601,9 @@ impl Operator for HashJoinOperator {
         Ok(None)
     }
 
-    fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Vec<StreamChunk>) -> Result<()> {
-        for t in &mut self.states {
-            t.flush()?;
-        }
-        Ok(())
+    /// Output goes out as it is computed; a barrier only ends the state's changes.
+    fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Vec<StreamChunk>) -> Result<()> {
+        self.on_checkpoint_cut(out)
     }
 
     fn on_checkpoint_cut(&mut self, _out: &mut Vec<StreamChunk>) -> Result<()> {

@@ -19,7 +19,7 @@ use crate::chunk::{Op, StreamChunk};
 use crate::error::Result;
 use crate::operator::Operator;
 use ahash::AHashMap as HashMap;
-use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, UInt64Array};
+use arrow::array::{ArrayRef, UInt64Array};
 use arrow::compute::SortOptions;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -252,23 +252,11 @@ impl TopNOperator {
         if self.spec.ranking.is_some() {
             columns.push(Arc::new(UInt64Array::from(numbers)));
         }
-        let columns = columns
-            .into_iter()
-            .zip(self.spec.output_schema.fields())
-            .map(|(c, f)| {
-                if c.data_type() == f.data_type() {
-                    Ok(c)
-                } else {
-                    arrow::compute::cast(&c, f.data_type())
-                }
-            })
-            .collect::<arrow::error::Result<Vec<_>>>()?;
-        let batch = RecordBatch::try_new_with_options(
+        out.push(StreamChunk::from_columns(
+            ops,
             self.spec.output_schema.clone(),
             columns,
-            &RecordBatchOptions::new().with_row_count(Some(ops.len())),
-        )?;
-        out.push(StreamChunk::new(ops, batch));
+        )?);
         Ok(())
     }
 }
@@ -306,12 +294,18 @@ impl Operator for TopNOperator {
                 .unwrap_or_default();
             let entry_key = (sorts.row(i).as_ref().to_vec(), row);
             let partition = self.state.get_or_insert_with(&key, Partition::default);
-            let n = partition.rows.entry(entry_key.clone()).or_insert(0);
             // A row's delete may arrive before its insert (through another upstream
             // actor, within the epoch): the count is negative until the insert comes.
-            *n += op.sign();
-            if *n == 0 {
-                partition.rows.remove(&entry_key);
+            match partition.rows.entry(entry_key) {
+                std::collections::btree_map::Entry::Occupied(mut e) => {
+                    *e.get_mut() += op.sign();
+                    if *e.get() == 0 {
+                        e.remove();
+                    }
+                }
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(op.sign());
+                }
             }
         }
         Ok(())
