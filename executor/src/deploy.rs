@@ -12,7 +12,8 @@ use crate::hub::{RelationHub, Subscription};
 use crate::operator::Operator;
 use crate::operators::{
     filter::FilterOperator, hash_agg::HashAggOperator, hash_join::HashJoinOperator,
-    materialize::MaterializeOperator, project::ProjectOperator, top_n::TopNOperator,
+    materialize::MaterializeOperator, over_window::over_window_operator,
+    partition_rows::StateRestore, project::ProjectOperator, top_n::top_n_operator,
 };
 use crate::runtime::{RelationRuntime, Runtime, ViewSpec, WriteState};
 use crate::store::RelationStore;
@@ -67,6 +68,13 @@ fn build_operator(
     reemit: bool,
     track_changes: bool,
 ) -> Result<Box<dyn Operator>> {
+    let partition_restore = || StateRestore {
+        max_parallelism: rt.config.max_parallelism,
+        key_groups,
+        restored,
+        reemit,
+        track_changes,
+    };
     Ok(match spec {
         OperatorSpec::Filter { predicate } => Box::new(FilterOperator::new(predicate.clone())),
         OperatorSpec::Project { exprs, schema } => {
@@ -88,14 +96,15 @@ fn build_operator(
             projections.clone(),
             schema.clone(),
         )),
-        OperatorSpec::TopN(spec) => Box::new(TopNOperator::new(
+        OperatorSpec::TopN(spec) => Box::new(top_n_operator(
             spec.clone(),
             rt.backend.clone(),
-            rt.config.max_parallelism,
-            key_groups,
-            restored,
-            reemit,
-            track_changes,
+            partition_restore(),
+        )?),
+        OperatorSpec::OverWindow(spec) => Box::new(over_window_operator(
+            spec.clone(),
+            rt.backend.clone(),
+            partition_restore(),
         )?),
         OperatorSpec::HashJoin(spec) => Box::new(HashJoinOperator::new(
             spec.clone(),
@@ -481,7 +490,7 @@ pub(crate) fn rows_derived_from_state(graph: &StreamGraph) -> bool {
     // An EMIT ON WINDOW CLOSE aggregation drops what it emitted: its rows are stored.
     match last.chain.iter().rposition(|op| match op {
         OperatorSpec::HashAgg(spec) => !spec.emit_on_window_close,
-        OperatorSpec::TopN(_) => true,
+        OperatorSpec::TopN(_) | OperatorSpec::OverWindow(_) => true,
         _ => false,
     }) {
         Some(i) => last.chain[i + 1..].iter().all(|op| {

@@ -10,6 +10,7 @@
 use crate::exchange::ExchangeKind;
 use crate::operators::hash_agg::HashAggSpec;
 use crate::operators::hash_join::HashJoinSpec;
+use crate::operators::over_window::OverWindowSpec;
 use crate::operators::top_n::TopNSpec;
 use arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
@@ -32,6 +33,7 @@ pub enum OperatorSpec {
     HashAgg(HashAggSpec),
     HashJoin(HashJoinSpec),
     TopN(TopNSpec),
+    OverWindow(OverWindowSpec),
 }
 
 impl OperatorSpec {
@@ -71,14 +73,25 @@ impl OperatorSpec {
             ),
             OperatorSpec::TopN(spec) => format!(
                 "TopN: partition keys={} order keys={} offset={} limit={}{} uid={} state=StateTable(key_group, partition -> every row in order)",
-                spec.partition_types.len(),
-                spec.sort_fields.len(),
+                spec.layout.partition_types.len(),
+                spec.layout.sort_fields.len(),
                 spec.offset,
                 spec.limit,
                 spec.ranking
                     .map(|r| format!(" with {r:?}"))
                     .unwrap_or_default(),
-                spec.uid
+                spec.layout.uid
+            ),
+            OperatorSpec::OverWindow(spec) => format!(
+                "OverWindow: partition keys={} order keys={} functions=[{}] uid={} state=StateTable(key_group, partition -> every row in order)",
+                spec.layout.partition_types.len(),
+                spec.layout.sort_fields.len(),
+                spec.window_exprs
+                    .iter()
+                    .map(|e| e.name().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                spec.layout.uid
             ),
         }
     }
@@ -88,7 +101,8 @@ impl OperatorSpec {
         match self {
             OperatorSpec::HashAgg(spec) => Some(&mut spec.uid),
             OperatorSpec::HashJoin(spec) => Some(&mut spec.uid),
-            OperatorSpec::TopN(spec) => Some(&mut spec.uid),
+            OperatorSpec::TopN(spec) => Some(&mut spec.layout.uid),
+            OperatorSpec::OverWindow(spec) => Some(&mut spec.layout.uid),
             _ => None,
         }
     }
@@ -97,7 +111,8 @@ impl OperatorSpec {
         match self {
             OperatorSpec::HashAgg(spec) => Some(&spec.uid),
             OperatorSpec::HashJoin(spec) => Some(&spec.uid),
-            OperatorSpec::TopN(spec) => Some(&spec.uid),
+            OperatorSpec::TopN(spec) => Some(&spec.layout.uid),
+            OperatorSpec::OverWindow(spec) => Some(&spec.layout.uid),
             _ => None,
         }
     }
@@ -109,7 +124,10 @@ impl OperatorSpec {
             OperatorSpec::HashJoin(spec) => (0..2)
                 .map(|s| (spec.side_uid(s), spec.side_state_schema(s)))
                 .collect(),
-            OperatorSpec::TopN(spec) => vec![(spec.uid.clone(), spec.state_schema())],
+            OperatorSpec::TopN(spec) => vec![(spec.layout.uid.clone(), spec.state_schema())],
+            OperatorSpec::OverWindow(spec) => {
+                vec![(spec.layout.uid.clone(), spec.state_schema())]
+            }
             _ => vec![],
         }
     }

@@ -7,6 +7,7 @@
 //! - [`stream_plan`]: DataFusion logical plan → `StreamGraph` (fragments, exchanges, uids).
 //! - `stream_join`: a logical Join → two keyed inputs and a `HashJoin` fragment.
 //! - `stream_top_n`: ORDER BY ... LIMIT and ROW_NUMBER() filters → a `TopN` fragment.
+//! - `stream_over`: other window functions (lag, sum OVER, ...) → an `OverWindow` fragment.
 //! - [`explain`]: `EXPLAIN CREATE MATERIALIZED VIEW` output.
 //! - [`naming`]: Postgres-style output column names.
 //! - [`error`]: `SqlError` with SQLSTATE codes, and the mapping from engine errors.
@@ -19,6 +20,7 @@ pub mod explain;
 pub mod naming;
 pub mod statement;
 mod stream_join;
+mod stream_over;
 pub mod stream_plan;
 mod stream_top_n;
 pub mod window_tvf;

@@ -409,7 +409,11 @@ fn parse_sqlparser(sql: &str) -> SqlResult<Statement> {
     })?;
     match stmts.len() {
         0 => Err(SqlError::syntax("empty statement")),
-        1 => Ok(stmts.remove(0)),
+        1 => {
+            let mut stmt = stmts.remove(0);
+            crate::window_tvf::hide_session_helpers(&mut stmt);
+            Ok(stmt)
+        }
         _ => Err(SqlError::syntax("expected one statement")),
     }
 }

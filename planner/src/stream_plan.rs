@@ -88,6 +88,23 @@ pub struct PlannedView {
 /// `EMIT ON WINDOW CLOSE`: the aggregation at the top of the query (in the last
 /// fragment) emits each window once, when the watermark closes it.
 pub fn emit_on_window_close(graph: &mut StreamGraph) -> SqlResult<()> {
+    // Watermarks stop at joins, Top-N and OVER windows (SESSION windows are OVER
+    // windows): those may still change rows older than any watermark, so a window
+    // after them would never close.
+    let blocked = graph.fragments.iter().flat_map(|f| &f.chain).find(|op| {
+        matches!(
+            op,
+            OperatorSpec::HashJoin(_) | OperatorSpec::TopN(_) | OperatorSpec::OverWindow(_)
+        )
+    });
+    if let Some(op) = blocked {
+        return Err(SqlError::unsupported(format!(
+            "EMIT ON WINDOW CLOSE needs a watermark on the window, and watermarks do not \
+             pass through {} (joins, Top-N and window functions, SESSION windows included, \
+             may still change older rows); use TUMBLE or HOP over a table with a WATERMARK",
+            op.describe().split(':').next().unwrap_or("this operator")
+        )));
+    }
     let agg = graph.fragments.last_mut().and_then(|f| {
         f.chain.iter_mut().find_map(|op| match op {
             OperatorSpec::HashAgg(spec) if !spec.group_types.is_empty() => Some(spec),
@@ -299,11 +316,7 @@ impl Builder<'_> {
                     },
                 )
             }
-            LogicalPlan::Window(_) => Err(SqlError::unsupported(
-                "window functions in materialized views are supported only as Top-N: \
-                 ROW_NUMBER() or RANK() OVER (PARTITION BY ... ORDER BY ...) filtered by \
-                 bounds on it (rn <= n, rn > m)",
-            )),
+            LogicalPlan::Window(w) => self.over_window(w),
             LogicalPlan::Distinct(Distinct::On(_)) => Err(SqlError::unsupported(
                 "DISTINCT ON in materialized views is not supported yet",
             )),

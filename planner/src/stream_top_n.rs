@@ -18,6 +18,7 @@ use datafusion::logical_expr::{
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 use weir_executor::exchange::ExchangeKind;
+use weir_executor::operators::partition_rows::PartitionLayout;
 use weir_executor::operators::top_n::{Ranking, TopNSpec};
 use weir_executor::{FragmentInput, OperatorSpec};
 
@@ -186,9 +187,17 @@ impl Builder<'_> {
         Ok(Some(top))
     }
 
-    pub(crate) fn top_n(&mut self, mut p: Partial, q: TopNQuery) -> SqlResult<Partial> {
+    /// Projects `p` to `[row..., partition keys..., sort keys...]` and finishes it as a
+    /// fragment: the input of a partitioned operator (Top-N, OVER). Returns the
+    /// fragment's id and the layout (its uid still to be set).
+    pub(crate) fn partitioned_input(
+        &mut self,
+        mut p: Partial,
+        partition: &[Expr],
+        order: &[SortExpr],
+        out_schema: &DFSchemaRef,
+    ) -> SqlResult<(usize, PartitionLayout)> {
         let in_schema = p.schema.clone();
-        let width = in_schema.fields().len();
         let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         let mut fields: Vec<Field> = Vec::new();
         let mut row_types = Vec::new();
@@ -199,14 +208,14 @@ impl Builder<'_> {
             row_types.push(t);
         }
         let mut partition_types = Vec::new();
-        for (k, e) in q.partition.iter().enumerate() {
+        for (k, e) in partition.iter().enumerate() {
             let t = e.get_type(&in_schema)?;
             exprs.push(self.physical(e, &in_schema)?);
             fields.push(Field::new(format!("_part{k}"), t.clone(), true));
             partition_types.push(t);
         }
         let mut sort_fields = Vec::new();
-        for (k, s) in q.order.iter().enumerate() {
+        for (k, s) in order.iter().enumerate() {
             let t = s.expr.get_type(&in_schema)?;
             exprs.push(self.physical(&s.expr, &in_schema)?);
             fields.push(Field::new(format!("_sort{k}"), t.clone(), true));
@@ -224,6 +233,37 @@ impl Builder<'_> {
             schema: schema.clone(),
         });
         let upstream = self.finish(p, schema);
+        Ok((
+            upstream,
+            PartitionLayout {
+                uid: String::new(),
+                row_types,
+                partition_types,
+                sort_fields,
+                output_schema: nullable_schema(out_schema),
+            },
+        ))
+    }
+
+    /// The input of a partitioned operator: its rows hash-exchanged on the partition
+    /// keys (all on one actor without PARTITION BY).
+    pub(crate) fn partitioned_exchange(upstream: usize, layout: &PartitionLayout) -> FragmentInput {
+        let width = layout.row_types.len();
+        FragmentInput::Fragment {
+            id: upstream,
+            exchange: if layout.partition_types.is_empty() {
+                ExchangeKind::Single
+            } else {
+                ExchangeKind::Hash {
+                    keys: (width..width + layout.partition_types.len()).collect(),
+                }
+            },
+        }
+    }
+
+    pub(crate) fn top_n(&mut self, p: Partial, q: TopNQuery) -> SqlResult<Partial> {
+        let (upstream, mut layout) =
+            self.partitioned_input(p, q.partition, q.order, &q.out_schema)?;
         let global = q.partition.is_empty();
         let canonical = format!(
             "topn partition[{}] order[{}] offset {} limit {} rn {:?}",
@@ -241,31 +281,20 @@ impl Builder<'_> {
             q.limit,
             q.ranking
         );
+        layout.uid = format!(
+            "{}.topn.{:016x}",
+            self.view,
+            weir_storage::key_group::key_hash(canonical.as_bytes())
+        );
+        let input = Self::partitioned_exchange(upstream, &layout);
         let spec = TopNSpec {
-            uid: format!(
-                "{}.topn.{:016x}",
-                self.view,
-                weir_storage::key_group::key_hash(canonical.as_bytes())
-            ),
-            row_types,
-            partition_types,
-            sort_fields,
+            layout,
             offset: q.offset,
             limit: q.limit,
             ranking: q.ranking,
-            output_schema: nullable_schema(&q.out_schema),
         };
         Ok(Partial {
-            inputs: vec![FragmentInput::Fragment {
-                id: upstream,
-                exchange: if global {
-                    ExchangeKind::Single
-                } else {
-                    ExchangeKind::Hash {
-                        keys: (width..width + q.partition.len()).collect(),
-                    }
-                },
-            }],
+            inputs: vec![input],
             chain: vec![OperatorSpec::TopN(spec)],
             single: global,
             one_row: global && q.limit <= 1,

@@ -21,12 +21,18 @@
 //! option `emit_on_window_close`: the top aggregation then emits each window once,
 //! when the watermark closes it.
 //!
-//! SESSION and CUMULATE windows are refused (0A000): a session's bounds depend on the
-//! gaps between rows, which a projection cannot see.
+//! SESSION windows depend on the gaps between rows, which a projection cannot see: they
+//! expand to window functions (`lag`, running `max`) instead, which views keep up to
+//! date with the OverWindow operator. CUMULATE windows are refused (0A000).
 
 use crate::error::{SqlError, SqlResult};
+use datafusion::sql::sqlparser::ast::{
+    ExcludeSelectItem, Ident, ObjectName, Query, SelectItem, SetExpr, Statement, TableFactor,
+    VisitMut, VisitorMut,
+};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use std::ops::ControlFlow;
 
 fn is_word(t: &Token, w: &str) -> bool {
     matches!(t, Token::Word(word) if word.quote_style.is_none() && word.value.eq_ignore_ascii_case(w))
@@ -142,18 +148,108 @@ fn hop(table: &str, ts: &str, slide: &str, size: &str) -> SqlResult<String> {
     Ok(format!("({})", branches.join(" UNION ALL ")))
 }
 
+/// The alias of the derived table a SESSION window expands to, and the helper column
+/// its `SELECT *` leaves out (see [`hide_session_helpers`]).
+pub const SESSION_ALIAS: &str = "__weir_session";
+pub const SESSION_MARK: &str = "__weir_session_mark";
+
+/// `SESSION(t [PARTITION BY k | (k1, k2)], ts, gap)`: a session per partition is a run
+/// of rows whose times are at most `gap` apart (Flink merges `[ts, ts + gap)` windows
+/// that touch). `window_start` is the session's first time, `window_end` its last time
+/// plus the gap. As window functions (kept up to date by the OverWindow operator):
+/// 1. a row starts a session when the previous row's time plus the gap is before its
+///    own: it is marked with its time;
+/// 2. `window_start` = the latest mark up to the row (peers included);
+/// 3. `window_end` = the latest time of the row's session, plus the gap.
+///
+/// Rows without a time belong to no session.
+fn session(table: &str, ts: &str, gap: &str) -> SqlResult<String> {
+    interval_millis(gap).filter(|g| *g > 0).ok_or_else(|| {
+        SqlError::syntax(format!(
+            "SESSION needs a literal positive interval gap (got {gap})"
+        ))
+    })?;
+    let lower = table.to_ascii_lowercase();
+    let (table, keys) = match lower.find(" partition by ") {
+        Some(at) => {
+            let keys = table[at + " partition by ".len()..].trim();
+            let keys = keys
+                .strip_prefix('(')
+                .and_then(|k| k.strip_suffix(')'))
+                .unwrap_or(keys);
+            (table[..at].trim(), keys.trim())
+        }
+        None => (table.trim(), ""),
+    };
+    let partition = |extra: &str| {
+        let list: Vec<&str> = [keys, extra]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect();
+        if list.is_empty() {
+            String::new()
+        } else {
+            format!("PARTITION BY {} ", list.join(", "))
+        }
+    };
+    let by_key = partition("");
+    let by_session = partition("window_start");
+    Ok(format!(
+        "(SELECT * FROM (SELECT *, max({ts}) OVER ({by_session}) + {gap} AS window_end FROM \
+         (SELECT *, max({SESSION_MARK}) OVER ({by_key}ORDER BY {ts}) AS window_start FROM \
+         (SELECT *, CASE WHEN lag({ts}) OVER ({by_key}ORDER BY {ts}) + {gap} >= {ts} \
+         THEN NULL ELSE {ts} END AS {SESSION_MARK} FROM {table} WHERE {ts} IS NOT NULL) \
+         AS __weir_session_1) AS __weir_session_2) AS {SESSION_ALIAS})"
+    ))
+}
+
+/// Leaves the SESSION expansion's helper column out of its `SELECT *` (Postgres' syntax
+/// has no `* EXCLUDE`, so the rewrite marks the select with [`SESSION_ALIAS`] and the
+/// exclusion is set on the parsed statement).
+pub fn hide_session_helpers(stmt: &mut Statement) {
+    struct Hide;
+    impl VisitorMut for Hide {
+        type Break = ();
+        fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<()> {
+            let SetExpr::Select(select) = q.body.as_mut() else {
+                return ControlFlow::Continue(());
+            };
+            let is_session = matches!(
+                select.from.as_slice(),
+                [twj] if twj.joins.is_empty() && matches!(
+                    &twj.relation,
+                    TableFactor::Derived { alias: Some(a), .. } if a.name.value == SESSION_ALIAS
+                )
+            );
+            if let (true, [SelectItem::Wildcard(options)]) =
+                (is_session, select.projection.as_mut_slice())
+            {
+                options.opt_exclude = Some(ExcludeSelectItem::Single(ObjectName::from(vec![
+                    Ident::new(SESSION_MARK),
+                ])));
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = stmt.visit(&mut Hide);
+}
+
 /// The expansion of one window function call with arguments `args` (Flink's `TABLE t`
 /// and `DESCRIPTOR(c)` already unwrapped).
 fn expand(func: &str, args: &[String]) -> SqlResult<String> {
     match (func, args) {
         ("tumble", [t, ts, size]) => tumble(t, ts, size),
         ("hop", [t, ts, slide, size]) => hop(t, ts, slide, size),
+        ("session", [t, ts, gap]) => session(t, ts, gap),
+        ("session", _) => Err(SqlError::syntax(
+            "SESSION takes (table [PARTITION BY keys], time column, gap)",
+        )),
         ("tumble", _) => Err(SqlError::syntax("TUMBLE takes (table, time column, size)")),
         ("hop", _) => Err(SqlError::syntax(
             "HOP takes (table, time column, slide, size)",
         )),
         (other, _) => Err(SqlError::unsupported(format!(
-            "{} windows are not supported yet (TUMBLE and HOP are)",
+            "{} windows are not supported yet (TUMBLE, HOP and SESSION are)",
             other.to_ascii_uppercase()
         ))),
     }
@@ -324,10 +420,15 @@ mod tests {
                 .is_err()
         );
         assert!(rewrite("SELECT * FROM TUMBLE(bid, ts)").is_err());
-        let e =
-            rewrite("SELECT * FROM TABLE(SESSION(TABLE bid, DESCRIPTOR(ts), INTERVAL '1' MINUTE))")
-                .unwrap_err();
-        assert!(e.to_string().contains("SESSION"), "{e}");
+        let e = rewrite(
+            "SELECT * FROM TABLE(CUMULATE(TABLE bid, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '1' HOUR))",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("CUMULATE"), "{e}");
+        assert!(rewrite(
+            "SELECT * FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(ts)))"
+        )
+        .is_err());
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub fn pg_type_name(t: &DataType) -> String {
         DataType::Date32 | DataType::Date64 => "date".into(),
         DataType::Timestamp(_, None) => "timestamp without time zone".into(),
         DataType::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
-        DataType::Interval(_) => "interval".into(),
+        DataType::Interval(_) | DataType::Duration(_) => "interval".into(),
         DataType::Binary | DataType::LargeBinary => "bytea".into(),
         other => other.to_string().to_ascii_lowercase(),
     }

@@ -241,7 +241,7 @@ pub fn type_oid(t: &DataType) -> u32 {
         DataType::Date32 | DataType::Date64 => 1082,
         DataType::Timestamp(_, None) => 1114,
         DataType::Timestamp(_, Some(_)) => 1184,
-        DataType::Interval(_) => 1186,
+        DataType::Interval(_) | DataType::Duration(_) => 1186,
         DataType::Binary | DataType::LargeBinary => 17,
         _ => 25,
     }

@@ -6,7 +6,10 @@
 //! - [`expand`]: several projections of each row in one pass (HOP windows).
 //! - [`hash_agg`]: keyed aggregation with retraction, emitting changes at barriers.
 //! - [`hash_join`]: symmetric hash join (inner, outer, semi, anti) with retraction.
+//! - [`partition_rows`]: every row of each partition in order, with what it shows
+//!   recomputed for changed partitions at barriers (shared by Top-N and OVER).
 //! - [`top_n`]: ORDER BY ... LIMIT and ROW_NUMBER() <= n per partition, with refill.
+//! - [`over_window`]: window functions (lag, sum OVER, ...) kept up to date per partition.
 //! - [`materialize`]: stages each epoch's changes into a relation store and passes them on.
 //! - [`blackhole`]: the end of a blackhole sink: takes every change, keeps nothing.
 //! - [`kafka_sink`]: the end of a Kafka sink: every change as a JSON record, at least
@@ -30,6 +33,8 @@ pub mod hash_join;
 pub mod kafka_sink;
 pub mod kafka_sink_txn;
 pub mod materialize;
+pub mod over_window;
+pub mod partition_rows;
 pub mod project;
 pub mod sink_format;
 pub mod top_n;

@@ -31,7 +31,7 @@ pub fn pg_type(t: &DataType) -> Type {
         DataType::Date32 | DataType::Date64 => Type::DATE,
         DataType::Timestamp(_, None) => Type::TIMESTAMP,
         DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
-        DataType::Interval(_) => Type::INTERVAL,
+        DataType::Interval(_) | DataType::Duration(_) => Type::INTERVAL,
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Type::BYTEA,
         _ => Type::TEXT,
     }
@@ -46,7 +46,10 @@ fn canonical(t: &DataType) -> DataType {
         DataType::Date64 => DataType::Date32,
         DataType::Decimal256(p, s) => DataType::Decimal128((*p).min(38), *s),
         DataType::Timestamp(_, tz) => DataType::Timestamp(TimeUnit::Microsecond, tz.clone()),
-        DataType::Interval(_) => DataType::Interval(IntervalUnit::MonthDayNano),
+        // timestamp - timestamp is a Duration in Arrow, an interval in Postgres.
+        DataType::Interval(_) | DataType::Duration(_) => {
+            DataType::Interval(IntervalUnit::MonthDayNano)
+        }
         DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
         DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
         other => other.clone(),

@@ -1,0 +1,134 @@
+//! OverWindow: window functions (`lag(x) OVER (PARTITION BY k ORDER BY t)`, `sum(x) OVER
+//! (...)`, `min(t) OVER (PARTITION BY k)`, ...) kept up to date under inserts, updates
+//! and deletes.
+//!
+//! A [`PartitionedOperator`] whose partitions show every row with its window values:
+//! when an epoch changes a partition, the window functions are evaluated again over the
+//! whole partition (DataFusion's physical window expressions, on one batch of the
+//! partition's rows in ORDER BY order) and the rows whose values changed are retracted
+//! and inserted again. Work per epoch is therefore proportional to the size of the
+//! partitions it touches, which suits per-key windows (sessions per user) and not one
+//! huge unpartitioned window.
+
+use crate::error::Result;
+use crate::operators::partition_rows::{
+    Partition, PartitionLayout, PartitionedOperator, Shown, ShownRow, StateRestore,
+};
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use datafusion::physical_plan::WindowExpr;
+use std::sync::Arc;
+use weir_storage::StateBackend;
+
+#[derive(Debug, Clone)]
+pub struct OverWindowSpec {
+    pub layout: PartitionLayout,
+    /// The window functions, over the input row's columns (`layout.row_types`), all
+    /// with the same PARTITION BY and ORDER BY.
+    pub window_exprs: Vec<Arc<dyn WindowExpr>>,
+    /// The input row's schema the window expressions were planned against.
+    pub input_schema: SchemaRef,
+}
+
+impl OverWindowSpec {
+    pub fn state_schema(&self) -> String {
+        format!(
+            "over {} functions({})",
+            self.layout.describe_types(),
+            self.window_exprs
+                .iter()
+                .map(|e| e.name().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+
+    fn window_types(&self) -> Vec<DataType> {
+        let fields = self.layout.output_schema.fields();
+        fields[fields.len() - self.window_exprs.len()..]
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect()
+    }
+}
+
+/// Every row of a partition with its window values.
+pub struct Windowed {
+    spec: OverWindowSpec,
+    types: Vec<DataType>,
+    values: RowConverter,
+}
+
+impl Shown for Windowed {
+    fn name(&self) -> &str {
+        "OverWindow"
+    }
+
+    fn extra_types(&self) -> Vec<DataType> {
+        self.types.clone()
+    }
+
+    fn shown(&self, partition: Option<&Partition>, rows: &RowConverter) -> Result<Vec<ShownRow>> {
+        let Some(p) = partition else {
+            return Ok(Vec::new());
+        };
+        let present: Vec<&[u8]> = p.present().map(|(_, row)| row).collect();
+        if present.is_empty() {
+            return Ok(Vec::new());
+        }
+        let parser = rows.parser();
+        let columns = if self.spec.input_schema.fields().is_empty() {
+            vec![]
+        } else {
+            rows.convert_rows(present.iter().map(|r| parser.parse(r)))?
+        };
+        let batch = RecordBatch::try_new_with_options(
+            self.spec.input_schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(present.len())),
+        )?;
+        let values = self
+            .spec
+            .window_exprs
+            .iter()
+            .zip(&self.types)
+            .map(|(e, t)| {
+                let v = e.evaluate(&batch)?;
+                Ok(if v.data_type() == t {
+                    v
+                } else {
+                    arrow::compute::cast(&v, t)?
+                })
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let encoded = self.values.convert_columns(&values)?;
+        Ok(present
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.to_vec(), encoded.row(i).as_ref().to_vec()))
+            .collect())
+    }
+}
+
+pub type OverWindowOperator = PartitionedOperator<Windowed>;
+
+pub fn over_window_operator(
+    spec: OverWindowSpec,
+    backend: Arc<dyn StateBackend>,
+    restore: StateRestore,
+) -> Result<OverWindowOperator> {
+    let types = spec.window_types();
+    let values = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
+    let layout = spec.layout.clone();
+    PartitionedOperator::new(
+        layout,
+        Windowed {
+            spec,
+            types,
+            values,
+        },
+        backend,
+        restore,
+    )
+}

@@ -1,0 +1,365 @@
+//! The machinery Top-N and OVER windows share: every row of a partition kept in order,
+//! and the rows a partition shows recomputed at barriers for the partitions an epoch
+//! changed, emitted as the difference from what they showed before.
+//!
+//! Input columns are `[row..., partition keys..., sort keys...]` (a projection before
+//! the exchange computes them); rows arrive hash-exchanged on the partition keys (or on
+//! one actor without PARTITION BY). Each partition keeps *every* row, ordered by its
+//! sort key bytes (Arrow's row format with the ORDER BY's directions, so byte order is
+//! the SQL order) and then by the row itself, so ties always break the same way. Keeping
+//! all rows is what lets a delete in a Top-N refill from below, and what a window
+//! function over the partition is computed from.
+//!
+//! What a partition *shows* is up to a [`Shown`]: the rows in the top with their rank
+//! (Top-N), or every row with its window functions' values (OVER). Each shown row is a
+//! pair (row bytes, extra bytes): the extra columns (rank, window values) in Arrow's row
+//! format, so a row whose rank or window value changed is retracted and inserted again.
+
+use crate::barrier::{Barrier, Epoch, Watermark};
+use crate::chunk::{Op, StreamChunk};
+use crate::error::Result;
+use crate::operator::Operator;
+use ahash::AHashMap as HashMap;
+use arrow::array::ArrayRef;
+use arrow::compute::SortOptions;
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use weir_storage::state_snapshot::{DeltaData, StateDelta};
+use weir_storage::state_table::StateValue;
+use weir_storage::{KeyGroupRange, StateBackend, StateTable};
+
+/// Every row of one partition: (sort key, row) -> copies.
+#[derive(Debug, Default)]
+pub struct Partition {
+    pub rows: BTreeMap<(Vec<u8>, Vec<u8>), i64>,
+}
+
+impl Partition {
+    /// The partition's rows in order, each as many times as it is present (rows with a
+    /// negative count, a delete ahead of its insert, are not present yet).
+    pub fn present(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.rows.iter().flat_map(|((sort, row), n)| {
+            std::iter::repeat_n((sort.as_slice(), row.as_slice()), (*n).max(0) as usize)
+        })
+    }
+}
+
+impl StateValue for Partition {
+    fn encode(&self) -> Vec<u8> {
+        let mut buf = Vec::new();
+        buf.extend_from_slice(&(self.rows.len() as u32).to_le_bytes());
+        for ((sort, row), n) in &self.rows {
+            for part in [sort, row] {
+                buf.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                buf.extend_from_slice(part);
+            }
+            buf.extend_from_slice(&n.to_le_bytes());
+        }
+        buf
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut at = 0usize;
+        let mut take = |n: usize| -> Option<&[u8]> {
+            let s = bytes.get(at..at + n)?;
+            at += n;
+            Some(s)
+        };
+        let count = u32::from_le_bytes(take(4)?.try_into().ok()?);
+        let mut rows = BTreeMap::new();
+        for _ in 0..count {
+            let len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+            let sort = take(len)?.to_vec();
+            let len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+            let row = take(len)?.to_vec();
+            let n = i64::from_le_bytes(take(8)?.try_into().ok()?);
+            rows.insert((sort, row), n);
+        }
+        Some(Partition { rows })
+    }
+}
+
+/// One shown row: (row bytes, extra column bytes).
+pub type ShownRow = (Vec<u8>, Vec<u8>);
+
+/// What a partition shows.
+pub trait Shown: Send {
+    /// The operator's name in plans and metrics.
+    fn name(&self) -> &str;
+    /// Types of the extra columns each shown row carries after the row's own.
+    fn extra_types(&self) -> Vec<DataType>;
+    /// The rows a partition shows; `rows` decodes row bytes.
+    fn shown(&self, partition: Option<&Partition>, rows: &RowConverter) -> Result<Vec<ShownRow>>;
+}
+
+/// Layout of a partitioned operator's input and state.
+#[derive(Debug, Clone)]
+pub struct PartitionLayout {
+    pub uid: String,
+    pub row_types: Vec<DataType>,
+    pub partition_types: Vec<DataType>,
+    pub sort_fields: Vec<(DataType, SortOptions)>,
+    pub output_schema: SchemaRef,
+}
+
+impl PartitionLayout {
+    pub fn describe_types(&self) -> String {
+        let list = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(", ");
+        format!(
+            "partition({}) order({}) rows({})",
+            list(&mut self.partition_types.iter().map(|t| t.to_string())),
+            list(&mut self.sort_fields.iter().map(|(t, o)| format!("{t} {o:?}"))),
+            list(&mut self.row_types.iter().map(|t| t.to_string())),
+        )
+    }
+}
+
+/// How an operator was restored, for [`PartitionedOperator::new`].
+#[derive(Debug, Clone, Copy)]
+pub struct StateRestore {
+    pub max_parallelism: u32,
+    pub key_groups: KeyGroupRange,
+    pub restored: bool,
+    pub reemit: bool,
+    pub track_changes: bool,
+}
+
+pub struct PartitionedOperator<S: Shown> {
+    layout: PartitionLayout,
+    shown: S,
+    row_converter: RowConverter,
+    partition_converter: Option<RowConverter>,
+    sort_converter: RowConverter,
+    extra_converter: Option<RowConverter>,
+    state: StateTable<Partition>,
+    /// What each partition changed in this epoch showed before its first change.
+    epoch_before: HashMap<Vec<u8>, Vec<ShownRow>>,
+}
+
+fn fields(types: &[DataType]) -> Vec<SortField> {
+    types.iter().map(|t| SortField::new(t.clone())).collect()
+}
+
+impl<S: Shown> PartitionedOperator<S> {
+    pub fn new(
+        layout: PartitionLayout,
+        shown: S,
+        backend: Arc<dyn StateBackend>,
+        restore: StateRestore,
+    ) -> Result<Self> {
+        let row_converter = RowConverter::new(fields(&layout.row_types))?;
+        let partition_converter = if layout.partition_types.is_empty() {
+            None
+        } else {
+            Some(RowConverter::new(fields(&layout.partition_types))?)
+        };
+        let sort_converter = RowConverter::new(
+            layout
+                .sort_fields
+                .iter()
+                .map(|(t, o)| SortField::new_with_options(t.clone(), *o))
+                .collect(),
+        )?;
+        let extra = shown.extra_types();
+        let extra_converter = if extra.is_empty() {
+            None
+        } else {
+            Some(RowConverter::new(fields(&extra))?)
+        };
+        let mut state = StateTable::new(&layout.uid, restore.max_parallelism, backend);
+        state.set_track_changes(restore.track_changes);
+        if restore.restored {
+            state.load(restore.key_groups.start, restore.key_groups.end)?;
+        }
+        let mut epoch_before = HashMap::new();
+        if restore.restored && restore.reemit {
+            for k in state.keys() {
+                epoch_before.insert(k.clone(), Vec::new());
+            }
+        }
+        Ok(Self {
+            layout,
+            shown,
+            row_converter,
+            partition_converter,
+            sort_converter,
+            extra_converter,
+            state,
+            epoch_before,
+        })
+    }
+
+    fn emit_changes(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
+        let mut ops = Vec::new();
+        let mut rows: Vec<Vec<u8>> = Vec::new();
+        let mut extras: Vec<Vec<u8>> = Vec::new();
+        let changed: Vec<_> = self.epoch_before.drain().collect();
+        for (key, before) in changed {
+            let after = self
+                .shown
+                .shown(self.state.get(&key), &self.row_converter)?;
+            if self.state.get(&key).is_some_and(|p| p.rows.is_empty()) {
+                self.state.remove(&key);
+            }
+            for (op, (row, extra)) in multiset_diff(before, after) {
+                ops.push(op);
+                rows.push(row);
+                extras.push(extra);
+            }
+        }
+        self.state.flush()?;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let mut columns: Vec<ArrayRef> = if self.layout.row_types.is_empty() {
+            vec![]
+        } else {
+            let parser = self.row_converter.parser();
+            self.row_converter
+                .convert_rows(rows.iter().map(|r| parser.parse(r)))?
+        };
+        if let Some(c) = &self.extra_converter {
+            let parser = c.parser();
+            columns.extend(c.convert_rows(extras.iter().map(|r| parser.parse(r)))?);
+        }
+        out.push(StreamChunk::from_columns(
+            ops,
+            self.layout.output_schema.clone(),
+            columns,
+        )?);
+        Ok(())
+    }
+}
+
+/// The changes from multiset `before` to multiset `after`.
+fn multiset_diff(mut before: Vec<ShownRow>, mut after: Vec<ShownRow>) -> Vec<(Op, ShownRow)> {
+    before.sort_unstable();
+    after.sort_unstable();
+    let mut out = Vec::new();
+    let (mut b, mut a) = (before.into_iter().peekable(), after.into_iter().peekable());
+    loop {
+        let ord = match (b.peek(), a.peek()) {
+            (Some(x), Some(y)) => x.cmp(y),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => return out,
+        };
+        match ord {
+            std::cmp::Ordering::Equal => {
+                b.next();
+                a.next();
+            }
+            std::cmp::Ordering::Less => out.push((Op::Delete, b.next().expect("peeked"))),
+            std::cmp::Ordering::Greater => out.push((Op::Insert, a.next().expect("peeked"))),
+        }
+    }
+}
+
+impl<S: Shown> Operator for PartitionedOperator<S> {
+    fn name(&self) -> &str {
+        self.shown.name()
+    }
+
+    fn process_chunk(&mut self, chunk: StreamChunk, _out: &mut Vec<StreamChunk>) -> Result<()> {
+        let w = self.layout.row_types.len();
+        let p = self.layout.partition_types.len();
+        let cols = chunk.columns();
+        let rows = (w > 0)
+            .then(|| self.row_converter.convert_columns(&cols[..w]))
+            .transpose()?;
+        let parts = self
+            .partition_converter
+            .as_ref()
+            .map(|c| c.convert_columns(&cols[w..w + p]))
+            .transpose()?;
+        let sorts = self.sort_converter.convert_columns(&cols[w + p..])?;
+        for (i, op) in chunk.ops.iter().enumerate() {
+            let key: Vec<u8> = parts
+                .as_ref()
+                .map(|r| r.row(i).as_ref().to_vec())
+                .unwrap_or_default();
+            if !self.epoch_before.contains_key(&key) {
+                let before = self
+                    .shown
+                    .shown(self.state.get(&key), &self.row_converter)?;
+                self.epoch_before.insert(key.clone(), before);
+            }
+            let row = rows
+                .as_ref()
+                .map(|r| r.row(i).as_ref().to_vec())
+                .unwrap_or_default();
+            let entry_key = (sorts.row(i).as_ref().to_vec(), row);
+            let partition = self.state.get_or_insert_with(&key, Partition::default);
+            // A row's delete may arrive before its insert (through another upstream
+            // actor, within the epoch): the count is negative until the insert comes.
+            match partition.rows.entry(entry_key) {
+                std::collections::btree_map::Entry::Occupied(mut e) => {
+                    *e.get_mut() += op.sign();
+                    if *e.get() == 0 {
+                        e.remove();
+                    }
+                }
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(op.sign());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Watermarks stop here: a delete can refill a top, or change a window value, with
+    /// rows older than any watermark.
+    fn process_watermark(&mut self, _w: Watermark) -> Result<Option<Watermark>> {
+        Ok(None)
+    }
+
+    fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Vec<StreamChunk>) -> Result<()> {
+        self.emit_changes(out)
+    }
+
+    fn on_checkpoint_cut(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
+        self.emit_changes(out)
+    }
+
+    fn snapshot(&mut self, _epoch: Epoch) -> Result<Vec<StateDelta>> {
+        Ok(vec![StateDelta {
+            uid: self.layout.uid.clone(),
+            data: DeltaData::Keyed(self.state.take_checkpoint_delta()),
+        }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_is_the_multiset_difference() {
+        let r = |s: &str, e: u8| (s.as_bytes().to_vec(), vec![e]);
+        let d = multiset_diff(
+            vec![r("a", 1), r("a", 1), r("b", 2)],
+            vec![r("a", 1), r("b", 3), r("c", 1)],
+        );
+        assert_eq!(
+            d,
+            vec![
+                (Op::Delete, r("a", 1)),
+                (Op::Delete, r("b", 2)),
+                (Op::Insert, r("b", 3)),
+                (Op::Insert, r("c", 1)),
+            ]
+        );
+    }
+
+    #[test]
+    fn partition_state_round_trips() {
+        let mut p = Partition::default();
+        p.rows.insert((vec![1], vec![2, 3]), 2);
+        p.rows.insert((vec![0], vec![]), -1);
+        let back = Partition::decode(&p.encode()).unwrap();
+        assert_eq!(back.rows, p.rows);
+        assert_eq!(back.present().count(), 2);
+    }
+}
