@@ -32,6 +32,9 @@ pub enum AggKind {
     /// value, delimiter) rows, ordered by Arrow's row encoding with the ORDER BY's
     /// directions, so retracting any row is exact.
     StringAgg,
+    /// `array_agg(value [ORDER BY ...])`: NULL values included, as in Postgres; no
+    /// rows give NULL.
+    ArrayAgg,
     FirstValue,
     LastValue,
     /// `sum(DISTINCT x)` / `avg(DISTINCT x)`: the multiset of values, like
@@ -53,6 +56,7 @@ impl AggKind {
             AggKind::BoolAnd => "bool_and",
             AggKind::BoolOr => "bool_or",
             AggKind::StringAgg => "string_agg",
+            AggKind::ArrayAgg => "array_agg",
             AggKind::FirstValue => "first_value",
             AggKind::LastValue => "last_value",
             AggKind::SumDistinct => "sum(distinct)",
@@ -81,7 +85,7 @@ impl AggCall {
     fn is_ordered(&self) -> bool {
         matches!(
             self.kind,
-            AggKind::StringAgg | AggKind::FirstValue | AggKind::LastValue
+            AggKind::StringAgg | AggKind::ArrayAgg | AggKind::FirstValue | AggKind::LastValue
         )
     }
 }
@@ -127,6 +131,7 @@ impl AccState {
             | AggKind::Max
             | AggKind::CountDistinct
             | AggKind::StringAgg
+            | AggKind::ArrayAgg
             | AggKind::FirstValue
             | AggKind::LastValue
             | AggKind::SumDistinct
@@ -222,7 +227,10 @@ impl CallRuntime {
                     PreparedArg::Int(c.as_any().downcast_ref::<Int64Array>().unwrap().clone())
                 }
             }
-            (AggKind::StringAgg | AggKind::FirstValue | AggKind::LastValue, Some(a)) => {
+            (
+                AggKind::StringAgg | AggKind::ArrayAgg | AggKind::FirstValue | AggKind::LastValue,
+                Some(a),
+            ) => {
                 let mut cols: Vec<ArrayRef> = self
                     .call
                     .order
@@ -295,9 +303,12 @@ impl CallRuntime {
                 }
             }
             (AccState::Extreme(values), PreparedArg::Rows(rows)) => {
-                // first_value / last_value keep NULL values (they can be first).
-                let keeps_nulls =
-                    matches!(self.call.kind, AggKind::FirstValue | AggKind::LastValue);
+                // first_value / last_value keep NULL values (they can be first), and
+                // array_agg shows them.
+                let keeps_nulls = matches!(
+                    self.call.kind,
+                    AggKind::FirstValue | AggKind::LastValue | AggKind::ArrayAgg
+                );
                 let null = !keeps_nulls && nulls.map(|c| c.is_null(i)).unwrap_or(false);
                 if !null {
                     let key = rows.row(i).as_ref().to_vec();
@@ -436,7 +447,7 @@ impl CallRuntime {
         })
     }
 
-    /// string_agg / first_value / last_value over the ordered multiset.
+    /// string_agg / array_agg / first_value / last_value over the ordered multiset.
     fn ordered_output(&self, values: &BTreeMap<Vec<u8>, i64>) -> Result<ScalarValue> {
         let out = &self.call.output_type;
         let conv = self
@@ -459,6 +470,19 @@ impl CallRuntime {
             return Ok(ScalarValue::try_from(out)?);
         }
         let cols = conv.convert_rows(picked.iter().map(|(k, _)| parser.parse(k)))?;
+        if self.call.kind == AggKind::ArrayAgg {
+            // Each value as many times as it is present, in order.
+            let indices: arrow::array::UInt32Array = picked
+                .iter()
+                .enumerate()
+                .flat_map(|(r, (_, copies))| std::iter::repeat_n(r as u32, *copies as usize))
+                .collect();
+            let values = arrow::compute::take(&cols[value_col], &indices, None)?;
+            let list = datafusion::common::utils::SingleRowListArrayBuilder::new(values)
+                .with_nullable(true)
+                .build_list_scalar();
+            return Ok(list.cast_to(out)?);
+        }
         if self.call.kind != AggKind::StringAgg {
             return Ok(ScalarValue::try_from_array(&cols[value_col], 0)?.cast_to(out)?);
         }

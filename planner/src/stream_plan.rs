@@ -446,7 +446,10 @@ impl Builder<'_> {
                     "{a}: DISTINCT aggregates other than count, sum and avg (DISTINCT ...) are not supported in materialized views yet"
                 )));
             }
-            let ordered_kind = matches!(name.as_str(), "string_agg" | "first_value" | "last_value");
+            let ordered_kind = matches!(
+                name.as_str(),
+                "string_agg" | "array_agg" | "first_value" | "last_value"
+            );
             if !params.order_by.is_empty() && !ordered_kind {
                 return Err(SqlError::unsupported(format!(
                     "{a}: ORDER BY inside {name}() is not supported in materialized views yet"
@@ -469,6 +472,7 @@ impl Builder<'_> {
                 "bool_and" => AggKind::BoolAnd,
                 "bool_or" => AggKind::BoolOr,
                 "string_agg" => AggKind::StringAgg,
+                "array_agg" => AggKind::ArrayAgg,
                 "first_value" => AggKind::FirstValue,
                 "last_value" => AggKind::LastValue,
                 other => {

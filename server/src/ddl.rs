@@ -32,6 +32,7 @@ pub fn pg_type_name(t: &DataType) -> String {
         DataType::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
         DataType::Interval(_) | DataType::Duration(_) => "interval".into(),
         DataType::Binary | DataType::LargeBinary => "bytea".into(),
+        DataType::List(f) | DataType::LargeList(f) => format!("{}[]", pg_type_name(f.data_type())),
         other => other.to_string().to_ascii_lowercase(),
     }
 }

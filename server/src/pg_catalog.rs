@@ -113,7 +113,7 @@ fn register_format_type(ctx: &SessionContext) {
                         (1700, Some(m)) if m >= 4 => {
                             format!("numeric({},{})", (m - 4) >> 16, (m - 4) & 0xffff)
                         }
-                        _ => type_name_of_oid(o).to_string(),
+                        _ => type_name_of_oid(o),
                     })
                 })
                 .collect();
@@ -122,7 +122,26 @@ fn register_format_type(ctx: &SessionContext) {
     ));
 }
 
-fn type_name_of_oid(oid: u32) -> &'static str {
+fn type_name_of_oid(oid: u32) -> String {
+    // Arrays (array_agg's results): the element type's name and [].
+    let element = match oid {
+        1000 => Some(16),
+        1001 => Some(17),
+        1005 => Some(21),
+        1007 => Some(23),
+        1016 => Some(20),
+        1021 => Some(700),
+        1022 => Some(701),
+        1182 => Some(1082),
+        1115 => Some(1114),
+        1185 => Some(1184),
+        1231 => Some(1700),
+        1009 => Some(25),
+        _ => None,
+    };
+    if let Some(e) = element {
+        return format!("{}[]", type_name_of_oid(e));
+    }
     match oid {
         16 => "boolean",
         17 => "bytea",
@@ -138,6 +157,7 @@ fn type_name_of_oid(oid: u32) -> &'static str {
         1700 => "numeric",
         _ => "text",
     }
+    .to_string()
 }
 
 pub fn register_functions(ctx: &SessionContext) {
@@ -230,21 +250,7 @@ fn table(ctx: &SessionContext, name: &str, columns: Vec<(&str, ArrayRef)>) -> Sq
 
 /// Postgres type oid of an Arrow type.
 pub fn type_oid(t: &DataType) -> u32 {
-    match t {
-        DataType::Boolean => 16,
-        DataType::Int8 | DataType::Int16 | DataType::UInt8 => 21,
-        DataType::Int32 | DataType::UInt16 => 23,
-        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => 20,
-        DataType::Float32 => 700,
-        DataType::Float64 => 701,
-        DataType::Decimal128(..) | DataType::Decimal256(..) => 1700,
-        DataType::Date32 | DataType::Date64 => 1082,
-        DataType::Timestamp(_, None) => 1114,
-        DataType::Timestamp(_, Some(_)) => 1184,
-        DataType::Interval(_) | DataType::Duration(_) => 1186,
-        DataType::Binary | DataType::LargeBinary => 17,
-        _ => 25,
-    }
+    crate::pg::encode::pg_type(t).oid()
 }
 
 pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {

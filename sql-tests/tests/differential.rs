@@ -7,7 +7,9 @@
 //! server, must equal DataFusion's batch answer for the same query over the test's own
 //! copy of the tables (an oracle independent of Weir's storage and runtime).
 
-use datafusion::arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch, StringArray,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::util::display::array_value_to_string;
 use datafusion::datasource::MemTable;
@@ -56,6 +58,7 @@ const VIEWS: &[(&str, &str)] = &[
     ("v_tumble", "SELECT g, window_start, window_end, count(*) AS n, sum(v) AS total FROM TUMBLE(v_ts, ts, INTERVAL '5' MINUTE) GROUP BY g, window_start, window_end"),
     ("v_hop", "SELECT window_start, window_end, count(*) AS n, max(v) AS hi FROM TABLE(HOP(TABLE v_ts, DESCRIPTOR(ts), INTERVAL '2' MINUTE, INTERVAL '6' MINUTE)) GROUP BY window_start, window_end"),
     ("v_session", "SELECT g, window_start, window_end, count(*) AS n, sum(v) AS total FROM TABLE(SESSION(TABLE v_ts PARTITION BY g, DESCRIPTOR(ts), INTERVAL '3' MINUTE)) GROUP BY g, window_start, window_end"),
+    ("v_array_agg", "SELECT g, array_agg(v ORDER BY id) AS vs, array_agg(s ORDER BY v DESC, id) FILTER (WHERE v > 0) AS names FROM t1 GROUP BY g"),
     ("v_over", "SELECT id, g, v, lag(v) OVER (PARTITION BY g ORDER BY v, id) AS prev, sum(v) OVER (PARTITION BY g ORDER BY v, id) AS running, count(*) OVER (PARTITION BY g) AS n FROM t1"),
     ("v_over_global", "SELECT id, v, row_number() OVER (ORDER BY v DESC, id) AS pos, lead(s) OVER (ORDER BY v DESC, id) AS next_s FROM t1"),
 ];
@@ -193,6 +196,8 @@ async fn oracle_rows(ctx: &SessionContext, sql: &str) -> Vec<Vec<String>> {
                     .map(|c| {
                         if c.is_null(r) {
                             "NULL".to_string()
+                        } else if let DataType::List(_) = c.data_type() {
+                            postgres_array(&c.as_list::<i32>().value(r))
                         } else {
                             normalize(&array_value_to_string(c, r).unwrap())
                         }
@@ -203,6 +208,20 @@ async fn oracle_rows(ctx: &SessionContext, sql: &str) -> Vec<Vec<String>> {
     }
     rows.sort();
     rows
+}
+
+/// An array as Postgres writes it (`{1,NULL,3}`), for elements that need no quotes.
+fn postgres_array(values: &ArrayRef) -> String {
+    let items: Vec<String> = (0..values.len())
+        .map(|i| {
+            if values.is_null(i) {
+                "NULL".to_string()
+            } else {
+                array_value_to_string(values, i).unwrap()
+            }
+        })
+        .collect();
+    format!("{{{}}}", items.join(","))
 }
 
 fn sql_text(s: &Option<String>) -> String {

@@ -33,7 +33,27 @@ pub fn pg_type(t: &DataType) -> Type {
         DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
         DataType::Interval(_) | DataType::Duration(_) => Type::INTERVAL,
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Type::BYTEA,
+        DataType::List(f) | DataType::LargeList(f) => array_type(&pg_type(f.data_type())),
         _ => Type::TEXT,
+    }
+}
+
+/// The Postgres array type of an element type (text[] for the rest, whose elements
+/// are sent as text).
+fn array_type(element: &Type) -> Type {
+    match *element {
+        Type::BOOL => Type::BOOL_ARRAY,
+        Type::INT2 => Type::INT2_ARRAY,
+        Type::INT4 => Type::INT4_ARRAY,
+        Type::INT8 => Type::INT8_ARRAY,
+        Type::FLOAT4 => Type::FLOAT4_ARRAY,
+        Type::FLOAT8 => Type::FLOAT8_ARRAY,
+        Type::NUMERIC => Type::NUMERIC_ARRAY,
+        Type::DATE => Type::DATE_ARRAY,
+        Type::TIMESTAMP => Type::TIMESTAMP_ARRAY,
+        Type::TIMESTAMPTZ => Type::TIMESTAMPTZ_ARRAY,
+        Type::BYTEA => Type::BYTEA_ARRAY,
+        _ => Type::TEXT_ARRAY,
     }
 }
 
@@ -139,7 +159,7 @@ pub fn encode_rows(
                         continue;
                     }
                 }
-                encode_value(&mut enc, col, r)?;
+                encode_value(&mut enc, col, r, fields[i].format())?;
             }
             rows.push(enc.take_row());
         }
@@ -195,7 +215,12 @@ fn float_text(v: f64) -> String {
     }
 }
 
-fn encode_value(enc: &mut DataRowEncoder, col: &ArrayRef, r: usize) -> PgWireResult<()> {
+fn encode_value(
+    enc: &mut DataRowEncoder,
+    col: &ArrayRef,
+    r: usize,
+    format: FieldFormat,
+) -> PgWireResult<()> {
     let null = col.is_null(r);
     macro_rules! prim {
         ($t:ty) => {{
@@ -254,12 +279,105 @@ fn encode_value(enc: &mut DataRowEncoder, col: &ArrayRef, r: usize) -> PgWireRes
             });
             enc.encode_field(&v)
         }
+        DataType::List(_) => {
+            encode_array(enc, (!null).then(|| col.as_list::<i32>().value(r)), format)
+        }
+        DataType::LargeList(_) => {
+            encode_array(enc, (!null).then(|| col.as_list::<i64>().value(r)), format)
+        }
         _ => {
             let v = if null {
                 None
             } else {
                 Some(arrow::util::display::array_value_to_string(col, r).map_err(encode_err)?)
             };
+            enc.encode_field(&v)
+        }
+    }
+}
+
+/// One array value (`None`: SQL NULL) as a Postgres array of the matching element type
+/// (see [`array_type`]); pgwire writes `{1,2,NULL}` in text and the array format in
+/// binary.
+fn encode_array(
+    enc: &mut DataRowEncoder,
+    values: Option<ArrayRef>,
+    format: FieldFormat,
+) -> PgWireResult<()> {
+    let Some(values) = values else {
+        return enc.encode_field(&None::<Vec<Option<String>>>);
+    };
+    let t = canonical(values.data_type());
+    let values = if &t == values.data_type() {
+        values
+    } else {
+        cast(&values, &t).map_err(encode_err)?
+    };
+    // In text, elements Postgres prints its own way (timestamps, floats) go as their
+    // Postgres text (pgwire quotes them as array elements).
+    let as_postgres_text = format == FieldFormat::Text
+        && matches!(
+            values.data_type(),
+            DataType::Timestamp(..) | DataType::Float32 | DataType::Float64
+        );
+    if as_postgres_text {
+        let v: Vec<Option<String>> = (0..values.len())
+            .map(|i| postgres_text(&values, i))
+            .collect();
+        return enc.encode_field(&v);
+    }
+    macro_rules! prim {
+        ($t:ty) => {{
+            let v: Vec<_> = values.as_primitive::<$t>().iter().collect();
+            enc.encode_field(&v)
+        }};
+    }
+    match values.data_type() {
+        DataType::Boolean => enc.encode_field(&values.as_boolean().iter().collect::<Vec<_>>()),
+        DataType::Int16 => prim!(Int16Type),
+        DataType::Int32 => prim!(Int32Type),
+        DataType::Int64 => prim!(Int64Type),
+        DataType::Float32 => prim!(Float32Type),
+        DataType::Float64 => prim!(Float64Type),
+        DataType::Decimal128(_, s) => {
+            let v = values
+                .as_primitive::<Decimal128Type>()
+                .iter()
+                .map(|v| v.map(|v| decimal(v, *s)).transpose())
+                .collect::<PgWireResult<Vec<_>>>()?;
+            enc.encode_field(&v)
+        }
+        DataType::Date32 => {
+            let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).expect("valid date");
+            let v: Vec<Option<NaiveDate>> = values
+                .as_primitive::<Date32Type>()
+                .iter()
+                .map(|d| d.and_then(|d| epoch.checked_add_signed(chrono::Duration::days(d as i64))))
+                .collect();
+            enc.encode_field(&v)
+        }
+        DataType::Timestamp(_, tz) => {
+            let dts = values
+                .as_primitive::<TimestampMicrosecondType>()
+                .iter()
+                .map(|m| m.and_then(DateTime::<Utc>::from_timestamp_micros));
+            if tz.is_some() {
+                enc.encode_field(&dts.collect::<Vec<_>>())
+            } else {
+                enc.encode_field(&dts.map(|d| d.map(|d| d.naive_utc())).collect::<Vec<_>>())
+            }
+        }
+        DataType::Utf8 => enc.encode_field(&values.as_string::<i32>().iter().collect::<Vec<_>>()),
+        DataType::Binary => enc.encode_field(&values.as_binary::<i32>().iter().collect::<Vec<_>>()),
+        _ => {
+            let v = (0..values.len())
+                .map(|i| {
+                    (!values.is_null(i))
+                        .then(|| arrow::util::display::array_value_to_string(&values, i))
+                        .transpose()
+                        .map_err(encode_err)
+                })
+                .collect::<PgWireResult<Vec<Option<String>>>>()?;
             enc.encode_field(&v)
         }
     }
