@@ -332,7 +332,14 @@ impl Actor {
         // Messages taken off a channel early (while a cut waits for its markers), in
         // channel order; read before the channel itself. `None`: the channel closed.
         let mut stash: Vec<VecDeque<Option<Message>>> = vec![VecDeque::new(); n];
-        let mut watermarks = crate::watermark::InputWatermarks::new(n);
+        // Watermarks combine per input side: a join's two sides have different columns.
+        let sides: Vec<usize> = (0..n)
+            .map(|i| self.input_sides.get(i).copied().unwrap_or(0))
+            .collect();
+        let mut watermarks: Vec<crate::watermark::InputWatermarks> =
+            (0..=sides.iter().copied().max().unwrap_or(0))
+                .map(|_| crate::watermark::InputWatermarks::new(n))
+                .collect();
         let mut rotate = 0usize;
         loop {
             if let Some(c) = &mut cut {
@@ -401,11 +408,17 @@ impl Actor {
                     clock.busy += started.elapsed();
                 }
                 Event::Input(idx, Some(Message::Watermark(w)), _) => {
-                    let combined = watermarks.observe(idx, w, &open);
+                    let side = sides[idx];
+                    let side_open: Vec<bool> =
+                        (0..n).map(|k| open[k] && sides[k] == side).collect();
+                    let combined = watermarks[side].observe(idx, w, &side_open);
                     if let (Some(w), None) = (combined, self.health.failure()) {
                         let mut w = Some(w);
-                        for op in &mut self.chain {
+                        for (k, op) in self.chain.iter_mut().enumerate() {
                             w = match w {
+                                Some(w) if k == 0 => {
+                                    op.process_watermark_from(side, w).unwrap_or(None)
+                                }
                                 Some(w) => op.process_watermark(w).unwrap_or(None),
                                 None => None,
                             };

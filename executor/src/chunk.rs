@@ -114,6 +114,28 @@ impl StreamChunk {
     /// A chunk of `ops.len()` rows from operator-built columns, each cast to its field's
     /// type in `schema` where it differs (row decoding and accumulators may produce a
     /// wider or narrower type than the plan declared).
+    /// The chunk without its rows whose `column` is below `below` (late rows behind a
+    /// watermark; NULLs are kept).
+    pub fn without_rows_below(
+        self,
+        column: usize,
+        below: &datafusion::common::ScalarValue,
+    ) -> crate::error::Result<StreamChunk> {
+        let late = arrow::compute::kernels::cmp::lt(
+            &self.columns()[column],
+            &arrow::array::Scalar::new(below.to_array()?),
+        )?;
+        let keep: Vec<u32> = (0..self.len())
+            .filter(|&i| !(arrow::array::Array::is_valid(&late, i) && late.value(i)))
+            .map(|i| i as u32)
+            .collect();
+        Ok(if keep.len() == self.len() {
+            self
+        } else {
+            self.take(&keep)?
+        })
+    }
+
     pub fn from_columns(
         ops: Vec<Op>,
         schema: SchemaRef,

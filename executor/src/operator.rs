@@ -33,6 +33,16 @@ pub trait Operator: Send {
         Ok(Some(watermark))
     }
 
+    /// A watermark from input `side` of a two-input operator (a join), combined over
+    /// that side's upstream actors; single-input operators ignore the side.
+    fn process_watermark_from(
+        &mut self,
+        _side: usize,
+        watermark: Watermark,
+    ) -> Result<Option<Watermark>> {
+        self.process_watermark(watermark)
+    }
+
     /// Called once all inputs delivered `barrier` (aligned), before it is forwarded:
     /// emit deferred output and flush state so the state matches the barrier's cut.
     fn on_barrier(&mut self, _barrier: &Barrier, _out: &mut Vec<StreamChunk>) -> Result<()> {

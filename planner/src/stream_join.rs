@@ -89,6 +89,7 @@ impl Builder<'_> {
                 .collect::<Vec<DataType>>()
         });
         let mut inputs = Vec::new();
+        let mut key_sources: [Vec<Option<usize>>; 2] = [Vec::new(), Vec::new()];
         for (s, mut p) in [left, right].into_iter().enumerate() {
             let width = p.schema.fields().len();
             let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
@@ -102,7 +103,12 @@ impl Builder<'_> {
                 fields[i] = Field::new(format!("_c{i}"), fields[i].data_type().clone(), true);
             }
             for (k, e) in key_exprs[s].iter().enumerate() {
-                exprs.push(self.physical(e, &p.schema)?);
+                let key = self.physical(e, &p.schema)?;
+                key_sources[s].push(
+                    key.downcast_ref::<datafusion::physical_expr::expressions::Column>()
+                        .map(|c| c.index()),
+                );
+                exprs.push(key);
                 fields.push(Field::new(format!("_key{k}"), key_types[k].clone(), true));
             }
             let schema = Arc::new(Schema::new(fields));
@@ -148,6 +154,7 @@ impl Builder<'_> {
             null_equals_null: join.null_equality == NullEquality::NullEqualsNull,
             filter,
             output_schema: nullable_schema(&join.schema),
+            key_sources,
         };
         Ok(Partial {
             inputs,

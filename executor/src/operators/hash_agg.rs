@@ -224,21 +224,7 @@ impl Operator for HashAggOperator {
 
     fn process_chunk(&mut self, chunk: StreamChunk, _out: &mut Vec<StreamChunk>) -> Result<()> {
         let chunk = match &self.closed_below {
-            Some((col, below)) => {
-                let late = arrow::compute::kernels::cmp::lt(
-                    &chunk.columns()[*col],
-                    &arrow::array::Scalar::new(below.to_array()?),
-                )?;
-                let keep: Vec<u32> = (0..chunk.len())
-                    .filter(|&i| !(late.is_valid(i) && late.value(i)))
-                    .map(|i| i as u32)
-                    .collect();
-                if keep.len() == chunk.len() {
-                    chunk
-                } else {
-                    chunk.take(&keep)?
-                }
-            }
+            Some((col, below)) => chunk.without_rows_below(*col, below)?,
             None => chunk,
         };
         let k = self.spec.group_types.len();

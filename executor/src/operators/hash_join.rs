@@ -22,10 +22,12 @@ use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
+use crate::operators::join_cleaning::{below_mask, KeyWatermarks};
 use ahash::AHashMap as HashMap;
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
+use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 use weir_storage::state_snapshot::{DeltaData, StateDelta};
@@ -112,6 +114,8 @@ pub struct HashJoinSpec {
     /// The non-equi condition, over `left payload ++ right payload`.
     pub filter: Option<Arc<dyn PhysicalExpr>>,
     pub output_schema: SchemaRef,
+    /// Per side, per key: the payload column the key is a copy of (for watermarks).
+    pub key_sources: [Vec<Option<usize>>; 2],
 }
 
 impl HashJoinSpec {
@@ -283,6 +287,8 @@ pub struct HashJoinOperator {
     states: [StateTable<Bucket>; 2],
     /// `left payload ++ right payload`, for evaluating the non-equi condition.
     filter_schema: SchemaRef,
+    /// Watermarks on key columns, and how far state was cleaned by them.
+    key_watermarks: KeyWatermarks,
 }
 
 fn converter(types: &[DataType]) -> Result<RowConverter> {
@@ -341,8 +347,14 @@ impl HashJoinOperator {
             .enumerate()
             .map(|(i, t)| Field::new(format!("c{i}"), t.clone(), true))
             .collect();
+        let key_watermarks = KeyWatermarks::new(
+            spec.key_sources.clone(),
+            [spec.side_types[0].len(), spec.side_types[1].len()],
+            spec.key_types.clone(),
+        );
         Ok(Self {
             filter_schema: Arc::new(Schema::new(fields)),
+            key_watermarks,
             spec,
             key_converter,
             converters,
@@ -367,6 +379,34 @@ impl HashJoinOperator {
                 (rows.row(i).as_ref().to_vec(), matchable)
             })
             .collect())
+    }
+
+    /// Drops both sides' rows whose key `k` is below `below`.
+    fn clean_below(&mut self, k: usize, below: &ScalarValue) -> Result<()> {
+        let Some(conv) = &self.key_converter else {
+            return Ok(());
+        };
+        let mut dropped = 0u64;
+        for state in &mut self.states {
+            let keys: Vec<Vec<u8>> = state.keys().cloned().collect();
+            if keys.is_empty() {
+                continue;
+            }
+            let parser = conv.parser();
+            let cols = conv.convert_rows(keys.iter().map(|key| parser.parse(key)))?;
+            let late = below_mask(&cols[k], below)?;
+            for (i, key) in keys.iter().enumerate() {
+                if late.value(i) {
+                    state.remove(key);
+                    dropped += 1;
+                }
+            }
+        }
+        crate::metrics::metrics()
+            .join_keys_cleaned
+            .with_label_values(&[&self.spec.uid])
+            .inc_by(dropped);
+        Ok(())
     }
 
     /// Decodes encoded rows of side `s` into columns.
@@ -442,6 +482,14 @@ impl HashJoinOperator {
         let o = 1 - s;
         let kind = self.spec.kind;
         let width = self.spec.side_types[s].len();
+        let chunk = if self.key_watermarks.cleaning() {
+            self.key_watermarks.drop_late(s, chunk)?
+        } else {
+            chunk
+        };
+        if chunk.is_empty() {
+            return Ok(());
+        }
         let keys = self.keys(&chunk, width)?;
         let rows: Vec<Vec<u8>> = if width == 0 {
             vec![Vec::new(); chunk.len()]
@@ -595,14 +643,25 @@ impl Operator for HashJoinOperator {
         self.process_side(side, chunk, out)
     }
 
-    /// Event time is not carried through joins yet: the output's columns come from two
-    /// inputs whose watermarks would have to be combined per column.
+    /// Watermarks are not passed on (output rows below one could still be emitted
+    /// until the next barrier cleans state); watermarks on key columns clean state.
     fn process_watermark(&mut self, _w: Watermark) -> Result<Option<Watermark>> {
         Ok(None)
     }
 
-    /// Output goes out as it is computed; a barrier only ends the state's changes.
+    fn process_watermark_from(&mut self, side: usize, w: Watermark) -> Result<Option<Watermark>> {
+        if side < 2 {
+            self.key_watermarks.observe(side, &w);
+        }
+        Ok(None)
+    }
+
+    /// Output goes out as it is computed; a barrier ends the state's changes, after
+    /// state behind the key watermarks is dropped.
     fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Vec<StreamChunk>) -> Result<()> {
+        for (k, below) in self.key_watermarks.advance() {
+            self.clean_below(k, &below)?;
+        }
         self.on_checkpoint_cut(out)
     }
 

@@ -6,6 +6,7 @@
 //! - [`expand`]: several projections of each row in one pass (HOP windows).
 //! - [`hash_agg`]: keyed aggregation with retraction, emitting changes at barriers.
 //! - [`hash_join`]: symmetric hash join (inner, outer, semi, anti) with retraction.
+//! - [`join_cleaning`]: join state dropped behind both inputs' watermarks on a key.
 //! - [`partition_rows`]: every row of each partition in order, with what it shows
 //!   recomputed for changed partitions at barriers (shared by Top-N and OVER).
 //! - [`top_n`]: ORDER BY ... LIMIT and ROW_NUMBER() <= n per partition, with refill.
@@ -30,6 +31,7 @@ pub mod file_sink;
 pub mod filter;
 pub mod hash_agg;
 pub mod hash_join;
+pub mod join_cleaning;
 pub mod kafka_sink;
 pub mod kafka_sink_txn;
 pub mod materialize;
