@@ -8,6 +8,8 @@
 //! - `stream_join`: a logical Join → two keyed inputs and a `HashJoin` fragment.
 //! - `stream_top_n`: ORDER BY ... LIMIT and ROW_NUMBER() filters → a `TopN` fragment.
 //! - `stream_over`: other window functions (lag, sum OVER, ...) → an `OverWindow` fragment.
+//! - `subquery_names`: unique names for select items with subqueries (DataFusion's
+//!   are all `(<subquery>)`).
 //! - [`explain`]: `EXPLAIN CREATE MATERIALIZED VIEW` output.
 //! - [`naming`]: Postgres-style output column names.
 //! - [`error`]: `SqlError` with SQLSTATE codes, and the mapping from engine errors.
@@ -19,6 +21,7 @@ pub mod error;
 pub mod explain;
 pub mod naming;
 pub mod statement;
+mod subquery_names;
 mod stream_join;
 mod stream_over;
 pub mod stream_plan;

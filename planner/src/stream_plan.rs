@@ -125,8 +125,35 @@ pub fn emit_on_window_close(graph: &mut StreamGraph) -> SqlResult<()> {
     }
 }
 
+/// A correlated subquery DataFusion could not turn into a join (its correlation is
+/// not an equality) would compare every row with every other: a cross join, refused.
+fn refuse_correlated_subqueries(plan: &LogicalPlan) -> SqlResult<()> {
+    use datafusion::common::tree_node::TreeNode;
+    let mut found = false;
+    plan.apply(|node| {
+        for e in node.expressions() {
+            e.apply(|e| {
+                if matches!(e, Expr::ScalarSubquery(sq) if !sq.outer_ref_columns.is_empty()) {
+                    found = true;
+                }
+                Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+            })?;
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    })?;
+    if found {
+        return Err(SqlError::unsupported(
+            "a correlated subquery whose correlation is not an equality (such as \
+             x.b < t.b) is refused in a materialized view: like a cross join, it compares \
+             every row with every other. Correlate on equal columns",
+        ));
+    }
+    Ok(())
+}
+
 /// Plans a view's (optimized) logical plan as a streaming graph.
 pub fn plan_view(state: &SessionState, plan: &LogicalPlan, view: &str) -> SqlResult<PlannedView> {
+    refuse_correlated_subqueries(plan)?;
     let mut b = Builder {
         state,
         view: view.to_string(),

@@ -37,6 +37,7 @@ pub mod session;
 pub mod settings;
 pub mod show;
 pub mod sink;
+pub mod subplan;
 pub mod tx_savepoint;
 
 pub use config::Config;

@@ -36,7 +36,12 @@ pub fn session_config() -> SessionConfig {
 }
 
 pub fn new_context() -> SessionContext {
-    let ctx = SessionContext::new_with_config(session_config());
+    let state = datafusion::execution::SessionStateBuilder::new()
+        .with_config(session_config())
+        .with_default_features()
+        .with_query_planner(Arc::new(crate::subplan::WeirQueryPlanner))
+        .build();
+    let ctx = SessionContext::new_with_state(state);
     pg_catalog::register_functions(&ctx);
     crate::functions::register(&ctx);
     ctx
@@ -142,7 +147,10 @@ pub fn pg_schema_with_aliases(schema: &Schema, aliases: &[String]) -> SchemaRef 
             .fields()
             .iter()
             .map(|f| {
-                let name = if aliases.iter().any(|a| a == f.name()) {
+                // The `?column?#n` aliases Weir gives subquery items are not the user's.
+                let name = if aliases.iter().any(|a| a == f.name())
+                    && !f.name().starts_with("?column?#")
+                {
                     f.name().clone()
                 } else {
                     pg_column_name(f.name())

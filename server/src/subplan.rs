@@ -1,0 +1,410 @@
+//! Correlated subqueries DataFusion cannot decorrelate, run as Postgres runs them: as a
+//! *SubPlan* evaluated again for each outer row.
+//!
+//! DataFusion turns a correlated scalar subquery into a join when the correlation is
+//! an equality it can group by; `(SELECT count(*) FROM t1 AS x WHERE x.b < t1.b)` is
+//! left as a `ScalarSubquery` its physical planner refuses. After optimization, Weir's
+//! query planner replaces each Projection or Filter that still holds a correlated
+//! subquery with a [`SubPlanNode`]. Its [`SubPlanExec`] reads the input, and for every
+//! row substitutes the row's values for the subquery's outer references, plans and runs
+//! the subquery (at most one row: more is SQLSTATE 21000, none is NULL), and evaluates
+//! the expression with the result in place. The cost is one subquery run per row, as in
+//! Postgres; it serves SELECTs (materialized views refuse such subqueries: the
+//! inequality makes them cross joins).
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions};
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, DFSchemaRef, DataFusionError, Result, ScalarValue};
+use datafusion::execution::context::{QueryPlanner, SessionState};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{
+    Expr, Extension, LogicalPlan, UserDefinedLogicalNode, UserDefinedLogicalNodeCore,
+};
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
+use futures::{StreamExt, TryStreamExt};
+use std::fmt;
+use std::sync::Arc;
+
+/// Weir's query planner: DataFusion's, plus SubPlans.
+#[derive(Debug, Default)]
+pub struct WeirQueryPlanner;
+
+#[async_trait]
+impl QueryPlanner for WeirQueryPlanner {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session: &dyn datafusion::catalog::Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let plan = with_subplans(logical_plan.clone())?;
+        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(SubPlanPlanner)])
+            .create_physical_plan(&plan, session)
+            .await
+    }
+}
+
+fn has_correlated_subquery(e: &Expr) -> bool {
+    e.exists(|e| {
+        Ok(matches!(e, Expr::ScalarSubquery(sq) if !sq.outer_ref_columns.is_empty()))
+    })
+    .unwrap_or(false)
+}
+
+/// Projections and Filters holding correlated scalar subqueries become SubPlanNodes.
+fn with_subplans(plan: LogicalPlan) -> Result<LogicalPlan> {
+    plan.transform_up(|node| {
+        let (kind, exprs, input, schema) = match &node {
+            LogicalPlan::Projection(p) if p.expr.iter().any(has_correlated_subquery) => (
+                SubPlanKind::Project,
+                p.expr.clone(),
+                p.input.clone(),
+                p.schema.clone(),
+            ),
+            LogicalPlan::Filter(f) if has_correlated_subquery(&f.predicate) => (
+                SubPlanKind::Filter,
+                vec![f.predicate.clone()],
+                f.input.clone(),
+                f.input.schema().clone(),
+            ),
+            _ => return Ok(Transformed::no(node)),
+        };
+        Ok(Transformed::yes(LogicalPlan::Extension(Extension {
+            node: Arc::new(SubPlanNode {
+                kind,
+                exprs,
+                input: input.as_ref().clone(),
+                schema,
+            }),
+        })))
+    })
+    .map(|t| t.data)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd)]
+enum SubPlanKind {
+    Project,
+    Filter,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SubPlanNode {
+    kind: SubPlanKind,
+    exprs: Vec<Expr>,
+    input: LogicalPlan,
+    schema: DFSchemaRef,
+}
+
+impl PartialOrd for SubPlanNode {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        self.kind.partial_cmp(&other.kind)
+    }
+}
+
+impl UserDefinedLogicalNodeCore for SubPlanNode {
+    fn name(&self) -> &str {
+        "SubPlan"
+    }
+
+    fn inputs(&self) -> Vec<&LogicalPlan> {
+        vec![&self.input]
+    }
+
+    fn schema(&self) -> &DFSchemaRef {
+        &self.schema
+    }
+
+    fn expressions(&self) -> Vec<Expr> {
+        self.exprs.clone()
+    }
+
+    fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "SubPlan {:?}: per row of the input", self.kind)
+    }
+
+    fn with_exprs_and_inputs(&self, exprs: Vec<Expr>, mut inputs: Vec<LogicalPlan>) -> Result<Self> {
+        Ok(Self {
+            kind: self.kind,
+            exprs,
+            input: inputs.pop().unwrap_or_else(|| self.input.clone()),
+            schema: self.schema.clone(),
+        })
+    }
+}
+
+struct SubPlanPlanner;
+
+#[async_trait]
+impl ExtensionPlanner for SubPlanPlanner {
+    async fn plan_extension(
+        &self,
+        _planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        _logical_inputs: &[&LogicalPlan],
+        physical_inputs: &[Arc<dyn ExecutionPlan>],
+        session: &dyn datafusion::catalog::Session,
+        _planning_ctx: &datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(node) = node.as_any().downcast_ref::<SubPlanNode>() else {
+            return Ok(None);
+        };
+        let Some(state) = session.as_any().downcast_ref::<SessionState>() else {
+            return Err(DataFusionError::Internal(
+                "a SubPlan needs a SessionState".into(),
+            ));
+        };
+        let [input] = physical_inputs else {
+            return Err(DataFusionError::Internal("a SubPlan has one input".into()));
+        };
+        let schema: SchemaRef = Arc::new(node.schema.as_arrow().clone());
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        );
+        Ok(Some(Arc::new(SubPlanExec {
+            kind: node.kind,
+            exprs: node.exprs.clone(),
+            input_schema: node.input.schema().clone(),
+            input: input.clone(),
+            schema,
+            state: Arc::new(state.clone()),
+            properties: Arc::new(properties),
+        })))
+    }
+}
+
+struct SubPlanExec {
+    kind: SubPlanKind,
+    exprs: Vec<Expr>,
+    input_schema: DFSchemaRef,
+    input: Arc<dyn ExecutionPlan>,
+    schema: SchemaRef,
+    state: Arc<SessionState>,
+    properties: Arc<PlanProperties>,
+}
+
+impl fmt::Debug for SubPlanExec {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "SubPlanExec({:?})", self.kind)
+    }
+}
+
+impl DisplayAs for SubPlanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "SubPlanExec: {:?}, subqueries run per row", self.kind)
+    }
+}
+
+impl ExecutionPlan for SubPlanExec {
+    fn name(&self) -> &str {
+        "SubPlanExec"
+    }
+
+    /// Its expressions are logical (planned per row), none physical.
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(
+            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+        ) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = children
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("a SubPlan has one input".into()))?;
+        Ok(Arc::new(SubPlanExec {
+            kind: self.kind,
+            exprs: self.exprs.clone(),
+            input_schema: self.input_schema.clone(),
+            input,
+            schema: self.schema.clone(),
+            state: self.state.clone(),
+            properties: self.properties.clone(),
+        }))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let run = Arc::new(RowRunner {
+            kind: self.kind,
+            exprs: self.exprs.clone(),
+            input_schema: self.input_schema.clone(),
+            schema: self.schema.clone(),
+            state: self.state.clone(),
+        });
+        let input = self.input.execute(partition, context)?;
+        let stream = input.and_then(move |batch| {
+            let run = run.clone();
+            async move { run.batch(&batch).await }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            stream.boxed(),
+        )))
+    }
+}
+
+/// Evaluates a SubPlan's expressions row by row.
+struct RowRunner {
+    kind: SubPlanKind,
+    exprs: Vec<Expr>,
+    input_schema: DFSchemaRef,
+    schema: SchemaRef,
+    state: Arc<SessionState>,
+}
+
+impl RowRunner {
+    async fn batch(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let mut outputs: Vec<Vec<ArrayRef>> = vec![Vec::new(); self.exprs.len()];
+        let mut keep = Vec::with_capacity(batch.num_rows());
+        for r in 0..batch.num_rows() {
+            let row = batch.slice(r, 1);
+            for (i, e) in self.exprs.iter().enumerate() {
+                let value = self.eval(e, &row).await?;
+                match self.kind {
+                    SubPlanKind::Project => outputs[i].push(value),
+                    SubPlanKind::Filter => {
+                        let b = value.as_boolean_opt().ok_or_else(|| {
+                            DataFusionError::Plan("WHERE must be boolean".into())
+                        })?;
+                        keep.push(b.is_valid(0) && b.value(0));
+                    }
+                }
+            }
+        }
+        match self.kind {
+            SubPlanKind::Filter => Ok(arrow::compute::filter_record_batch(
+                batch,
+                &arrow::array::BooleanArray::from(keep),
+            )?),
+            SubPlanKind::Project => {
+                let columns = outputs
+                    .iter()
+                    .zip(self.schema.fields())
+                    .map(|(parts, f)| {
+                        if parts.is_empty() {
+                            return Ok(arrow::array::new_empty_array(f.data_type()));
+                        }
+                        let refs: Vec<&dyn arrow::array::Array> =
+                            parts.iter().map(|a| a.as_ref()).collect();
+                        let c = arrow::compute::concat(&refs)?;
+                        Ok(if c.data_type() == f.data_type() {
+                            c
+                        } else {
+                            arrow::compute::cast(&c, f.data_type())?
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(RecordBatch::try_new_with_options(
+                    self.schema.clone(),
+                    columns,
+                    &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+                )?)
+            }
+        }
+    }
+
+    /// `e` for one row: each scalar subquery run with the row's values in place of its
+    /// outer references, then the expression evaluated.
+    async fn eval(&self, e: &Expr, row: &RecordBatch) -> Result<ArrayRef> {
+        let mut subqueries = Vec::new();
+        e.apply(|e| {
+            if let Expr::ScalarSubquery(sq) = e {
+                subqueries.push(sq.clone());
+                return Ok(TreeNodeRecursion::Jump);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        let mut values = Vec::with_capacity(subqueries.len());
+        for sq in &subqueries {
+            let plan = self.bind_outer(sq.subquery.as_ref().clone(), row)?;
+            values.push(self.run_scalar(&plan).await?);
+        }
+        let mut next = values.into_iter();
+        let bound = e
+            .clone()
+            .transform_down(|e| match e {
+                Expr::ScalarSubquery(_) => {
+                    let v = next.next().unwrap_or(ScalarValue::Null);
+                    Ok(Transformed::new(
+                        Expr::Literal(v, None),
+                        true,
+                        TreeNodeRecursion::Jump,
+                    ))
+                }
+                other => Ok(Transformed::no(other)),
+            })?
+            .data;
+        let physical = self.state.create_physical_expr(bound, &self.input_schema)?;
+        physical.evaluate(row)?.into_array(1)
+    }
+
+    /// The subquery with this row's values for the outer columns it references (outer
+    /// columns of enclosing queries further out stay for their own SubPlan).
+    fn bind_outer(&self, plan: LogicalPlan, row: &RecordBatch) -> Result<LogicalPlan> {
+        let schema: &DFSchema = &self.input_schema;
+        plan.transform_up_with_subqueries(|node| {
+            node.map_expressions(|e| {
+                e.transform_up(|e| match &e {
+                    Expr::OuterReferenceColumn(_, c) => match schema.maybe_index_of_column(c) {
+                        Some(i) => Ok(Transformed::yes(Expr::Literal(
+                            ScalarValue::try_from_array(row.column(i), 0)?,
+                            None,
+                        ))),
+                        None => Ok(Transformed::no(e)),
+                    },
+                    _ => Ok(Transformed::no(e)),
+                })
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    async fn run_scalar(&self, plan: &LogicalPlan) -> Result<ScalarValue> {
+        let physical = self.state.create_physical_plan(plan).await?;
+        let batches = datafusion::physical_plan::collect(physical, self.state.task_ctx()).await?;
+        let mut found: Option<ScalarValue> = None;
+        for b in &batches {
+            for r in 0..b.num_rows() {
+                if found.is_some() {
+                    return Err(DataFusionError::Execution(
+                        "more than one row returned by a subquery used as an expression".into(),
+                    ));
+                }
+                found = Some(ScalarValue::try_from_array(b.column(0), r)?);
+            }
+        }
+        match found {
+            Some(v) => Ok(v),
+            None => {
+                let t = plan.schema().field(0).data_type().clone();
+                ScalarValue::try_from(&t)
+            }
+        }
+    }
+}
