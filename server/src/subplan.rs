@@ -170,37 +170,38 @@ impl ExtensionPlanner for SubPlanPlanner {
             EmissionType::Final,
             Boundedness::Bounded,
         );
+        let runner = RowRunner::new(
+            node.kind,
+            node.exprs.clone(),
+            node.input.schema().clone(),
+            schema.clone(),
+            Arc::new(state.clone()),
+        )?;
         Ok(Some(Arc::new(SubPlanExec {
-            kind: node.kind,
-            exprs: node.exprs.clone(),
-            input_schema: node.input.schema().clone(),
+            run: Arc::new(runner),
             input: input.clone(),
             schema,
-            state: Arc::new(state.clone()),
             properties: Arc::new(properties),
         })))
     }
 }
 
 struct SubPlanExec {
-    kind: SubPlanKind,
-    exprs: Vec<Expr>,
-    input_schema: DFSchemaRef,
+    run: Arc<RowRunner>,
     input: Arc<dyn ExecutionPlan>,
     schema: SchemaRef,
-    state: Arc<SessionState>,
     properties: Arc<PlanProperties>,
 }
 
 impl fmt::Debug for SubPlanExec {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "SubPlanExec({:?})", self.kind)
+        write!(f, "SubPlanExec({:?})", self.run.kind)
     }
 }
 
 impl DisplayAs for SubPlanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "SubPlanExec: {:?}, subqueries run per row", self.kind)
+        write!(f, "SubPlanExec: {:?}, subqueries run per row", self.run.kind)
     }
 }
 
@@ -235,12 +236,9 @@ impl ExecutionPlan for SubPlanExec {
             .pop()
             .ok_or_else(|| DataFusionError::Internal("a SubPlan has one input".into()))?;
         Ok(Arc::new(SubPlanExec {
-            kind: self.kind,
-            exprs: self.exprs.clone(),
-            input_schema: self.input_schema.clone(),
+            run: self.run.clone(),
             input,
             schema: self.schema.clone(),
-            state: self.state.clone(),
             properties: self.properties.clone(),
         }))
     }
@@ -250,13 +248,7 @@ impl ExecutionPlan for SubPlanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let run = Arc::new(RowRunner {
-            kind: self.kind,
-            exprs: self.exprs.clone(),
-            input_schema: self.input_schema.clone(),
-            schema: self.schema.clone(),
-            state: self.state.clone(),
-        });
+        let run = self.run.clone();
         let input = self.input.execute(partition, context)?;
         let stream = input.and_then(move |batch| {
             let run = run.clone();
@@ -269,23 +261,59 @@ impl ExecutionPlan for SubPlanExec {
     }
 }
 
+/// A subquery optimized once, with placeholders `$1, $2, ...` for the outer columns
+/// it reads (`params[i]` is the input column of `$(i + 1)`).
+struct Prepared {
+    plan: LogicalPlan,
+    params: Vec<usize>,
+    /// An uncorrelated subquery's value, computed once.
+    constant: tokio::sync::OnceCell<ScalarValue>,
+}
+
 /// Evaluates a SubPlan's expressions row by row.
 struct RowRunner {
     kind: SubPlanKind,
     exprs: Vec<Expr>,
+    /// Per expression, its scalar subqueries in the order `apply` visits them.
+    prepared: Vec<Vec<Prepared>>,
     input_schema: DFSchemaRef,
     schema: SchemaRef,
     state: Arc<SessionState>,
 }
 
 impl RowRunner {
+    fn new(
+        kind: SubPlanKind,
+        exprs: Vec<Expr>,
+        input_schema: DFSchemaRef,
+        schema: SchemaRef,
+        state: Arc<SessionState>,
+    ) -> Result<Self> {
+        let mut prepared = Vec::with_capacity(exprs.len());
+        for e in &exprs {
+            let mut list = Vec::new();
+            for sq in scalar_subqueries(e)? {
+                list.push(prepare(&state, &input_schema, sq.subquery.as_ref().clone())?);
+            }
+            prepared.push(list);
+        }
+        Ok(Self {
+            kind,
+            exprs,
+            prepared,
+            input_schema,
+            schema,
+            state,
+        })
+    }
+
     async fn batch(&self, batch: &RecordBatch) -> Result<RecordBatch> {
         let mut outputs: Vec<Vec<ArrayRef>> = vec![Vec::new(); self.exprs.len()];
         let mut keep = Vec::with_capacity(batch.num_rows());
         for r in 0..batch.num_rows() {
             let row = batch.slice(r, 1);
             for (i, e) in self.exprs.iter().enumerate() {
-                let value = self.eval(e, &row).await?;
+                let value = self.eval(e, &self.prepared[i], &row).await?;
                 match self.kind {
                     SubPlanKind::Project => outputs[i].push(value),
                     SubPlanKind::Filter => {
@@ -331,19 +359,23 @@ impl RowRunner {
 
     /// `e` for one row: each scalar subquery run with the row's values in place of its
     /// outer references, then the expression evaluated.
-    async fn eval(&self, e: &Expr, row: &RecordBatch) -> Result<ArrayRef> {
-        let mut subqueries = Vec::new();
-        e.apply(|e| {
-            if let Expr::ScalarSubquery(sq) = e {
-                subqueries.push(sq.clone());
-                return Ok(TreeNodeRecursion::Jump);
-            }
-            Ok(TreeNodeRecursion::Continue)
-        })?;
-        let mut values = Vec::with_capacity(subqueries.len());
-        for sq in &subqueries {
-            let plan = self.bind_outer(sq.subquery.as_ref().clone(), row)?;
-            values.push(self.run_scalar(&plan).await?);
+    async fn eval(&self, e: &Expr, prepared: &[Prepared], row: &RecordBatch) -> Result<ArrayRef> {
+        let mut values = Vec::with_capacity(prepared.len());
+        for p in prepared {
+            values.push(if p.params.is_empty() {
+                p.constant
+                    .get_or_try_init(|| self.run_scalar(&p.plan))
+                    .await?
+                    .clone()
+            } else {
+                let params = p
+                    .params
+                    .iter()
+                    .map(|&i| ScalarValue::try_from_array(row.column(i), 0))
+                    .collect::<Result<Vec<_>>>()?;
+                let plan = p.plan.clone().with_param_values(params)?;
+                self.run_scalar(&plan).await?
+            });
         }
         let mut next = values.into_iter();
         let bound = e
@@ -364,29 +396,13 @@ impl RowRunner {
         physical.evaluate(row)?.into_array(1)
     }
 
-    /// The subquery with this row's values for the outer columns it references (outer
-    /// columns of enclosing queries further out stay for their own SubPlan).
-    fn bind_outer(&self, plan: LogicalPlan, row: &RecordBatch) -> Result<LogicalPlan> {
-        let schema: &DFSchema = &self.input_schema;
-        plan.transform_up_with_subqueries(|node| {
-            node.map_expressions(|e| {
-                e.transform_up(|e| match &e {
-                    Expr::OuterReferenceColumn(_, c) => match schema.maybe_index_of_column(c) {
-                        Some(i) => Ok(Transformed::yes(Expr::Literal(
-                            ScalarValue::try_from_array(row.column(i), 0)?,
-                            None,
-                        ))),
-                        None => Ok(Transformed::no(e)),
-                    },
-                    _ => Ok(Transformed::no(e)),
-                })
-            })
-        })
-        .map(|t| t.data)
-    }
-
+    /// Runs an optimized subquery plan: at most one row, its first column.
     async fn run_scalar(&self, plan: &LogicalPlan) -> Result<ScalarValue> {
-        let physical = self.state.create_physical_plan(plan).await?;
+        let physical = self
+            .state
+            .query_planner()
+            .create_physical_plan(plan, self.state.as_ref())
+            .await?;
         let batches = datafusion::physical_plan::collect(physical, self.state.task_ctx()).await?;
         let mut found: Option<ScalarValue> = None;
         for b in &batches {
@@ -407,4 +423,55 @@ impl RowRunner {
             }
         }
     }
+}
+
+/// The scalar subqueries of `e`, outermost first, in visiting order.
+fn scalar_subqueries(e: &Expr) -> Result<Vec<datafusion::logical_expr::Subquery>> {
+    let mut found = Vec::new();
+    e.apply(|e| {
+        if let Expr::ScalarSubquery(sq) = e {
+            found.push(sq.clone());
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(found)
+}
+
+/// The subquery with placeholders for the outer columns of `input` it reads (outer
+/// columns of queries further out stay for their own SubPlan), optimized once.
+fn prepare(state: &SessionState, input: &DFSchema, plan: LogicalPlan) -> Result<Prepared> {
+    let mut params: Vec<usize> = Vec::new();
+    let plan = plan
+        .transform_up_with_subqueries(|node| {
+            node.map_expressions(|e| {
+                e.transform_up(|e| match &e {
+                    Expr::OuterReferenceColumn(field, c) => match input.maybe_index_of_column(c) {
+                        Some(i) => {
+                            let n = match params.iter().position(|p| *p == i) {
+                                Some(n) => n,
+                                None => {
+                                    params.push(i);
+                                    params.len() - 1
+                                }
+                            };
+                            Ok(Transformed::yes(Expr::Placeholder(
+                                datafusion::logical_expr::expr::Placeholder::new_with_field(
+                                    format!("${}", n + 1),
+                                    Some(field.clone()),
+                                ),
+                            )))
+                        }
+                        None => Ok(Transformed::no(e)),
+                    },
+                    _ => Ok(Transformed::no(e)),
+                })
+            })
+        })?
+        .data;
+    Ok(Prepared {
+        plan: state.optimize(&plan)?,
+        params,
+        constant: tokio::sync::OnceCell::new(),
+    })
 }
