@@ -21,11 +21,11 @@ pub mod error;
 pub mod explain;
 pub mod naming;
 pub mod statement;
-mod subquery_names;
 mod stream_join;
 mod stream_over;
 pub mod stream_plan;
 mod stream_top_n;
+mod subquery_names;
 pub mod window_tvf;
 
 pub use error::{sqlstate, SqlError, SqlResult};

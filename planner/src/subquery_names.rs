@@ -64,7 +64,9 @@ mod tests {
     use datafusion::sql::sqlparser::parser::Parser;
 
     fn rewritten(sql: &str) -> String {
-        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().remove(0);
+        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .unwrap()
+            .remove(0);
         alias_subquery_items(&mut s);
         s.to_string()
     }
@@ -72,7 +74,10 @@ mod tests {
     #[test]
     fn two_subqueries_get_names_one_keeps_its_own() {
         let two = rewritten("SELECT (SELECT 1), a, (SELECT 2) + 1 FROM t");
-        assert!(two.contains("AS \"?column?#1\"") && two.contains("AS \"?column?#3\""), "{two}");
+        assert!(
+            two.contains("AS \"?column?#1\"") && two.contains("AS \"?column?#3\""),
+            "{two}"
+        );
         let one = "SELECT (SELECT 1), a FROM t";
         assert_eq!(rewritten(one), one);
     }

@@ -41,10 +41,20 @@ pub struct RelationEntry {
     pub settings: std::collections::BTreeMap<String, String>,
 }
 
+/// A declared index (recorded, not used by queries yet: see `index`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IndexEntry {
+    pub name: String,
+    pub table: String,
+    pub columns: Vec<String>,
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Catalog {
     pub next_id: u64,
     pub relations: Vec<RelationEntry>,
+    #[serde(default)]
+    pub indexes: Vec<IndexEntry>,
 }
 
 const CATALOG_FILE: &str = "catalog.json";
@@ -55,6 +65,7 @@ impl Catalog {
             None => Ok(Catalog {
                 next_id: 1,
                 relations: vec![],
+                indexes: vec![],
             }),
             Some(bytes) => {
                 serde_json::from_slice(&bytes).map_err(|e| format!("corrupt catalog: {e}"))
@@ -102,8 +113,10 @@ impl Catalog {
         }
     }
 
+    /// Removes a relation and the indexes on it (as Postgres drops a table's indexes).
     pub fn remove(&mut self, name: &str) {
         self.relations.retain(|r| r.name != name);
+        self.indexes.retain(|i| i.table != name);
     }
 }
 
@@ -134,6 +147,7 @@ mod tests {
                 entry(2, "v1", &["t"]),
                 entry(3, "v2", &["v1"]),
             ],
+            indexes: vec![],
         };
         assert_eq!(c.drop_order("t"), vec!["v2", "v1", "t"]);
         assert_eq!(c.dependents("t"), vec!["v1"]);

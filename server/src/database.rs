@@ -86,6 +86,8 @@ impl Database {
             catalog: RwLock::new(Catalog {
                 next_id: stored.next_id,
                 relations: vec![],
+                // Indexes are metadata only: kept as stored while relations come back.
+                indexes: stored.indexes.clone(),
             }),
             ddl_lock: tokio::sync::Mutex::new(()),
             meta,
@@ -358,6 +360,13 @@ impl Database {
             Statement::CreateView(_) => Err(SqlError::unsupported(
                 "plain (non-materialized) views are not supported; use CREATE MATERIALIZED VIEW",
             )),
+            Statement::CreateIndex(ci) => crate::index::create_index(self, ci).await,
+            Statement::Drop {
+                object_type: datafusion::sql::sqlparser::ast::ObjectType::Index,
+                names,
+                if_exists,
+                ..
+            } => crate::index::drop_index(self, names, *if_exists).await,
             Statement::Drop { .. } => ddl::drop(self, stmt).await,
             Statement::StartTransaction { .. } => {
                 session.transaction.get_or_insert_with(Vec::new);

@@ -8,6 +8,8 @@
 //! - [`catalog`]: the persisted catalog of tables and views.
 //! - [`ddl`], [`dml`], [`query`], [`show`]: statement execution by kind.
 //! - [`pg_catalog`]: the system tables psql and drivers query.
+//! - [`index`]: CREATE / DROP INDEX (recorded in the catalog, not used by queries).
+//! - [`subplan`]: correlated subqueries run per outer row in SELECTs (Postgres' SubPlan).
 //! - [`functions`]: scalar functions DataFusion lacks (`MOD`).
 //! - [`pg`]: the Postgres wire protocol (pgwire): auth, handlers, encoding.
 //! - [`server`]: the TCP listener.
@@ -27,6 +29,7 @@ pub mod database;
 pub mod ddl;
 pub mod dml;
 pub mod functions;
+pub mod index;
 pub mod metrics_http;
 pub mod output;
 pub mod pg;

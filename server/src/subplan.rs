@@ -52,10 +52,8 @@ impl QueryPlanner for WeirQueryPlanner {
 }
 
 fn has_correlated_subquery(e: &Expr) -> bool {
-    e.exists(|e| {
-        Ok(matches!(e, Expr::ScalarSubquery(sq) if !sq.outer_ref_columns.is_empty()))
-    })
-    .unwrap_or(false)
+    e.exists(|e| Ok(matches!(e, Expr::ScalarSubquery(sq) if !sq.outer_ref_columns.is_empty())))
+        .unwrap_or(false)
 }
 
 /// Projections and Filters holding correlated scalar subqueries become SubPlanNodes.
@@ -129,7 +127,11 @@ impl UserDefinedLogicalNodeCore for SubPlanNode {
         write!(f, "SubPlan {:?}: per row of the input", self.kind)
     }
 
-    fn with_exprs_and_inputs(&self, exprs: Vec<Expr>, mut inputs: Vec<LogicalPlan>) -> Result<Self> {
+    fn with_exprs_and_inputs(
+        &self,
+        exprs: Vec<Expr>,
+        mut inputs: Vec<LogicalPlan>,
+    ) -> Result<Self> {
         Ok(Self {
             kind: self.kind,
             exprs,
@@ -201,7 +203,11 @@ impl fmt::Debug for SubPlanExec {
 
 impl DisplayAs for SubPlanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "SubPlanExec: {:?}, subqueries run per row", self.run.kind)
+        write!(
+            f,
+            "SubPlanExec: {:?}, subqueries run per row",
+            self.run.kind
+        )
     }
 }
 
@@ -293,7 +299,11 @@ impl RowRunner {
         for e in &exprs {
             let mut list = Vec::new();
             for sq in scalar_subqueries(e)? {
-                list.push(prepare(&state, &input_schema, sq.subquery.as_ref().clone())?);
+                list.push(prepare(
+                    &state,
+                    &input_schema,
+                    sq.subquery.as_ref().clone(),
+                )?);
             }
             prepared.push(list);
         }
@@ -317,9 +327,9 @@ impl RowRunner {
                 match self.kind {
                     SubPlanKind::Project => outputs[i].push(value),
                     SubPlanKind::Filter => {
-                        let b = value.as_boolean_opt().ok_or_else(|| {
-                            DataFusionError::Plan("WHERE must be boolean".into())
-                        })?;
+                        let b = value
+                            .as_boolean_opt()
+                            .ok_or_else(|| DataFusionError::Plan("WHERE must be boolean".into()))?;
                         keep.push(b.is_valid(0) && b.value(0));
                     }
                 }
