@@ -31,7 +31,7 @@ pub struct Metrics {
     pub output_watermark: IntGaugeVec,
     pub source_bad_records: IntCounterVec,
     pub sink_records_in: IntCounterVec,
-    pub join_keys_cleaned: IntCounterVec,
+    pub state_keys_cleaned: IntCounterVec,
 }
 
 fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
@@ -146,10 +146,10 @@ pub fn metrics() -> &'static Metrics {
                 "changes that reached the sink's connector (Flink: numRecordsOut of the sink)",
                 job,
             ),
-            join_keys_cleaned: counter(
+            state_keys_cleaned: counter(
                 &r,
-                "joinStateKeysCleaned",
-                "join keys dropped from state because both inputs' watermarks passed them",
+                "stateKeysCleaned",
+                "state keys (join keys, aggregation groups) dropped because watermarks passed them",
                 &["operator"],
             ),
             registry: r,

@@ -184,6 +184,17 @@ pub fn plan_view(state: &SessionState, plan: &LogicalPlan, view: &str) -> SqlRes
         }
         seen.push(uid.clone());
     }
+    // Aggregations whose output a later fragment keeps drop groups behind watermarks
+    // (the last fragment's rows are rebuilt from its aggregation's state on restore,
+    // so that one keeps every group).
+    let last = graph.fragments.len().saturating_sub(1);
+    for f in &mut graph.fragments[..last] {
+        for op in &mut f.chain {
+            if let OperatorSpec::HashAgg(spec) = op {
+                spec.clean_by_watermark = true;
+            }
+        }
+    }
     Ok(PlannedView { graph, schema })
 }
 
@@ -572,6 +583,7 @@ impl Builder<'_> {
             calls,
             output_schema: nullable_schema(out_schema),
             emit_on_window_close: false,
+            clean_by_watermark: false,
         };
         Ok(Partial {
             inputs: vec![FragmentInput::Fragment {

@@ -16,7 +16,7 @@ use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use ahash::AHashMap as HashMap;
-use arrow::array::{Array, ArrayRef};
+use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
@@ -36,6 +36,11 @@ pub struct HashAggSpec {
     /// dropped from the state; rows of closed windows that still arrive are late and
     /// dropped, as in Flink's window aggregations.
     pub emit_on_window_close: bool,
+    /// Drop groups (without emitting anything) once a watermark on a key column passes
+    /// them, and drop later rows for them as late: their rows downstream are final.
+    /// Set for aggregations whose output a later operator keeps (not a view's last
+    /// aggregation, whose rows are rebuilt from this state on restore).
+    pub clean_by_watermark: bool,
 }
 
 impl HashAggSpec {
@@ -98,8 +103,11 @@ pub struct HashAggOperator {
     /// Output last emitted for each group changed in this epoch (None: no row emitted).
     epoch_before: HashMap<Vec<u8>, Option<Vec<ScalarValue>>>,
     global_emitted: bool,
-    /// `EMIT ON WINDOW CLOSE`: groups whose key column `.0` is below `.1` are closed.
+    /// Groups whose key column `.0` is below `.1` are closed (`EMIT ON WINDOW CLOSE`) or
+    /// cleaned (`clean_by_watermark`): rows for them are late and dropped.
     closed_below: Option<(usize, ScalarValue)>,
+    /// `clean_by_watermark`: the watermark to clean below at the next barrier.
+    clean_pending: Option<(usize, ScalarValue)>,
 }
 
 impl HashAggOperator {
@@ -151,6 +159,7 @@ impl HashAggOperator {
             // A restored global aggregate already emitted its row (unless it re-emits).
             global_emitted: restored && !reemit,
             closed_below: None,
+            clean_pending: None,
         })
     }
 
@@ -218,6 +227,8 @@ impl Operator for HashAggOperator {
         }
         if self.spec.emit_on_window_close {
             self.closed_below = Some((w.column, w.value.clone()));
+        } else if self.spec.clean_by_watermark {
+            self.clean_pending = Some((w.column, w.value.clone()));
         }
         Ok(Some(w))
     }
@@ -324,35 +335,58 @@ impl HashAggOperator {
     fn emit_closed(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
         self.epoch_before.clear();
         if let Some((col, below)) = self.closed_below.clone() {
-            let keys: Vec<Vec<u8>> = self.state.keys().cloned().collect();
-            if !keys.is_empty() {
-                let parser = self.key_converter.parser();
-                let columns = self
-                    .key_converter
-                    .convert_rows(keys.iter().map(|k| parser.parse(k)))?;
-                let closed = arrow::compute::kernels::cmp::lt(
-                    &columns[col],
-                    &arrow::array::Scalar::new(below.to_array()?),
-                )?;
-                let (mut out_keys, mut values) = (Vec::new(), Vec::new());
-                for (i, key) in keys.into_iter().enumerate() {
-                    if !(closed.is_valid(i) && closed.value(i)) {
-                        continue;
-                    }
-                    if let Some(g) = self.state.remove(&key) {
-                        if g.rows > 0 {
-                            values.push(self.outputs(&g)?);
-                            out_keys.push(key);
-                        }
+            let (mut out_keys, mut values) = (Vec::new(), Vec::new());
+            for key in self.keys_below(col, &below)? {
+                if let Some(g) = self.state.remove(&key) {
+                    if g.rows > 0 {
+                        values.push(self.outputs(&g)?);
+                        out_keys.push(key);
                     }
                 }
-                if !values.is_empty() {
-                    let ops = vec![Op::Insert; values.len()];
-                    out.push(self.build_output(out_keys, ops, values)?);
-                }
+            }
+            if !values.is_empty() {
+                let ops = vec![Op::Insert; values.len()];
+                out.push(self.build_output(out_keys, ops, values)?);
             }
         }
         self.state.flush()?;
+        Ok(())
+    }
+
+    /// Group keys whose column `col` is below `below`.
+    fn keys_below(&self, col: usize, below: &ScalarValue) -> Result<Vec<Vec<u8>>> {
+        let keys: Vec<Vec<u8>> = self.state.keys().cloned().collect();
+        if keys.is_empty() {
+            return Ok(keys);
+        }
+        let parser = self.key_converter.parser();
+        let columns = self
+            .key_converter
+            .convert_rows(keys.iter().map(|k| parser.parse(k)))?;
+        let late = crate::operators::join_cleaning::below_mask(&columns[col], below)?;
+        Ok(keys
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| late.value(*i))
+            .map(|(_, k)| k)
+            .collect())
+    }
+
+    /// `clean_by_watermark`: drops the groups below the watermark seen (their last
+    /// output stands) and treats later rows for them as late.
+    fn clean_below_watermark(&mut self) -> Result<()> {
+        let Some((col, below)) = self.clean_pending.take() else {
+            return Ok(());
+        };
+        let keys = self.keys_below(col, &below)?;
+        for key in &keys {
+            self.state.remove(key);
+        }
+        crate::metrics::metrics()
+            .state_keys_cleaned
+            .with_label_values(&[&self.spec.uid])
+            .inc_by(keys.len() as u64);
+        self.closed_below = Some((col, below));
         Ok(())
     }
 
@@ -402,6 +436,7 @@ impl HashAggOperator {
         if self.is_global() {
             self.global_emitted = true;
         }
+        self.clean_below_watermark()?;
         self.state.flush()?;
         if !ops.is_empty() {
             out.push(self.build_output(keys, ops, values)?);

@@ -403,7 +403,7 @@ impl HashJoinOperator {
             }
         }
         crate::metrics::metrics()
-            .join_keys_cleaned
+            .state_keys_cleaned
             .with_label_values(&[&self.spec.uid])
             .inc_by(dropped);
         Ok(())
