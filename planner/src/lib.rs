@@ -6,6 +6,7 @@
 //! - [`window_tvf`]: TUMBLE / HOP windows (Flink's and RisingWave's syntax) as SQL.
 //! - [`stream_plan`]: DataFusion logical plan → `StreamGraph` (fragments, exchanges, uids).
 //! - `stream_join`: a logical Join → two keyed inputs and a `HashJoin` fragment.
+//! - `join_bounds`: an interval join condition's time bounds (state cleaning).
 //! - `stream_top_n`: ORDER BY ... LIMIT and ROW_NUMBER() filters → a `TopN` fragment.
 //! - `stream_over`: other window functions (lag, sum OVER, ...) → an `OverWindow` fragment.
 //! - `subquery_names`: unique names for select items with subqueries (DataFusion's
@@ -19,6 +20,7 @@
 pub mod connector_ddl;
 pub mod error;
 pub mod explain;
+mod join_bounds;
 pub mod naming;
 pub mod statement;
 mod stream_join;

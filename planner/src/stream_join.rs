@@ -81,6 +81,11 @@ impl Builder<'_> {
             Some(f) => Some(self.physical(f, &combined)?),
             None => None,
         };
+        let interval_bounds = join
+            .filter
+            .as_ref()
+            .map(|f| crate::join_bounds::interval_bounds(f, &left.schema, &right.schema))
+            .unwrap_or_default();
         let side_types = [&left, &right].map(|p| {
             p.schema
                 .fields()
@@ -155,6 +160,7 @@ impl Builder<'_> {
             filter,
             output_schema: nullable_schema(&join.schema),
             key_sources,
+            interval_bounds,
         };
         Ok(Partial {
             inputs,

@@ -22,7 +22,9 @@ use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
-use crate::operators::join_cleaning::{below_mask, KeyWatermarks};
+use crate::operators::join_cleaning::{
+    below_mask, threshold_value, IntervalBound, IntervalWatermarks, KeyWatermarks,
+};
 use ahash::AHashMap as HashMap;
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -116,6 +118,8 @@ pub struct HashJoinSpec {
     pub output_schema: SchemaRef,
     /// Per side, per key: the payload column the key is a copy of (for watermarks).
     pub key_sources: [Vec<Option<usize>>; 2],
+    /// Time bounds of the condition (interval joins), for cleaning by watermark.
+    pub interval_bounds: Vec<IntervalBound>,
 }
 
 impl HashJoinSpec {
@@ -289,6 +293,8 @@ pub struct HashJoinOperator {
     filter_schema: SchemaRef,
     /// Watermarks on key columns, and how far state was cleaned by them.
     key_watermarks: KeyWatermarks,
+    /// Watermarks on the condition's time columns (interval joins).
+    interval_watermarks: IntervalWatermarks,
 }
 
 fn converter(types: &[DataType]) -> Result<RowConverter> {
@@ -352,9 +358,11 @@ impl HashJoinOperator {
             [spec.side_types[0].len(), spec.side_types[1].len()],
             spec.key_types.clone(),
         );
+        let interval_watermarks = IntervalWatermarks::new(spec.interval_bounds.clone());
         Ok(Self {
             filter_schema: Arc::new(Schema::new(fields)),
             key_watermarks,
+            interval_watermarks,
             spec,
             key_converter,
             converters,
@@ -400,6 +408,41 @@ impl HashJoinOperator {
                     state.remove(key);
                     dropped += 1;
                 }
+            }
+        }
+        crate::metrics::metrics()
+            .state_keys_cleaned
+            .with_label_values(&[&self.spec.uid])
+            .inc_by(dropped);
+        Ok(())
+    }
+
+    /// Drops side `s`'s rows whose payload column `col` is below `ms` (interval joins).
+    fn clean_rows_below(&mut self, s: usize, col: usize, ms: i64) -> Result<()> {
+        let below = threshold_value(ms, &self.spec.side_types[s][col])?;
+        let keys: Vec<Vec<u8>> = self.states[s].keys().cloned().collect();
+        let mut dropped = 0u64;
+        for key in keys {
+            let Some(bucket) = self.states[s].get(&key) else {
+                continue;
+            };
+            let rows: Vec<&[u8]> = bucket.entries.iter().map(|e| e.row.as_slice()).collect();
+            let cols = self.columns_of(s, &rows)?;
+            let dead = below_mask(&cols[col], &below)?;
+            if dead.true_count() == 0 {
+                continue;
+            }
+            let bucket = self.states[s].get_or_insert_with(&key, Bucket::default);
+            let mut i = 0;
+            bucket.entries.retain(|_| {
+                let keep = !dead.value(i);
+                i += 1;
+                keep
+            });
+            bucket.index = None;
+            dropped += dead.true_count() as u64;
+            if bucket.entries.is_empty() {
+                self.states[s].remove(&key);
             }
         }
         crate::metrics::metrics()
@@ -482,11 +525,15 @@ impl HashJoinOperator {
         let o = 1 - s;
         let kind = self.spec.kind;
         let width = self.spec.side_types[s].len();
-        let chunk = if self.key_watermarks.cleaning() {
+        let mut chunk = if self.key_watermarks.cleaning() {
             self.key_watermarks.drop_late(s, chunk)?
         } else {
             chunk
         };
+        for (col, ms) in self.interval_watermarks.late_below(s) {
+            let below = threshold_value(ms, &self.spec.side_types[s][col])?;
+            chunk = chunk.without_rows_below(col, &below)?;
+        }
         if chunk.is_empty() {
             return Ok(());
         }
@@ -652,6 +699,7 @@ impl Operator for HashJoinOperator {
     fn process_watermark_from(&mut self, side: usize, w: Watermark) -> Result<Option<Watermark>> {
         if side < 2 {
             self.key_watermarks.observe(side, &w);
+            self.interval_watermarks.observe(side, &w);
         }
         Ok(None)
     }
@@ -661,6 +709,9 @@ impl Operator for HashJoinOperator {
     fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Vec<StreamChunk>) -> Result<()> {
         for (k, below) in self.key_watermarks.advance() {
             self.clean_below(k, &below)?;
+        }
+        for (s, col, ms) in self.interval_watermarks.advance() {
+            self.clean_rows_below(s, col, ms)?;
         }
         self.on_checkpoint_cut(out)
     }

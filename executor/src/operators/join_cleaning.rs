@@ -1,4 +1,6 @@
-//! Watermark state cleaning for joins: when a join key column carries a watermark on
+//! Watermark state cleaning for joins.
+//!
+//! **By key.** When a join key column carries a watermark on
 //! both inputs (a window join on `window_start`, a join on an event-time column), no
 //! later row of either side can have that key below the smaller of the two watermarks.
 //! Rows under such keys can never match again, so both sides' state drops them at the
@@ -6,6 +8,15 @@
 //! below what was dropped are late: they are dropped too, as EMIT ON WINDOW CLOSE
 //! aggregations drop theirs (Flink and RisingWave do the same). Output already emitted
 //! for the dropped rows stays (an outer join's NULL-padded row included).
+//!
+//! **By interval** (Flink's interval joins: `b.ts BETWEEN a.ts AND a.ts + INTERVAL
+//! ...`, Nexmark q4's `B.date_time BETWEEN A.date_time AND A.expires`). A condition
+//! `x >= y + c` with `x` a time column of side `s` and `y` one of the other side means
+//! that once the other side's watermark on `y` passes `w`, no future row there can
+//! match a row of side `s` whose `x` is below `w + c`: those rows are dead. They leave
+//! the state at the next barrier (the other side's match counts keep counting them, as
+//! they still exist), and rows of side `s` that arrive below the threshold are late and
+//! dropped.
 
 use crate::barrier::Watermark;
 use crate::chunk::StreamChunk;
@@ -100,6 +111,95 @@ impl KeyWatermarks {
     }
 }
 
+/// A time bound of an interval join: rows of `side` whose payload column `column` is
+/// below (the other side's watermark on its payload column `other_column`) +
+/// `offset_ms` can never match again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntervalBound {
+    pub side: usize,
+    pub column: usize,
+    pub other_column: usize,
+    pub offset_ms: i64,
+}
+
+/// Watermarks by payload column and the interval bounds they drive.
+#[derive(Debug, Default)]
+pub struct IntervalWatermarks {
+    bounds: Vec<IntervalBound>,
+    /// Milliseconds of the latest watermark per (side, payload column).
+    seen: [Vec<(usize, i64)>; 2],
+    /// Per bound: the threshold rows of its side were cleaned below (ms).
+    applied: Vec<Option<i64>>,
+}
+
+impl IntervalWatermarks {
+    pub fn new(bounds: Vec<IntervalBound>) -> Self {
+        let n = bounds.len();
+        Self {
+            bounds,
+            seen: [Vec::new(), Vec::new()],
+            applied: vec![None; n],
+        }
+    }
+
+    pub fn observe(&mut self, s: usize, w: &Watermark) {
+        let Some(ms) = crate::watermark::millis(w) else {
+            return;
+        };
+        let seen = &mut self.seen[s];
+        match seen.iter_mut().find(|(c, _)| *c == w.column) {
+            Some((_, v)) => *v = (*v).max(ms),
+            None => seen.push((w.column, ms)),
+        }
+    }
+
+    /// Bounds whose threshold moved: (side, column, threshold in ms).
+    pub fn advance(&mut self) -> Vec<(usize, usize, i64)> {
+        let mut moved = Vec::new();
+        for (i, b) in self.bounds.iter().enumerate() {
+            let Some(&(_, wm)) = self.seen[1 - b.side]
+                .iter()
+                .find(|(c, _)| *c == b.other_column)
+            else {
+                continue;
+            };
+            let threshold = wm.saturating_add(b.offset_ms);
+            if self.applied[i].is_none_or(|a| threshold > a) {
+                self.applied[i] = Some(threshold);
+                moved.push((b.side, b.column, threshold));
+            }
+        }
+        moved
+    }
+
+    /// (column, threshold ms) below which rows of side `s` are late: a row of a
+    /// bound's side below its threshold (it would be cleaned at once), and a row of the
+    /// other side behind the watermark that threshold came from (it could have matched
+    /// rows already cleaned).
+    pub fn late_below(&self, s: usize) -> impl Iterator<Item = (usize, i64)> + '_ {
+        self.bounds
+            .iter()
+            .zip(&self.applied)
+            .filter_map(move |(b, a)| {
+                let a = (*a)?;
+                if b.side == s {
+                    Some((b.column, a))
+                } else {
+                    Some((b.other_column, a - b.offset_ms))
+                }
+            })
+    }
+}
+
+/// `ms` as a value of a timestamp column's type (for comparisons with it).
+pub fn threshold_value(ms: i64, t: &DataType) -> Result<ScalarValue> {
+    let tz = match t {
+        DataType::Timestamp(_, tz) => tz.clone(),
+        _ => None,
+    };
+    Ok(ScalarValue::TimestampMillisecond(Some(ms), tz).cast_to(t)?)
+}
+
 /// Whether each value is below `below` (NULL: not below).
 pub fn below_mask(col: &ArrayRef, below: &ScalarValue) -> Result<BooleanArray> {
     let m = arrow::compute::kernels::cmp::lt(col, &Scalar::new(below.to_array()?))?;
@@ -118,6 +218,32 @@ mod tests {
             column,
             value: ScalarValue::Int64(Some(v)),
         }
+    }
+
+    #[test]
+    fn interval_bounds_follow_the_other_sides_watermark() {
+        // Left rows (column 2) are dead below the right watermark on column 0 - 10 s.
+        let mut iw = IntervalWatermarks::new(vec![IntervalBound {
+            side: 0,
+            column: 2,
+            other_column: 0,
+            offset_ms: -10_000,
+        }]);
+        let ts = |column: usize, ms: i64| Watermark {
+            column,
+            value: ScalarValue::TimestampMillisecond(Some(ms), None),
+        };
+        iw.observe(0, &ts(0, 50_000));
+        assert!(
+            iw.advance().is_empty(),
+            "the left side's own watermark does not count"
+        );
+        iw.observe(1, &ts(0, 50_000));
+        assert_eq!(iw.advance(), vec![(0, 2, 40_000)]);
+        assert_eq!(iw.late_below(0).collect::<Vec<_>>(), vec![(2, 40_000)]);
+        assert_eq!(iw.late_below(1).collect::<Vec<_>>(), vec![(0, 50_000)]);
+        iw.observe(1, &ts(0, 45_000));
+        assert!(iw.advance().is_empty(), "watermarks never go back");
     }
 
     #[test]
