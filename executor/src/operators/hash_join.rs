@@ -23,7 +23,8 @@ use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use crate::operators::join_cleaning::{
-    below_mask, threshold_value, IntervalBound, IntervalWatermarks, KeyWatermarks,
+    below_mask, millis_of, threshold_value, DueKeys, IntervalBound, IntervalWatermarks,
+    KeyWatermarks,
 };
 use ahash::AHashMap as HashMap;
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions};
@@ -358,7 +359,7 @@ impl HashJoinOperator {
             [spec.side_types[0].len(), spec.side_types[1].len()],
             spec.key_types.clone(),
         );
-        let interval_watermarks = IntervalWatermarks::new(spec.interval_bounds.clone());
+        let interval_watermarks = IntervalWatermarks::new(spec.interval_bounds.clone(), restored);
         Ok(Self {
             filter_schema: Arc::new(Schema::new(fields)),
             key_watermarks,
@@ -418,9 +419,12 @@ impl HashJoinOperator {
     }
 
     /// Drops side `s`'s rows whose payload column `col` is below `ms` (interval joins).
-    fn clean_rows_below(&mut self, s: usize, col: usize, ms: i64) -> Result<()> {
+    fn clean_rows_below(&mut self, bound: usize, s: usize, col: usize, ms: i64) -> Result<()> {
         let below = threshold_value(ms, &self.spec.side_types[s][col])?;
-        let keys: Vec<Vec<u8>> = self.states[s].keys().cloned().collect();
+        let keys: Vec<Vec<u8>> = match self.interval_watermarks.due(bound, ms) {
+            DueKeys::All => self.states[s].keys().cloned().collect(),
+            DueKeys::Some(keys) => keys,
+        };
         let mut dropped = 0u64;
         for key in keys {
             let Some(bucket) = self.states[s].get(&key) else {
@@ -538,6 +542,13 @@ impl HashJoinOperator {
             return Ok(());
         }
         let keys = self.keys(&chunk, width)?;
+        // Times of this side's rows for the interval bounds that clean it.
+        let timed: Vec<(usize, Vec<Option<i64>>)> = self
+            .interval_watermarks
+            .bounds_on(s)
+            .into_iter()
+            .map(|(b, col)| Ok((b, millis_of(&chunk.columns()[col])?)))
+            .collect::<Result<_>>()?;
         let rows: Vec<Vec<u8>> = if width == 0 {
             vec![Vec::new(); chunk.len()]
         } else {
@@ -622,6 +633,13 @@ impl HashJoinOperator {
             bucket.apply(&em.rows[s][i], sign, m);
             if bucket.entries.is_empty() {
                 self.states[s].remove(key);
+            }
+            if sign > 0 {
+                for (b, times) in &timed {
+                    if let Some(t) = times[i] {
+                        self.interval_watermarks.note(*b, t, key);
+                    }
+                }
             }
         }
         if !em.out.is_empty() {
@@ -710,8 +728,8 @@ impl Operator for HashJoinOperator {
         for (k, below) in self.key_watermarks.advance() {
             self.clean_below(k, &below)?;
         }
-        for (s, col, ms) in self.interval_watermarks.advance() {
-            self.clean_rows_below(s, col, ms)?;
+        for (bound, s, col, ms) in self.interval_watermarks.advance() {
+            self.clean_rows_below(bound, s, col, ms)?;
         }
         self.on_checkpoint_cut(out)
     }

@@ -25,6 +25,8 @@ use crate::error::Result;
 use arrow::array::{Array, ArrayRef, BooleanArray, Scalar};
 use arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// Per join key position: where the key comes from on each side, the watermarks seen,
 /// and how far state was cleaned.
@@ -131,16 +133,63 @@ pub struct IntervalWatermarks {
     seen: [Vec<(usize, i64)>; 2],
     /// Per bound: the threshold rows of its side were cleaned below (ms).
     applied: Vec<Option<i64>>,
+    /// Per bound: (time in ms, join key) of the rows stored on its side, oldest first,
+    /// so that cleaning visits only the buckets that hold dead rows.
+    index: Vec<BinaryHeap<Reverse<(i64, Vec<u8>)>>>,
+    /// Per bound: rows restored from a checkpoint are not in `index` yet (the first
+    /// cleaning scans the whole side).
+    unindexed: Vec<bool>,
+}
+
+/// Where cleaning a bound must look.
+pub enum DueKeys {
+    /// Every key of the side (after a restore).
+    All,
+    Some(Vec<Vec<u8>>),
 }
 
 impl IntervalWatermarks {
-    pub fn new(bounds: Vec<IntervalBound>) -> Self {
+    pub fn new(bounds: Vec<IntervalBound>, restored: bool) -> Self {
         let n = bounds.len();
         Self {
             bounds,
             seen: [Vec::new(), Vec::new()],
             applied: vec![None; n],
+            index: vec![BinaryHeap::new(); n],
+            unindexed: vec![restored; n],
         }
+    }
+
+    /// (bound, payload column) of the bounds whose rows live on side `s`.
+    pub fn bounds_on(&self, s: usize) -> Vec<(usize, usize)> {
+        self.bounds
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.side == s)
+            .map(|(i, b)| (i, b.column))
+            .collect()
+    }
+
+    /// A row stored under `key` with time `ms` for bound `bound`.
+    pub fn note(&mut self, bound: usize, ms: i64, key: &[u8]) {
+        self.index[bound].push(Reverse((ms, key.to_vec())));
+    }
+
+    /// The keys that may hold rows of bound `bound` below `threshold`.
+    pub fn due(&mut self, bound: usize, threshold: i64) -> DueKeys {
+        let heap = &mut self.index[bound];
+        if std::mem::take(&mut self.unindexed[bound]) {
+            heap.clear();
+            return DueKeys::All;
+        }
+        let mut keys = Vec::new();
+        while heap.peek().is_some_and(|Reverse((t, _))| *t < threshold) {
+            let Reverse((_, k)) = heap.pop().expect("peeked");
+            keys.push(k);
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        DueKeys::Some(keys)
     }
 
     pub fn observe(&mut self, s: usize, w: &Watermark) {
@@ -154,8 +203,8 @@ impl IntervalWatermarks {
         }
     }
 
-    /// Bounds whose threshold moved: (side, column, threshold in ms).
-    pub fn advance(&mut self) -> Vec<(usize, usize, i64)> {
+    /// Bounds whose threshold moved: (bound, side, column, threshold in ms).
+    pub fn advance(&mut self) -> Vec<(usize, usize, usize, i64)> {
         let mut moved = Vec::new();
         for (i, b) in self.bounds.iter().enumerate() {
             let Some(&(_, wm)) = self.seen[1 - b.side]
@@ -167,7 +216,7 @@ impl IntervalWatermarks {
             let threshold = wm.saturating_add(b.offset_ms);
             if self.applied[i].is_none_or(|a| threshold > a) {
                 self.applied[i] = Some(threshold);
-                moved.push((b.side, b.column, threshold));
+                moved.push((i, b.side, b.column, threshold));
             }
         }
         moved
@@ -185,6 +234,20 @@ impl IntervalWatermarks {
             .filter(move |(b, _)| b.side != s)
             .filter_map(|(b, a)| a.map(|a| (b.other_column, a - b.offset_ms)))
     }
+}
+
+/// A timestamp column as milliseconds (NULL stays NULL).
+pub fn millis_of(col: &ArrayRef) -> Result<Vec<Option<i64>>> {
+    let ms = arrow::compute::cast(
+        col,
+        &DataType::Timestamp(arrow::datatypes::TimeUnit::Millisecond, None),
+    )?;
+    let ms = arrow::compute::cast(&ms, &DataType::Int64)?;
+    let ms = ms
+        .as_any()
+        .downcast_ref::<arrow::array::Int64Array>()
+        .expect("cast to Int64");
+    Ok(ms.iter().collect())
 }
 
 /// `ms` as a value of a timestamp column's type (for comparisons with it).
@@ -219,12 +282,18 @@ mod tests {
     #[test]
     fn interval_bounds_follow_the_other_sides_watermark() {
         // Left rows (column 2) are dead below the right watermark on column 0 - 10 s.
-        let mut iw = IntervalWatermarks::new(vec![IntervalBound {
-            side: 0,
-            column: 2,
-            other_column: 0,
-            offset_ms: -10_000,
-        }]);
+        let mut iw = IntervalWatermarks::new(
+            vec![IntervalBound {
+                side: 0,
+                column: 2,
+                other_column: 0,
+                offset_ms: -10_000,
+            }],
+            false,
+        );
+        iw.note(0, 39_000, b"k1");
+        iw.note(0, 41_000, b"k2");
+        iw.note(0, 39_500, b"k1");
         let ts = |column: usize, ms: i64| Watermark {
             column,
             value: ScalarValue::TimestampMillisecond(Some(ms), None),
@@ -235,7 +304,11 @@ mod tests {
             "the left side's own watermark does not count"
         );
         iw.observe(1, &ts(0, 50_000));
-        assert_eq!(iw.advance(), vec![(0, 2, 40_000)]);
+        assert_eq!(iw.advance(), vec![(0, 0, 2, 40_000)]);
+        match iw.due(0, 40_000) {
+            DueKeys::Some(keys) => assert_eq!(keys, vec![b"k1".to_vec()]),
+            DueKeys::All => panic!("indexed"),
+        }
         assert_eq!(iw.late_below(0).count(), 0);
         assert_eq!(iw.late_below(1).collect::<Vec<_>>(), vec![(0, 50_000)]);
         iw.observe(1, &ts(0, 45_000));
