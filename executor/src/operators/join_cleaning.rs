@@ -125,6 +125,9 @@ pub struct IntervalBound {
     pub offset_ms: i64,
 }
 
+/// Stored rows' (time in ms, join key), oldest first.
+type TimeIndex = BinaryHeap<Reverse<(i64, Vec<u8>)>>;
+
 /// Watermarks by payload column and the interval bounds they drive.
 #[derive(Debug, Default)]
 pub struct IntervalWatermarks {
@@ -135,7 +138,7 @@ pub struct IntervalWatermarks {
     applied: Vec<Option<i64>>,
     /// Per bound: (time in ms, join key) of the rows stored on its side, oldest first,
     /// so that cleaning visits only the buckets that hold dead rows.
-    index: Vec<BinaryHeap<Reverse<(i64, Vec<u8>)>>>,
+    index: Vec<TimeIndex>,
     /// Per bound: rows restored from a checkpoint are not in `index` yet (the first
     /// cleaning scans the whole side).
     unindexed: Vec<bool>,
