@@ -52,24 +52,36 @@ impl OperatorSpec {
                 format!("Expand: {} projections of each row", projections.len())
             }
             OperatorSpec::HashAgg(spec) => format!(
-                "HashAgg: groups={} aggs=[{}] uid={} state=StateTable(key_group, group key -> accumulators)",
+                "HashAgg: groups={} aggs=[{}] uid={} state=StateTable(key_group, group key -> accumulators){}",
                 spec.group_types.len(),
                 spec.calls
                     .iter()
                     .map(|c| c.kind.name())
                     .collect::<Vec<_>>()
                     .join(", "),
-                spec.uid
+                spec.uid,
+                if spec.emit_on_window_close {
+                    " emits closed windows once"
+                } else if spec.clean_by_watermark {
+                    " cleaned behind watermarks on group keys"
+                } else {
+                    ""
+                }
             ),
             OperatorSpec::HashJoin(spec) => format!(
-                "HashJoin: {} keys={}{} uid={} state=StateTable(key_group, join key -> rows with match counts) per side",
+                "HashJoin: {} keys={}{} uid={} state=StateTable(key_group, join key -> rows with match counts) per side, cleaned behind watermarks on keys{}",
                 spec.kind.name(),
                 spec.key_types.len(),
                 spec.filter
                     .as_ref()
                     .map(|f| format!(" condition={f}"))
                     .unwrap_or_default(),
-                spec.uid
+                spec.uid,
+                if spec.interval_bounds.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and {} interval bounds", spec.interval_bounds.len())
+                }
             ),
             OperatorSpec::TopN(spec) => format!(
                 "TopN: partition keys={} order keys={} offset={} limit={}{} uid={} state=StateTable(key_group, partition -> every row in order)",
