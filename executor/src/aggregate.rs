@@ -5,6 +5,7 @@
 //! multiset of the values they have seen (ordered by Arrow's memcmp-able row encoding)
 //! so that retracting the current minimum exposes the next one.
 
+use crate::bytes::Reader;
 use crate::error::{ExecError, Result};
 use arrow::array::{Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array};
 use arrow::compute::cast;
@@ -577,30 +578,11 @@ pub fn encode_states(rows: i64, states: &[AccState], buf: &mut Vec<u8>) {
     }
 }
 
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Some(a)
-    }
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-}
-
 pub fn decode_states(bytes: &[u8]) -> Option<(i64, Vec<AccState>)> {
     let mut r = Reader(bytes);
     let rows = r.i64()?;
     let mut states = Vec::new();
-    while !r.0.is_empty() {
+    while !r.is_empty() {
         let tag = r.take(1)?[0];
         states.push(match tag {
             0 => AccState::Count(r.i64()?),
@@ -616,8 +598,7 @@ pub fn decode_states(bytes: &[u8]) -> Option<(i64, Vec<AccState>)> {
                 let len = r.u32()?;
                 let mut m = BTreeMap::new();
                 for _ in 0..len {
-                    let kl = r.u32()? as usize;
-                    let k = r.take(kl)?.to_vec();
+                    let k = r.prefixed()?;
                     m.insert(k, r.i64()?);
                 }
                 AccState::Extreme(m)

@@ -121,12 +121,9 @@ impl StreamChunk {
         column: usize,
         below: &datafusion::common::ScalarValue,
     ) -> crate::error::Result<StreamChunk> {
-        let late = arrow::compute::kernels::cmp::lt(
-            &self.columns()[column],
-            &arrow::array::Scalar::new(below.to_array()?),
-        )?;
+        let late = crate::watermark::below_mask(&self.columns()[column], below)?;
         let keep: Vec<u32> = (0..self.len())
-            .filter(|&i| !(arrow::array::Array::is_valid(&late, i) && late.value(i)))
+            .filter(|&i| !late.value(i))
             .map(|i| i as u32)
             .collect();
         Ok(if keep.len() == self.len() {

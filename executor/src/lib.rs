@@ -20,7 +20,7 @@
 //! - [`source`]: connectors feeding tables (Kafka), positions logged with the rows.
 //! - [`supervisor`]: restarts failed jobs' regions per their restart strategy.
 //! - [`metrics`]: Prometheus metrics with Flink's names.
-//! - [`aggregate`] and [`operators`]: the operators.
+//! - [`aggregate`] and [`operators`]: the operators; [`bytes`]: reading their encoded state.
 //!
 //! API for the layers above: `Runtime`, `RuntimeConfig`, `StreamGraph` and its specs,
 //! `StreamChunk`, `Op`, `ExecError`.
@@ -28,6 +28,7 @@
 pub mod actor;
 pub mod aggregate;
 pub mod barrier;
+pub mod bytes;
 pub mod checkpoint;
 pub mod chunk;
 pub mod coordinator;

@@ -276,13 +276,20 @@ struct Prepared {
     constant: tokio::sync::OnceCell<ScalarValue>,
 }
 
-/// Evaluates a SubPlan's expressions row by row.
+/// One SubPlan expression: its scalar subqueries, and the expression planned once
+/// with column `n` (after the input's) in place of subquery `n`.
+struct PlannedExpr {
+    subqueries: Vec<Prepared>,
+    /// Type of each subquery's value.
+    types: Vec<arrow::datatypes::DataType>,
+    physical: Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+}
+
+/// Evaluates a SubPlan's expressions: the subqueries row by row, then each expression
+/// once per batch over the input plus one column per subquery.
 struct RowRunner {
     kind: SubPlanKind,
-    exprs: Vec<Expr>,
-    /// Per expression, its scalar subqueries in the order `apply` visits them.
-    prepared: Vec<Vec<Prepared>>,
-    input_schema: DFSchemaRef,
+    exprs: Vec<PlannedExpr>,
     schema: SchemaRef,
     state: Arc<SessionState>,
 }
@@ -295,62 +302,83 @@ impl RowRunner {
         schema: SchemaRef,
         state: Arc<SessionState>,
     ) -> Result<Self> {
-        let mut prepared = Vec::with_capacity(exprs.len());
-        for e in &exprs {
-            let mut list = Vec::new();
-            for sq in scalar_subqueries(e)? {
-                list.push(prepare(
+        let mut planned = Vec::with_capacity(exprs.len());
+        for e in exprs {
+            let found = scalar_subqueries(&e)?;
+            let mut subqueries = Vec::with_capacity(found.len());
+            let mut types = Vec::with_capacity(found.len());
+            let mut fields = Vec::with_capacity(found.len());
+            for (n, sq) in found.iter().enumerate() {
+                let t = sq.subquery.schema().field(0).data_type().clone();
+                fields.push(arrow::datatypes::Field::new(
+                    format!("__weir_subquery_{n}"),
+                    t.clone(),
+                    true,
+                ));
+                types.push(t);
+                subqueries.push(prepare(
                     &state,
                     &input_schema,
                     sq.subquery.as_ref().clone(),
                 )?);
             }
-            prepared.push(list);
+            let mut n = 0usize;
+            let with_columns = e
+                .transform_down(|e| match e {
+                    Expr::ScalarSubquery(_) => {
+                        n += 1;
+                        Ok(Transformed::new(
+                            Expr::Column(datafusion::common::Column::from_name(format!(
+                                "__weir_subquery_{}",
+                                n - 1
+                            ))),
+                            true,
+                            TreeNodeRecursion::Jump,
+                        ))
+                    }
+                    other => Ok(Transformed::no(other)),
+                })?
+                .data;
+            let extended = input_schema.join(&DFSchema::from_unqualified_fields(
+                fields.into(),
+                Default::default(),
+            )?)?;
+            let physical = state.create_physical_expr(with_columns, &extended)?;
+            planned.push(PlannedExpr {
+                subqueries,
+                types,
+                physical,
+            });
         }
         Ok(Self {
             kind,
-            exprs,
-            prepared,
-            input_schema,
+            exprs: planned,
             schema,
             state,
         })
     }
 
     async fn batch(&self, batch: &RecordBatch) -> Result<RecordBatch> {
-        let mut outputs: Vec<Vec<ArrayRef>> = vec![Vec::new(); self.exprs.len()];
-        let mut keep = Vec::with_capacity(batch.num_rows());
-        for r in 0..batch.num_rows() {
-            let row = batch.slice(r, 1);
-            for (i, e) in self.exprs.iter().enumerate() {
-                let value = self.eval(e, &self.prepared[i], &row).await?;
-                match self.kind {
-                    SubPlanKind::Project => outputs[i].push(value),
-                    SubPlanKind::Filter => {
-                        let b = value
-                            .as_boolean_opt()
-                            .ok_or_else(|| DataFusionError::Plan("WHERE must be boolean".into()))?;
-                        keep.push(b.is_valid(0) && b.value(0));
-                    }
-                }
-            }
+        let mut outputs = Vec::with_capacity(self.exprs.len());
+        for e in &self.exprs {
+            outputs.push(self.eval(e, batch).await?);
         }
         match self.kind {
-            SubPlanKind::Filter => Ok(arrow::compute::filter_record_batch(
-                batch,
-                &arrow::array::BooleanArray::from(keep),
-            )?),
+            SubPlanKind::Filter => {
+                let keep = outputs[0]
+                    .as_boolean_opt()
+                    .ok_or_else(|| DataFusionError::Plan("WHERE must be boolean".into()))?;
+                // NULL is not true: the row goes.
+                let keep = arrow::array::BooleanArray::from_iter(
+                    keep.iter().map(|b| Some(b == Some(true))),
+                );
+                Ok(arrow::compute::filter_record_batch(batch, &keep)?)
+            }
             SubPlanKind::Project => {
                 let columns = outputs
-                    .iter()
+                    .into_iter()
                     .zip(self.schema.fields())
-                    .map(|(parts, f)| {
-                        if parts.is_empty() {
-                            return Ok(arrow::array::new_empty_array(f.data_type()));
-                        }
-                        let refs: Vec<&dyn arrow::array::Array> =
-                            parts.iter().map(|a| a.as_ref()).collect();
-                        let c = arrow::compute::concat(&refs)?;
+                    .map(|(c, f)| {
                         Ok(if c.data_type() == f.data_type() {
                             c
                         } else {
@@ -367,43 +395,50 @@ impl RowRunner {
         }
     }
 
-    /// `e` for one row: each scalar subquery run with the row's values in place of its
-    /// outer references, then the expression evaluated.
-    async fn eval(&self, e: &Expr, prepared: &[Prepared], row: &RecordBatch) -> Result<ArrayRef> {
-        let mut values = Vec::with_capacity(prepared.len());
-        for p in prepared {
-            values.push(if p.params.is_empty() {
-                p.constant
-                    .get_or_try_init(|| self.run_scalar(&p.plan))
-                    .await?
-                    .clone()
+    /// `e` over a batch: each subquery run once per row with the row's values in place
+    /// of its outer references (an uncorrelated one once), then the expression once.
+    async fn eval(&self, e: &PlannedExpr, batch: &RecordBatch) -> Result<ArrayRef> {
+        let mut columns = batch.columns().to_vec();
+        for (p, t) in e.subqueries.iter().zip(&e.types) {
+            let mut values = Vec::with_capacity(batch.num_rows());
+            for r in 0..batch.num_rows() {
+                let v = if p.params.is_empty() {
+                    p.constant
+                        .get_or_try_init(|| self.run_scalar(&p.plan))
+                        .await?
+                        .clone()
+                } else {
+                    let params = p
+                        .params
+                        .iter()
+                        .map(|&i| ScalarValue::try_from_array(batch.column(i), r))
+                        .collect::<Result<Vec<_>>>()?;
+                    let plan = p.plan.clone().with_param_values(params)?;
+                    self.run_scalar(&plan).await?
+                };
+                values.push(v.cast_to(t)?);
+            }
+            columns.push(if values.is_empty() {
+                arrow::array::new_empty_array(t)
             } else {
-                let params = p
-                    .params
-                    .iter()
-                    .map(|&i| ScalarValue::try_from_array(row.column(i), 0))
-                    .collect::<Result<Vec<_>>>()?;
-                let plan = p.plan.clone().with_param_values(params)?;
-                self.run_scalar(&plan).await?
+                ScalarValue::iter_to_array(values)?
             });
         }
-        let mut next = values.into_iter();
-        let bound = e
-            .clone()
-            .transform_down(|e| match e {
-                Expr::ScalarSubquery(_) => {
-                    let v = next.next().unwrap_or(ScalarValue::Null);
-                    Ok(Transformed::new(
-                        Expr::Literal(v, None),
-                        true,
-                        TreeNodeRecursion::Jump,
-                    ))
-                }
-                other => Ok(Transformed::no(other)),
-            })?
-            .data;
-        let physical = self.state.create_physical_expr(bound, &self.input_schema)?;
-        physical.evaluate(row)?.into_array(1)
+        let mut fields: Vec<arrow::datatypes::FieldRef> =
+            batch.schema().fields().iter().cloned().collect();
+        fields.extend(e.types.iter().enumerate().map(|(n, t)| {
+            Arc::new(arrow::datatypes::Field::new(
+                format!("__weir_subquery_{n}"),
+                t.clone(),
+                true,
+            ))
+        }));
+        let extended = RecordBatch::try_new_with_options(
+            Arc::new(arrow::datatypes::Schema::new(fields)),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+        )?;
+        e.physical.evaluate(&extended)?.into_array(batch.num_rows())
     }
 
     /// Runs an optimized subquery plan: at most one row, its first column.

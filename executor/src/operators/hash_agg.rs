@@ -363,7 +363,7 @@ impl HashAggOperator {
         let columns = self
             .key_converter
             .convert_rows(keys.iter().map(|k| parser.parse(k)))?;
-        let late = crate::operators::join_cleaning::below_mask(&columns[col], below)?;
+        let late = crate::watermark::below_mask(&columns[col], below)?;
         Ok(keys
             .into_iter()
             .enumerate()

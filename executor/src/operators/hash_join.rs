@@ -23,8 +23,7 @@ use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use crate::operators::join_cleaning::{
-    below_mask, millis_of, threshold_value, DueKeys, IntervalBound, IntervalWatermarks,
-    KeyWatermarks,
+    millis_of, threshold_value, DueKeys, IntervalBound, IntervalWatermarks, KeyWatermarks,
 };
 use ahash::AHashMap as HashMap;
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions};
@@ -229,19 +228,13 @@ impl StateValue for Bucket {
     }
 
     fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut at = 0usize;
-        let mut take = |n: usize| -> Option<&[u8]> {
-            let s = bytes.get(at..at + n)?;
-            at += n;
-            Some(s)
-        };
-        let n = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+        let mut r = crate::bytes::Reader(bytes);
+        let n = r.u32()? as usize;
         let mut entries = Vec::with_capacity(n.min(1 << 16));
         for _ in 0..n {
-            let len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-            let row = take(len)?.to_vec();
-            let count = i64::from_le_bytes(take(8)?.try_into().ok()?);
-            let degree = i64::from_le_bytes(take(8)?.try_into().ok()?);
+            let row = r.prefixed()?;
+            let count = r.i64()?;
+            let degree = r.i64()?;
             entries.push(Entry { row, count, degree });
         }
         Some(Bucket {
@@ -403,7 +396,7 @@ impl HashJoinOperator {
             }
             let parser = conv.parser();
             let cols = conv.convert_rows(keys.iter().map(|key| parser.parse(key)))?;
-            let late = below_mask(&cols[k], below)?;
+            let late = crate::watermark::below_mask(&cols[k], below)?;
             for (i, key) in keys.iter().enumerate() {
                 if late.value(i) {
                     state.remove(key);
@@ -432,7 +425,7 @@ impl HashJoinOperator {
             };
             let rows: Vec<&[u8]> = bucket.entries.iter().map(|e| e.row.as_slice()).collect();
             let cols = self.columns_of(s, &rows)?;
-            let dead = below_mask(&cols[col], &below)?;
+            let dead = crate::watermark::below_mask(&cols[col], &below)?;
             if dead.true_count() == 0 {
                 continue;
             }

@@ -22,7 +22,7 @@
 use crate::barrier::Watermark;
 use crate::chunk::StreamChunk;
 use crate::error::Result;
-use arrow::array::{Array, ArrayRef, BooleanArray, Scalar};
+use arrow::array::ArrayRef;
 use arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use std::cmp::Reverse;
@@ -260,15 +260,6 @@ pub fn threshold_value(ms: i64, t: &DataType) -> Result<ScalarValue> {
         _ => None,
     };
     Ok(ScalarValue::TimestampMillisecond(Some(ms), tz).cast_to(t)?)
-}
-
-/// Whether each value is below `below` (NULL: not below).
-pub fn below_mask(col: &ArrayRef, below: &ScalarValue) -> Result<BooleanArray> {
-    let m = arrow::compute::kernels::cmp::lt(col, &Scalar::new(below.to_array()?))?;
-    Ok(match m.nulls() {
-        Some(n) => BooleanArray::new(m.values() & n.inner(), None),
-        None => m,
-    })
 }
 
 #[cfg(test)]

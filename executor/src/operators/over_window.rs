@@ -12,11 +12,11 @@
 
 use crate::error::Result;
 use crate::operators::partition_rows::{
-    Partition, PartitionLayout, PartitionedOperator, Shown, ShownRow, StateRestore,
+    Partition, PartitionLayout, PartitionedOperator, Showing, Shown, StateRestore,
 };
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{DataType, SchemaRef};
-use arrow::row::{RowConverter, SortField};
+use arrow::row::RowConverter;
 use datafusion::physical_plan::WindowExpr;
 use std::sync::Arc;
 use weir_storage::StateBackend;
@@ -57,7 +57,6 @@ impl OverWindowSpec {
 pub struct Windowed {
     spec: OverWindowSpec,
     types: Vec<DataType>,
-    values: RowConverter,
 }
 
 impl Shown for Windowed {
@@ -69,13 +68,16 @@ impl Shown for Windowed {
         self.types.clone()
     }
 
-    fn shown(&self, partition: Option<&Partition>, rows: &RowConverter) -> Result<Vec<ShownRow>> {
-        let Some(p) = partition else {
-            return Ok(Vec::new());
-        };
-        let present: Vec<&[u8]> = p.present().map(|(_, row)| row).collect();
+    fn shown(&self, partition: Option<&Partition>, rows: &RowConverter) -> Result<Showing> {
+        let present: Vec<&[u8]> = partition
+            .into_iter()
+            .flat_map(|p| p.present().map(|(_, row)| row))
+            .collect();
         if present.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Showing {
+                rows: vec![],
+                extras: vec![],
+            });
         }
         let parser = rows.parser();
         let columns = if self.spec.input_schema.fields().is_empty() {
@@ -102,12 +104,10 @@ impl Shown for Windowed {
                 })
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
-        let encoded = self.values.convert_columns(&values)?;
-        Ok(present
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.to_vec(), encoded.row(i).as_ref().to_vec()))
-            .collect())
+        Ok(Showing {
+            rows: present.iter().map(|r| r.to_vec()).collect(),
+            extras: values,
+        })
     }
 }
 
@@ -119,16 +119,6 @@ pub fn over_window_operator(
     restore: StateRestore,
 ) -> Result<OverWindowOperator> {
     let types = spec.window_types();
-    let values = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
     let layout = spec.layout.clone();
-    PartitionedOperator::new(
-        layout,
-        Windowed {
-            spec,
-            types,
-            values,
-        },
-        backend,
-        restore,
-    )
+    PartitionedOperator::new(layout, Windowed { spec, types }, backend, restore)
 }

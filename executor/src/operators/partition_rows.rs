@@ -61,21 +61,13 @@ impl StateValue for Partition {
     }
 
     fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut at = 0usize;
-        let mut take = |n: usize| -> Option<&[u8]> {
-            let s = bytes.get(at..at + n)?;
-            at += n;
-            Some(s)
-        };
-        let count = u32::from_le_bytes(take(4)?.try_into().ok()?);
+        let mut r = crate::bytes::Reader(bytes);
+        let count = r.u32()?;
         let mut rows = BTreeMap::new();
         for _ in 0..count {
-            let len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-            let sort = take(len)?.to_vec();
-            let len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-            let row = take(len)?.to_vec();
-            let n = i64::from_le_bytes(take(8)?.try_into().ok()?);
-            rows.insert((sort, row), n);
+            let sort = r.prefixed()?;
+            let row = r.prefixed()?;
+            rows.insert((sort, row), r.i64()?);
         }
         Some(Partition { rows })
     }
@@ -84,6 +76,13 @@ impl StateValue for Partition {
 /// One shown row: (row bytes, extra column bytes).
 pub type ShownRow = (Vec<u8>, Vec<u8>);
 
+/// What a partition shows: its rows (row bytes) and, per extra column, one value for
+/// each of them.
+pub struct Showing {
+    pub rows: Vec<Vec<u8>>,
+    pub extras: Vec<ArrayRef>,
+}
+
 /// What a partition shows.
 pub trait Shown: Send {
     /// The operator's name in plans and metrics.
@@ -91,7 +90,7 @@ pub trait Shown: Send {
     /// Types of the extra columns each shown row carries after the row's own.
     fn extra_types(&self) -> Vec<DataType>;
     /// The rows a partition shows; `rows` decodes row bytes.
-    fn shown(&self, partition: Option<&Partition>, rows: &RowConverter) -> Result<Vec<ShownRow>>;
+    fn shown(&self, partition: Option<&Partition>, rows: &RowConverter) -> Result<Showing>;
 }
 
 /// Layout of a partitioned operator's input and state.
@@ -191,15 +190,28 @@ impl<S: Shown> PartitionedOperator<S> {
         })
     }
 
+    /// What a partition shows, each row paired with its extra columns' encoding.
+    fn shown_rows(&self, key: &[u8]) -> Result<Vec<ShownRow>> {
+        let Showing { rows, extras } =
+            self.shown.shown(self.state.get(key), &self.row_converter)?;
+        let Some(c) = self.extra_converter.as_ref().filter(|_| !rows.is_empty()) else {
+            return Ok(rows.into_iter().map(|r| (r, Vec::new())).collect());
+        };
+        let encoded = c.convert_columns(&extras)?;
+        Ok(rows
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| (r, encoded.row(i).as_ref().to_vec()))
+            .collect())
+    }
+
     fn emit_changes(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
         let mut ops = Vec::new();
         let mut rows: Vec<Vec<u8>> = Vec::new();
         let mut extras: Vec<Vec<u8>> = Vec::new();
         let changed: Vec<_> = self.epoch_before.drain().collect();
         for (key, before) in changed {
-            let after = self
-                .shown
-                .shown(self.state.get(&key), &self.row_converter)?;
+            let after = self.shown_rows(&key)?;
             if self.state.get(&key).is_some_and(|p| p.rows.is_empty()) {
                 self.state.remove(&key);
             }
@@ -281,9 +293,7 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
                 .map(|r| r.row(i).as_ref().to_vec())
                 .unwrap_or_default();
             if !self.epoch_before.contains_key(&key) {
-                let before = self
-                    .shown
-                    .shown(self.state.get(&key), &self.row_converter)?;
+                let before = self.shown_rows(&key)?;
                 self.epoch_before.insert(key.clone(), before);
             }
             let row = rows

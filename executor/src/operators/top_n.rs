@@ -8,11 +8,11 @@
 
 use crate::error::Result;
 use crate::operators::partition_rows::{
-    Partition, PartitionLayout, PartitionedOperator, Shown, ShownRow, StateRestore,
+    Partition, PartitionLayout, PartitionedOperator, Showing, Shown, StateRestore,
 };
-use arrow::array::UInt64Array;
+use arrow::array::{ArrayRef, UInt64Array};
 use arrow::datatypes::DataType;
-use arrow::row::{RowConverter, SortField};
+use arrow::row::RowConverter;
 use std::sync::Arc;
 use weir_storage::StateBackend;
 
@@ -45,7 +45,6 @@ pub struct Top {
     first: u64,
     last: u64,
     ranking: Option<Ranking>,
-    rank_converter: RowConverter,
 }
 
 impl Shown for Top {
@@ -57,16 +56,13 @@ impl Shown for Top {
         self.ranking.map(|_| DataType::UInt64).into_iter().collect()
     }
 
-    fn shown(&self, partition: Option<&Partition>, _rows: &RowConverter) -> Result<Vec<ShownRow>> {
-        let Some(p) = partition else {
-            return Ok(Vec::new());
-        };
+    fn shown(&self, partition: Option<&Partition>, _rows: &RowConverter) -> Result<Showing> {
         let mut rows = Vec::new();
         let mut ranks = Vec::new();
         let mut position = 0u64;
         let mut rank = 0u64;
         let mut previous_sort: Option<&[u8]> = None;
-        for (sort, row) in p.present() {
+        for (sort, row) in partition.into_iter().flat_map(|p| p.present()) {
             position += 1;
             let r = match self.ranking {
                 Some(Ranking::Rank) => {
@@ -86,17 +82,11 @@ impl Shown for Top {
                 ranks.push(r);
             }
         }
-        if self.ranking.is_none() {
-            return Ok(rows.into_iter().map(|r| (r, Vec::new())).collect());
-        }
-        let encoded = self
-            .rank_converter
-            .convert_columns(&[Arc::new(UInt64Array::from(ranks))])?;
-        Ok(rows
-            .into_iter()
-            .enumerate()
-            .map(|(i, r)| (r, encoded.row(i).as_ref().to_vec()))
-            .collect())
+        let extras: Vec<ArrayRef> = match self.ranking {
+            Some(_) => vec![Arc::new(UInt64Array::from(ranks))],
+            None => vec![],
+        };
+        Ok(Showing { rows, extras })
     }
 }
 
@@ -112,7 +102,6 @@ pub fn top_n_operator(
         first,
         last: first.saturating_add(spec.limit as u64) - 1,
         ranking: spec.ranking,
-        rank_converter: RowConverter::new(vec![SortField::new(DataType::UInt64)])?,
     };
     PartitionedOperator::new(spec.layout, top, backend, restore)
 }
