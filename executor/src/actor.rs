@@ -413,17 +413,20 @@ impl Actor {
                         (0..n).map(|k| open[k] && sides[k] == side).collect();
                     let combined = watermarks[side].observe(idx, w, &side_open);
                     if let (Some(w), None) = (combined, self.health.failure()) {
-                        let mut w = Some(w);
+                        let mut ws = vec![w];
                         for (k, op) in self.chain.iter_mut().enumerate() {
-                            w = match w {
-                                Some(w) if k == 0 => {
-                                    op.process_watermark_from(side, w).unwrap_or(None)
-                                }
-                                Some(w) => op.process_watermark(w).unwrap_or(None),
-                                None => None,
-                            };
+                            let mut next = Vec::new();
+                            for w in ws {
+                                let out = if k == 0 {
+                                    op.process_watermark_from(side, w)
+                                } else {
+                                    op.process_watermark(w)
+                                };
+                                next.extend(out.unwrap_or_default());
+                            }
+                            ws = next;
                         }
-                        if let Some(w) = w {
+                        for w in ws {
                             let _ = self.output.send(Message::Watermark(w)).await;
                         }
                     }

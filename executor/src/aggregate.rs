@@ -80,6 +80,10 @@ pub struct AggCall {
     /// delimiter column. Empty / none for the others.
     pub order: Vec<(usize, DataType, arrow::compute::SortOptions)>,
     pub delimiter: Option<usize>,
+    /// The input only ever inserts (see [`crate::append_only`]): `min` / `max` then
+    /// keep only the current extreme instead of every value (nothing can retract it).
+    /// The state's layout stays the same: a multiset of one value.
+    pub append_only: bool,
 }
 
 impl AggCall {
@@ -311,7 +315,31 @@ impl CallRuntime {
                     AggKind::FirstValue | AggKind::LastValue | AggKind::ArrayAgg
                 );
                 let null = !keeps_nulls && nulls.map(|c| c.is_null(i)).unwrap_or(false);
-                if !null {
+                if !null && self.keeps_extreme_only() {
+                    if sign < 0 {
+                        return Err(ExecError::Internal(format!(
+                            "{} over an append-only input received a retraction",
+                            self.call.kind.name()
+                        )));
+                    }
+                    // Only the extreme is kept: a new value replaces it or is dropped.
+                    let row = rows.row(i);
+                    let key = row.as_ref();
+                    // (State restored from a retractable run may hold more values:
+                    // the extreme is its first or last.)
+                    let better = if self.call.kind == AggKind::Min {
+                        values.keys().next().is_none_or(|cur| key < cur.as_slice())
+                    } else {
+                        values
+                            .keys()
+                            .next_back()
+                            .is_none_or(|cur| key > cur.as_slice())
+                    };
+                    if better {
+                        values.clear();
+                        values.insert(key.to_vec(), 1);
+                    }
+                } else if !null {
                     let key = rows.row(i).as_ref().to_vec();
                     let c = values.entry(key.clone()).or_insert(0);
                     *c += sign;
@@ -388,6 +416,11 @@ impl CallRuntime {
 }
 
 impl CallRuntime {
+    /// `min` / `max` over an append-only input.
+    fn keeps_extreme_only(&self) -> bool {
+        self.call.append_only && matches!(self.call.kind, AggKind::Min | AggKind::Max)
+    }
+
     /// sum(DISTINCT) / avg(DISTINCT): over the values present once each.
     fn distinct_sum_output(&self, values: &BTreeMap<Vec<u8>, i64>) -> Result<ScalarValue> {
         let out = &self.call.output_type;
@@ -624,6 +657,7 @@ mod tests {
             output_type: out,
             order: vec![],
             delimiter: None,
+            append_only: false,
         })
         .unwrap()
     }
@@ -644,6 +678,24 @@ mod tests {
         assert_eq!(c.output(&s).unwrap(), ScalarValue::Int32(Some(5)));
         c.update(&mut s, &arg, Some(&col), None, 0, -1).unwrap();
         assert_eq!(c.output(&s).unwrap(), ScalarValue::Int32(None));
+    }
+
+    #[test]
+    fn append_only_max_keeps_one_value_and_refuses_retractions() {
+        let mut c = call(AggKind::Max, DataType::Int32);
+        c.call.append_only = true;
+        let mut s = AccState::new(&c.call).unwrap();
+        let col: ArrayRef = Arc::new(Int32Array::from(vec![Some(5), Some(9), None, Some(7)]));
+        let (arg, _) = c.prepare(std::slice::from_ref(&col)).unwrap();
+        for i in 0..4 {
+            c.update(&mut s, &arg, Some(&col), None, i, 1).unwrap();
+        }
+        assert_eq!(c.output(&s).unwrap(), ScalarValue::Int32(Some(9)));
+        let AccState::Extreme(values) = &s else {
+            panic!("max keeps a multiset")
+        };
+        assert_eq!(values.len(), 1, "only the maximum is kept");
+        assert!(c.update(&mut s, &arg, Some(&col), None, 1, -1).is_err());
     }
 
     #[test]

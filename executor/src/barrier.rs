@@ -49,7 +49,7 @@ impl Barrier {
 }
 
 /// Event-time progress. Carried through the graph; windows and joins will use it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Watermark {
     pub column: usize,
     pub value: datafusion::common::ScalarValue,

@@ -187,6 +187,10 @@ pub(crate) async fn deploy_view(
     spec: ViewSpec,
     restore: Restore,
 ) -> Result<RelationRuntime> {
+    let mut spec = spec;
+    crate::append_only::mark(&mut spec.graph, |r| {
+        w.table_ref(r).is_some_and(|t| t.is_unstored())
+    });
     let graph = &spec.graph;
     let parallelism = spec.parallelism;
     let frags = &graph.fragments;
@@ -303,6 +307,13 @@ pub(crate) async fn deploy_view(
                                 replayed += chunks.iter().map(|c| c.len()).sum::<usize>();
                                 chunks
                             }
+                            // An unstored source keeps no rows: they are made again.
+                            None if !rel.store.keeps_rows() => w
+                                .table_ref(rel_name)
+                                .ok_or_else(|| {
+                                    ExecError::Internal(format!("{rel_name} is not a table"))
+                                })?
+                                .generated_contents()?,
                             None => split_inserts(&rel.store.snapshot()?),
                         };
                         (rel.publishers, snapshot)

@@ -21,12 +21,14 @@
 //! - [`supervisor`]: restarts failed jobs' regions per their restart strategy.
 //! - [`metrics`]: Prometheus metrics with Flink's names.
 //! - [`aggregate`] and [`operators`]: the operators; [`bytes`]: reading their encoded state.
+//! - [`append_only`]: which fragments only insert (their min / max keep one value).
 //!
 //! API for the layers above: `Runtime`, `RuntimeConfig`, `StreamGraph` and its specs,
 //! `StreamChunk`, `Op`, `ExecError`.
 
 pub mod actor;
 pub mod aggregate;
+pub mod append_only;
 pub mod barrier;
 pub mod bytes;
 pub mod checkpoint;

@@ -28,9 +28,11 @@ pub trait Operator: Send {
         self.process_chunk(chunk, out)
     }
 
-    /// Event-time progress; by default passed on unchanged.
-    fn process_watermark(&mut self, watermark: Watermark) -> Result<Option<Watermark>> {
-        Ok(Some(watermark))
+    /// Event-time progress; by default passed on unchanged. An operator may pass on
+    /// several (one watermark per output column that carries it: a projection keeping
+    /// both `window_start` and `window_end`) or none.
+    fn process_watermark(&mut self, watermark: Watermark) -> Result<Vec<Watermark>> {
+        Ok(vec![watermark])
     }
 
     /// A watermark from input `side` of a two-input operator (a join), combined over
@@ -39,7 +41,7 @@ pub trait Operator: Send {
         &mut self,
         _side: usize,
         watermark: Watermark,
-    ) -> Result<Option<Watermark>> {
+    ) -> Result<Vec<Watermark>> {
         self.process_watermark(watermark)
     }
 

@@ -404,6 +404,7 @@ impl Runtime {
         primary_key: Vec<usize>,
         log_path: &Path,
         restore: bool,
+        unstored: Option<crate::source::generated::GeneratedRows>,
     ) -> Result<Vec<StreamChunk>> {
         let started = std::time::Instant::now();
         let (log, entries) = TableLog::open(log_path)?;
@@ -434,11 +435,18 @@ impl Runtime {
                 source_positions = p;
             }
         }
-        let replay = crate::table_writer::decode_log_entries(name, &schema, entries)?;
+        // An unstored source's own contents are nothing: its range entries are skipped.
+        let replay = crate::table_writer::decode_log_entries(name, &schema, entries, None)?;
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let mut writer = TableWriter::new(id, name, schema.clone(), primary_key, log, tx)?;
         writer.set_source_positions(source_positions);
-        let store = Arc::new(RelationStore::new(name, schema)?);
+        let store = Arc::new(match unstored {
+            Some(generated) => {
+                writer.set_unstored(generated);
+                RelationStore::unstored(name, schema)?
+            }
+            None => RelationStore::new(name, schema)?,
+        });
         let uid = materialize_uid(name);
         let start = match &restored {
             Some(r) => {

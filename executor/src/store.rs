@@ -11,7 +11,7 @@
 
 use crate::barrier::Epoch;
 use crate::chunk::StreamChunk;
-use crate::error::Result;
+use crate::error::{ExecError, Result};
 use ahash::AHashMap as HashMap;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -224,6 +224,10 @@ struct StoreInner {
 pub struct RelationStore {
     name: String,
     inner: Mutex<StoreInner>,
+    /// False for an unstored source (`CREATE SOURCE` over a generator): its rows are a
+    /// function of their index and are regenerated where needed, never kept here, so
+    /// reading its contents is refused instead of answering with nothing.
+    keeps_rows: bool,
 }
 
 impl RelationStore {
@@ -237,7 +241,22 @@ impl RelationStore {
                 cached: None,
                 frozen: false,
             }),
+            keeps_rows: true,
         })
+    }
+
+    /// The store of an unstored source: nothing is staged, and a read is refused
+    /// (0A000) with a hint.
+    pub fn unstored(name: &str, schema: SchemaRef) -> Result<Self> {
+        Ok(Self {
+            keeps_rows: false,
+            ..Self::new(name, schema)?
+        })
+    }
+
+    /// False for an unstored source.
+    pub fn keeps_rows(&self) -> bool {
+        self.keeps_rows
     }
 
     pub fn name(&self) -> &str {
@@ -250,7 +269,7 @@ impl RelationStore {
 
     /// Called by a materialize actor at barrier `epoch` with its changes of that epoch.
     pub fn stage(&self, epoch: Epoch, chunks: Vec<StreamChunk>) {
-        if chunks.is_empty() {
+        if chunks.is_empty() || !self.keeps_rows {
             return;
         }
         let mut inner = self.inner.lock();
@@ -315,6 +334,15 @@ impl RelationStore {
 
     /// The committed contents. Cached until the next commit that changes them.
     pub fn snapshot(&self) -> Result<RecordBatch> {
+        if !self.keeps_rows {
+            return Err(ExecError::Rejected(
+                "0A000",
+                format!(
+                    "source \"{}\" does not keep its rows: query it through a materialized view, or declare it with CREATE TABLE ... WITH (connector = ...) to keep them",
+                    self.name
+                ),
+            ));
+        }
         let mut inner = self.inner.lock();
         if let Some(b) = &inner.cached {
             return Ok(b.clone());

@@ -19,6 +19,8 @@ use weir_storage::TableLog;
 
 /// Largest chunk a table source emits.
 pub const SOURCE_CHUNK_ROWS: usize = 8192;
+/// Generator indexes made per chunk when an unstored source backfills a new view.
+const BACKFILL_INDEXES: i64 = 50_000;
 
 pub struct PrimaryKey {
     pub columns: Vec<usize>,
@@ -40,6 +42,9 @@ pub struct TableWriter {
     upsert_index: Option<upsert::UpsertIndex>,
     /// The table's declared watermark (`WATERMARK FOR ...`), if any.
     watermark: Option<crate::watermark::WatermarkGenerator>,
+    /// Set for an unstored source: its log holds index ranges, not rows, and no row
+    /// is kept here; replays and backfills regenerate them.
+    generated: Option<crate::source::generated::GeneratedRows>,
 }
 
 #[path = "table_writer_upsert.rs"]
@@ -79,7 +84,42 @@ impl TableWriter {
             source_positions: SourcePositions::new(),
             upsert_index: None,
             watermark: None,
+            generated: None,
         })
+    }
+
+    /// Makes this table an unstored source of `generated` rows (see the field).
+    pub fn set_unstored(&mut self, generated: crate::source::generated::GeneratedRows) {
+        self.generated = Some(generated);
+    }
+
+    /// True for an unstored source.
+    pub fn is_unstored(&self) -> bool {
+        self.generated.is_some()
+    }
+
+    /// Every row an unstored source has produced so far, made again (a new view's
+    /// backfill), in chunks of one generator batch; empty for any other table.
+    pub fn generated_contents(&self) -> Result<Vec<StreamChunk>> {
+        let Some(g) = &self.generated else {
+            return Ok(vec![]);
+        };
+        let end = self
+            .source_positions
+            .get(g.position_key)
+            .copied()
+            .unwrap_or(0) as i64;
+        let mut out = Vec::new();
+        let mut from = 0;
+        while from < end {
+            let to = (from + BACKFILL_INDEXES).min(end);
+            let batch = (g.rows)(&self.schema, from, to)?;
+            if batch.num_rows() > 0 {
+                out.push(StreamChunk::inserts(batch));
+            }
+            from = to;
+        }
+        Ok(out)
     }
 
     /// Declares the table's watermark: after each write that inserts a newer
@@ -128,7 +168,7 @@ impl TableWriter {
     /// Log entries from `offset` on, decoded into change chunks (a source rewinding).
     pub fn read_log_from(&self, offset: u64) -> Result<Vec<StreamChunk>> {
         let entries = self.log.read_from(offset)?;
-        decode_log_entries(&self.name, &self.schema, entries)
+        decode_log_entries(&self.name, &self.schema, entries, self.generated.as_ref())
     }
 
     /// True when nothing was ever written to this table: only then may a savepoint
@@ -158,6 +198,10 @@ impl TableWriter {
 
     /// The latest contents, including writes not yet committed to any epoch.
     pub fn latest_batch(&self) -> Result<RecordBatch> {
+        if self.generated.is_some() {
+            // Only UPDATE and DELETE read it, and an unstored source takes neither.
+            return Err(self.unchangeable());
+        }
         self.latest.to_batch()
     }
 
@@ -208,9 +252,50 @@ impl TableWriter {
         result
     }
 
+    /// Writes the rows a generator made for indexes `from..to`. A stored table logs
+    /// and keeps them like any connector's; an unstored source logs only the range
+    /// (with the positions after it) and passes the rows on.
+    pub async fn write_generated(
+        &mut self,
+        from: i64,
+        to: i64,
+        batch: RecordBatch,
+        positions: SourcePositions,
+    ) -> Result<()> {
+        if self.generated.is_none() {
+            return self
+                .write_from_source(StreamChunk::inserts(batch), positions)
+                .await;
+        }
+        let mut merged = self.source_positions.clone();
+        merged.extend(positions);
+        let chunk = StreamChunk::inserts(batch).with_schema(self.schema.clone())?;
+        self.check_not_null(&chunk)?;
+        let range = weir_storage::codec::encode_generated_range(from, to);
+        self.log
+            .append(&weir_storage::source_positions::encode(&merged, &range)?)?;
+        self.source_positions = merged;
+        self.send_changes(chunk).await
+    }
+
     /// Validates, logs (unless replaying), applies and sends one change chunk.
     pub async fn write(&mut self, chunk: StreamChunk, replaying: bool) -> Result<()> {
+        if self.generated.is_some() {
+            // Its rows are regenerated from the logged ranges: a written row would be
+            // lost to every view that backfills later.
+            return Err(self.unchangeable());
+        }
         self.write_inner(chunk, replaying, None).await
+    }
+
+    fn unchangeable(&self) -> ExecError {
+        ExecError::Rejected(
+            "42809",
+            format!(
+                "cannot change source \"{}\": its rows come from its connector and are not stored",
+                self.name
+            ),
+        )
     }
 
     async fn write_inner(
@@ -254,6 +339,11 @@ impl TableWriter {
             }
             pk.keys.extend(added);
         }
+        self.send_changes(chunk).await
+    }
+
+    /// Sends one logged change chunk into the dataflow, then the watermark it moves.
+    async fn send_changes(&mut self, chunk: StreamChunk) -> Result<()> {
         // One statement is one log entry (atomic), but flows in bounded pieces so that
         // downstream exchanges and backpressure work on reasonably sized chunks.
         let n = chunk.len();
@@ -365,15 +455,27 @@ impl TableWriter {
     }
 }
 
-/// Decodes table-log entries into change chunks of the table's schema.
+/// Decodes table-log entries into change chunks of the table's schema. An unstored
+/// source's entries hold index ranges: with `generated` their rows are made again,
+/// without it (the table's own contents, which keep none of them) they are skipped.
 pub fn decode_log_entries(
     name: &str,
     schema: &SchemaRef,
     entries: Vec<weir_storage::table_log::LogEntry>,
+    generated: Option<&crate::source::generated::GeneratedRows>,
 ) -> Result<Vec<StreamChunk>> {
     let mut out = Vec::with_capacity(entries.len());
     for (_, payload) in entries {
         let (_, changes) = weir_storage::source_positions::split(&payload)?;
+        if let Some((from, to)) = weir_storage::codec::decode_generated_range(changes) {
+            if let Some(g) = generated {
+                let batch = (g.rows)(schema, from, to)?;
+                if batch.num_rows() > 0 {
+                    out.push(StreamChunk::inserts(batch));
+                }
+            }
+            continue;
+        }
         for (codes, batch) in weir_storage::codec::decode_change_batches(changes)? {
             if batch.num_rows() == 0 {
                 continue;

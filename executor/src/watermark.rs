@@ -5,8 +5,9 @@
 //! A watermark `w` on column `c` says: no row with `c < w` is expected any more. The
 //! generator is Flink's bounded-out-of-orderness strategy: the largest `c` inserted so
 //! far minus the declared delay, emitted after the chunk that raised it. An actor with
-//! several inputs passes on the minimum over its inputs (each input's own watermark
-//! only grows). Windows and joins will use it to close windows and purge state; today
+//! several inputs passes on the minimum over its inputs, per column (each input's
+//! own watermark only grows); a projection passes it to every output column that keeps
+//! the column or is a window bound of it. Windows and joins will use it to close windows and purge state; today
 //! it is observable as the `currentOutputWatermark` metric of each job.
 
 use crate::barrier::Watermark;
@@ -195,30 +196,50 @@ pub fn window_bound(expr: &Arc<dyn PhysicalExpr>, w: &Watermark) -> Option<Scala
     })
 }
 
-/// Combines the watermarks of an actor's inputs: the minimum over the inputs that are
-/// still open, once each of them has sent one.
+/// Combines the watermarks of an actor's inputs, per column: the minimum over the
+/// inputs that are still open, once each of them has sent one for that column.
 #[derive(Debug)]
 pub struct InputWatermarks {
+    inputs: usize,
+    columns: std::collections::BTreeMap<usize, ColumnWatermarks>,
+}
+
+#[derive(Debug)]
+struct ColumnWatermarks {
     per_input: Vec<Option<ScalarValue>>,
-    column: Option<usize>,
     emitted: Option<ScalarValue>,
 }
 
 impl InputWatermarks {
     pub fn new(inputs: usize) -> Self {
         Self {
-            per_input: vec![None; inputs],
-            column: None,
-            emitted: None,
+            inputs,
+            columns: Default::default(),
         }
     }
 
-    /// Records `w` from input `i`; returns the combined watermark if it advanced.
+    /// Records `w` from input `i`; returns the combined watermark of its column if it
+    /// advanced.
     pub fn observe(&mut self, i: usize, w: Watermark, open: &[bool]) -> Option<Watermark> {
-        self.column = Some(w.column);
+        let inputs = self.inputs;
+        let column = w.column;
+        let c = self
+            .columns
+            .entry(column)
+            .or_insert_with(|| ColumnWatermarks {
+                per_input: vec![None; inputs],
+                emitted: None,
+            });
+        c.observe(i, w.value, open)
+            .map(|value| Watermark { column, value })
+    }
+}
+
+impl ColumnWatermarks {
+    fn observe(&mut self, i: usize, value: ScalarValue, open: &[bool]) -> Option<ScalarValue> {
         let slot = &mut self.per_input[i];
-        if slot.as_ref().is_none_or(|old| w.value > *old) {
-            *slot = Some(w.value);
+        if slot.as_ref().is_none_or(|old| value > *old) {
+            *slot = Some(value);
         }
         let mut min: Option<&ScalarValue> = None;
         for (k, v) in self.per_input.iter().enumerate() {
@@ -235,10 +256,7 @@ impl InputWatermarks {
             return None;
         }
         self.emitted = Some(min.clone());
-        Some(Watermark {
-            column: self.column?,
-            value: min,
-        })
+        Some(min)
     }
 }
 
@@ -311,5 +329,22 @@ mod tests {
             c.observe(1, w(30), &open).is_none(),
             "input 0 holds it at 10"
         );
+    }
+
+    #[test]
+    fn columns_combine_separately() {
+        let w = |column: usize, v: i64| Watermark {
+            column,
+            value: ScalarValue::Int64(Some(v)),
+        };
+        let open = [true, true];
+        let mut c = InputWatermarks::new(2);
+        assert!(c.observe(0, w(0, 10), &open).is_none());
+        assert!(
+            c.observe(1, w(1, 50), &open).is_none(),
+            "column 1: input 0 has none"
+        );
+        assert_eq!(c.observe(1, w(0, 20), &open).unwrap(), w(0, 10));
+        assert_eq!(c.observe(0, w(1, 60), &open).unwrap(), w(1, 50));
     }
 }

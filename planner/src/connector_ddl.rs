@@ -1,8 +1,12 @@
 //! RisingWave's connector DDL, rewritten into what sqlparser reads:
 //!
-//! - `CREATE SOURCE s (...)` is `CREATE TABLE s (...)`: in Weir a source is a table fed
-//!   by its connector (its records are kept, as Materialize keeps source data), so
-//!   views over it recover like views over any table.
+//! - `CREATE SOURCE s (...)` is `CREATE TABLE s (...)` with the option
+//!   `"weir.source" = 'true'`: a source is a table fed by its connector. Over a
+//!   generator (`nexmark`, `datagen`) it keeps no rows (RisingWave's sources): its log
+//!   holds index ranges and views regenerate the rows they replay. Over Kafka its
+//!   records are kept, as Materialize keeps source data, so views over it recover like
+//!   views over any table.
+//! - `DROP SOURCE s` is `DROP TABLE s`.
 //! - Bare dotted keys in `WITH (...)` (`properties.bootstrap.server = '...'`) are quoted.
 //! - A trailing `FORMAT f ENCODE e [(k = v, ...)]` becomes the options
 //!   `"format" = 'f', "encode" = 'e'` (plus the encode options).
@@ -108,6 +112,16 @@ fn quote_key(item: &str) -> String {
 
 /// Rewrites connector DDL (see the module docs); other statements are returned as is.
 pub fn rewrite(sql: &str) -> String {
+    // `DROP SOURCE [IF EXISTS] s` drops the table a source is.
+    let (words, _) = scan(sql);
+    let lower = sql.to_ascii_lowercase();
+    if let [(a, b), (c, d), ..] = words[..] {
+        if &lower[a..b] == "drop" && &lower[c..d] == "source" {
+            let mut out = sql.to_string();
+            out.replace_range(c..d, "TABLE");
+            return out;
+        }
+    }
     let (sql, watermark) = strip_watermark(sql);
     rewrite_options(&sql, watermark)
 }
@@ -214,6 +228,9 @@ fn rewrite_options(sql: &str, watermark: Vec<String>) -> String {
     }
     for (name, what) in &includes {
         extra.push(format!("\"include.{name}\" = '{what}'"));
+    }
+    if word(1) == Some("source") {
+        extra.push("\"weir.source\" = 'true'".to_string());
     }
     // The WITH group: the first top-level group after the word `with`.
     let with_group = words
@@ -360,13 +377,19 @@ mod tests {
     }
 
     #[test]
+    fn drop_source_drops_its_table() {
+        assert_eq!(rewrite("DROP SOURCE IF EXISTS s"), "DROP TABLE IF EXISTS s");
+        assert_eq!(rewrite("drop source s"), "drop TABLE s");
+    }
+
+    #[test]
     fn risingwave_source_ddl() {
         let got = rewrite(
             "CREATE SOURCE s (id bigint, v text) WITH (connector = 'kafka', topic = 'a.b', properties.bootstrap.server = 'h:9092') FORMAT PLAIN ENCODE JSON",
         );
         assert_eq!(
             got,
-            "CREATE TABLE s (id bigint, v text) WITH (connector = 'kafka', topic = 'a.b', \"properties.bootstrap.server\" = 'h:9092', \"format\" = 'plain', \"encode\" = 'json') "
+            "CREATE TABLE s (id bigint, v text) WITH (connector = 'kafka', topic = 'a.b', \"properties.bootstrap.server\" = 'h:9092', \"format\" = 'plain', \"encode\" = 'json', \"weir.source\" = 'true') "
         );
     }
 

@@ -562,6 +562,8 @@ impl Builder<'_> {
                 output_type,
                 order,
                 delimiter,
+                // Set at deployment, which knows the inputs (executor `append_only`).
+                append_only: false,
             });
             canonical.push_str(&format!(";{a}"));
         }

@@ -50,6 +50,22 @@ fn options(ct: &CreateTable) -> SqlResult<BTreeMap<String, String>> {
     Ok(out)
 }
 
+/// The option the parser adds to `CREATE SOURCE` (see the planner's `connector_ddl`).
+const SOURCE_OPTION: &str = "weir.source";
+
+/// How an unstored source's rows are made again: `CREATE SOURCE` over a generator
+/// (`nexmark`, `datagen`) keeps no rows. `None` for a table, and for a Kafka source,
+/// whose records are kept (they could not be read again once the broker drops them).
+pub fn unstored_rows(
+    ct: &CreateTable,
+    connector: Option<&SourceSpec>,
+) -> SqlResult<Option<weir_executor::source::generated::GeneratedRows>> {
+    if !options(ct)?.contains_key(SOURCE_OPTION) {
+        return Ok(None);
+    }
+    Ok(connector.and_then(SourceSpec::generated_rows))
+}
+
 /// The table's connector, or `None` for a table written by SQL only. `columns` are the
 /// table's column names, for `INCLUDE ... AS name` metadata columns.
 pub fn source_spec(
@@ -59,6 +75,7 @@ pub fn source_spec(
     has_primary_key: bool,
 ) -> SqlResult<Option<SourceSpec>> {
     let mut o = options(ct)?;
+    o.remove(SOURCE_OPTION);
     if o.get("connector")
         .is_some_and(|c| c.eq_ignore_ascii_case("nexmark"))
     {

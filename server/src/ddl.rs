@@ -142,6 +142,7 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
     let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let connector = crate::connector::source_spec(ct, &name, &columns, !pk.is_empty())?;
     let watermark = crate::connector::watermark_spec(ct, &schema)?;
+    let unstored = crate::connector::unstored_rows(ct, connector.as_ref())?;
     let id = db.catalog.write().allocate_id();
     let log_path = db.table_log_path(id);
     // A fresh table starts with a fresh log (ids are never reused).
@@ -160,7 +161,16 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
     {
         let mut w = db.runtime().lock_writes().await;
         db.runtime()
-            .create_table(&mut w, id, &name, schema.clone(), pk, &log_path, false)
+            .create_table(
+                &mut w,
+                id,
+                &name,
+                schema.clone(),
+                pk,
+                &log_path,
+                false,
+                unstored,
+            )
             .await
             .map_err(SqlError::from)?;
         set_watermark(&mut w, &name, watermark)?;
@@ -209,15 +219,19 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<us
         _ => return Err(SqlError::internal("stored table DDL is not CREATE TABLE")),
     };
     let (schema, pk) = table_schema(db, &stmt).await?;
-    let (connector, watermark) = match stmt.as_ref() {
+    let (connector, watermark, unstored) = match stmt.as_ref() {
         Statement::CreateTable(ct) => {
             let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+            let connector =
+                crate::connector::source_spec(ct, &entry.name, &columns, !pk.is_empty())?;
+            let unstored = crate::connector::unstored_rows(ct, connector.as_ref())?;
             (
-                crate::connector::source_spec(ct, &entry.name, &columns, !pk.is_empty())?,
+                connector,
                 crate::connector::watermark_spec(ct, &schema)?,
+                unstored,
             )
         }
-        _ => (None, None),
+        _ => (None, None, None),
     };
     let rows = {
         let mut w = db.runtime().lock_writes().await;
@@ -231,6 +245,7 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<us
                 pk,
                 &db.table_log_path(entry.id),
                 true,
+                unstored,
             )
             .await
             .map_err(SqlError::from)?;

@@ -41,22 +41,27 @@ impl Operator for ExpandOperator {
 
     /// As a union of the projections would: the minimum of what each makes of it, when
     /// all of them keep it on the same column.
-    fn process_watermark(&mut self, w: Watermark) -> Result<Option<Watermark>> {
-        let mut combined: Option<Watermark> = None;
+    /// A column carries a watermark when every projection gives it one: the
+    /// smallest of them (each projection's rows are a separate stream merged here).
+    fn process_watermark(&mut self, w: Watermark) -> Result<Vec<Watermark>> {
+        let mut combined: Option<Vec<Watermark>> = None;
         for p in &mut self.projections {
-            let Some(mine) = p.process_watermark(w.clone())? else {
-                return Ok(None);
-            };
-            combined = match combined {
-                None => Some(mine),
-                Some(c) if c.column != mine.column => return Ok(None),
-                Some(c) => Some(Watermark {
-                    column: c.column,
-                    value: min_value(c.value, mine.value),
-                }),
-            };
+            let mine = p.process_watermark(w.clone())?;
+            combined = Some(match combined {
+                None => mine,
+                Some(c) => c
+                    .into_iter()
+                    .filter_map(|c| {
+                        let m = mine.iter().find(|m| m.column == c.column)?;
+                        Some(Watermark {
+                            column: c.column,
+                            value: min_value(c.value, m.value.clone()),
+                        })
+                    })
+                    .collect(),
+            });
         }
-        Ok(combined)
+        Ok(combined.unwrap_or_default())
     }
 }
 

@@ -221,16 +221,23 @@ impl Operator for HashAggOperator {
 
     /// Group keys come first in both input and output: a watermark on a key column
     /// stays at its position; one on any other column ends here.
-    fn process_watermark(&mut self, w: Watermark) -> Result<Option<Watermark>> {
+    /// A watermark on a group key passes on (the key keeps its position). Windows
+    /// close, or groups are cleaned, by the watermark of the first such key column
+    /// (`window_start` before `window_end`): each alone is a valid bound.
+    fn process_watermark(&mut self, w: Watermark) -> Result<Vec<Watermark>> {
         if w.column >= self.spec.group_types.len() {
-            return Ok(None);
+            return Ok(vec![]);
+        }
+        let closing = self.closed_below.as_ref().or(self.clean_pending.as_ref());
+        if closing.is_some_and(|(c, _)| *c < w.column) {
+            return Ok(vec![w]);
         }
         if self.spec.emit_on_window_close {
             self.closed_below = Some((w.column, w.value.clone()));
         } else if self.spec.clean_by_watermark {
             self.clean_pending = Some((w.column, w.value.clone()));
         }
-        Ok(Some(w))
+        Ok(vec![w])
     }
 
     fn process_chunk(&mut self, chunk: StreamChunk, _out: &mut Vec<StreamChunk>) -> Result<()> {

@@ -383,8 +383,10 @@ impl HashJoinOperator {
             .collect())
     }
 
-    /// Drops both sides' rows whose key `k` is below `below`.
-    fn clean_below(&mut self, k: usize, below: &ScalarValue) -> Result<()> {
+    /// Drops both sides' rows whose key `k` is below `below`, for any of `moved`'s
+    /// `(k, below)` (one pass over the state: `window_start` and `window_end` keys
+    /// usually move together).
+    fn clean_below(&mut self, moved: &[(usize, ScalarValue)]) -> Result<()> {
         let Some(conv) = &self.key_converter else {
             return Ok(());
         };
@@ -396,7 +398,11 @@ impl HashJoinOperator {
             }
             let parser = conv.parser();
             let cols = conv.convert_rows(keys.iter().map(|key| parser.parse(key)))?;
-            let late = crate::watermark::below_mask(&cols[k], below)?;
+            let mut late = crate::watermark::below_mask(&cols[moved[0].0], &moved[0].1)?;
+            for (k, below) in &moved[1..] {
+                let more = crate::watermark::below_mask(&cols[*k], below)?;
+                late = arrow::compute::or(&late, &more)?;
+            }
             for (i, key) in keys.iter().enumerate() {
                 if late.value(i) {
                     state.remove(key);
@@ -703,23 +709,24 @@ impl Operator for HashJoinOperator {
 
     /// Watermarks are not passed on (output rows below one could still be emitted
     /// until the next barrier cleans state); watermarks on key columns clean state.
-    fn process_watermark(&mut self, _w: Watermark) -> Result<Option<Watermark>> {
-        Ok(None)
+    fn process_watermark(&mut self, _w: Watermark) -> Result<Vec<Watermark>> {
+        Ok(vec![])
     }
 
-    fn process_watermark_from(&mut self, side: usize, w: Watermark) -> Result<Option<Watermark>> {
+    fn process_watermark_from(&mut self, side: usize, w: Watermark) -> Result<Vec<Watermark>> {
         if side < 2 {
             self.key_watermarks.observe(side, &w);
             self.interval_watermarks.observe(side, &w);
         }
-        Ok(None)
+        Ok(vec![])
     }
 
     /// Output goes out as it is computed; a barrier ends the state's changes, after
     /// state behind the key watermarks is dropped.
     fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Vec<StreamChunk>) -> Result<()> {
-        for (k, below) in self.key_watermarks.advance() {
-            self.clean_below(k, &below)?;
+        let moved = self.key_watermarks.advance();
+        if !moved.is_empty() {
+            self.clean_below(&moved)?;
         }
         for (bound, s, col, ms) in self.interval_watermarks.advance() {
             self.clean_rows_below(bound, s, col, ms)?;

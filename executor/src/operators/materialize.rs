@@ -22,6 +22,8 @@ pub struct MaterializeOperator {
     uid: String,
     /// Off when the job never checkpoints: then no delta is kept.
     track_changes: bool,
+    /// The column whose watermark the `currentOutputWatermark` metric shows.
+    metric_column: Option<usize>,
 }
 
 /// The uid of a table's stored rows (a view's is its graph's `output_uid`).
@@ -39,6 +41,7 @@ impl MaterializeOperator {
             epoch_checkpointed: 0,
             since_checkpoint: Vec::new(),
             track_changes,
+            metric_column: None,
         }
     }
 }
@@ -51,20 +54,30 @@ impl Operator for MaterializeOperator {
     fn process_chunk(&mut self, chunk: StreamChunk, out: &mut Vec<StreamChunk>) -> Result<()> {
         // Give the rows the relation's column names.
         let chunk = chunk.with_schema(self.schema.clone())?;
+        if !self.store.keeps_rows() {
+            // An unstored source passes its rows on and keeps none of them.
+            out.push(chunk);
+            return Ok(());
+        }
         self.epoch_changes.push(chunk.clone());
         out.push(chunk);
         Ok(())
     }
 
     /// Watermarks that reach a relation's rows are its output watermark (a metric).
-    fn process_watermark(&mut self, w: Watermark) -> Result<Option<Watermark>> {
+    /// With watermarks on several columns, the metric follows the first of them.
+    fn process_watermark(&mut self, w: Watermark) -> Result<Vec<Watermark>> {
+        if self.metric_column.is_some_and(|c| c < w.column) {
+            return Ok(vec![w]);
+        }
+        self.metric_column = Some(w.column);
         if let Some(ms) = crate::watermark::millis(&w) {
             crate::metrics::metrics()
                 .output_watermark
                 .with_label_values(&[self.store.name()])
                 .set(ms);
         }
-        Ok(Some(w))
+        Ok(vec![w])
     }
 
     fn on_barrier(&mut self, barrier: &Barrier, _out: &mut Vec<StreamChunk>) -> Result<()> {
@@ -80,6 +93,9 @@ impl Operator for MaterializeOperator {
     }
 
     fn snapshot(&mut self, _epoch: Epoch) -> Result<Vec<StateDelta>> {
+        if !self.store.keeps_rows() {
+            return Ok(vec![]);
+        }
         let mut taken = std::mem::take(&mut self.since_checkpoint);
         if self.track_changes {
             // An unaligned cut falls inside an epoch: its changes so far belong to it.

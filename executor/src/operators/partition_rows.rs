@@ -321,8 +321,8 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
 
     /// Watermarks stop here: a delete can refill a top, or change a window value, with
     /// rows older than any watermark.
-    fn process_watermark(&mut self, _w: Watermark) -> Result<Option<Watermark>> {
-        Ok(None)
+    fn process_watermark(&mut self, _w: Watermark) -> Result<Vec<Watermark>> {
+        Ok(vec![])
     }
 
     fn on_barrier(&mut self, _barrier: &Barrier, out: &mut Vec<StreamChunk>) -> Result<()> {

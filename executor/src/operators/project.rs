@@ -44,24 +44,26 @@ impl Operator for ProjectOperator {
         Ok(())
     }
 
-    /// The watermark follows its column to the first output that is a window bound of
-    /// it (`date_bin(size, ts) ± interval`, what TUMBLE and HOP compute: the aggregation
-    /// grouping by `window_start` needs it to close windows), else to the first output
-    /// that passes it through unchanged; a projection that drops the column drops the
-    /// watermark.
-    fn process_watermark(&mut self, w: Watermark) -> Result<Option<Watermark>> {
+    /// The watermark follows its column to every output that passes it through
+    /// unchanged or is a window bound of it (`date_bin(size, ts) ± interval`, what
+    /// TUMBLE and HOP compute: an aggregation grouping by `window_start` needs it to
+    /// close windows, and a join bounded by `window_end` to clean its state); a
+    /// projection that drops the column drops the watermark.
+    fn process_watermark(&mut self, w: Watermark) -> Result<Vec<Watermark>> {
+        let mut out = Vec::new();
         for (column, e) in self.exprs.iter().enumerate() {
             if let Some(value) = crate::watermark::window_bound(e, &w) {
-                return Ok(Some(Watermark { column, value }));
+                out.push(Watermark { column, value });
+            } else if e
+                .downcast_ref::<datafusion::physical_expr::expressions::Column>()
+                .is_some_and(|c| c.index() == w.column)
+            {
+                out.push(Watermark {
+                    column,
+                    value: w.value.clone(),
+                });
             }
         }
-        Ok(self
-            .exprs
-            .iter()
-            .position(|e| {
-                e.downcast_ref::<datafusion::physical_expr::expressions::Column>()
-                    .is_some_and(|c| c.index() == w.column)
-            })
-            .map(|column| Watermark { column, ..w }))
+        Ok(out)
     }
 }

@@ -141,9 +141,16 @@ pub fn spawn(rt: &Arc<Runtime>, spec: DatagenSpec) -> Result<()> {
         ),
         max_per_second: spec.rows_per_second,
     };
-    crate::source::generated::spawn(rt, run, move |schema, from, to| {
-        rows(&spec, schema, from, to)
-    })
+    crate::source::generated::spawn(rt, run, generated_rows(&spec).rows)
+}
+
+/// The spec's rows function, for generating and for regenerating an unstored source.
+pub fn generated_rows(spec: &DatagenSpec) -> crate::source::generated::GeneratedRows {
+    let spec = spec.clone();
+    crate::source::generated::GeneratedRows {
+        rows: Arc::new(move |schema, from, to| rows(&spec, schema, from, to)),
+        position_key: POSITION_KEY,
+    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,11 @@
 //! written with the position after it in one logged entry, exactly like a Kafka
 //! table's offsets: after a crash generation resumes at the first index not logged and
 //! produces the same rows again (no duplicate, no gap).
+//!
+//! An unstored source (`CREATE SOURCE` over a generator) logs only the index range of
+//! each batch, not its rows: a view replaying the log from its checkpoint's position,
+//! or a new view backfilling, makes the rows again with the same [`GeneratedRows`].
 
-use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
 use crate::runtime::Runtime;
 use arrow::array::RecordBatch;
@@ -12,6 +15,18 @@ use arrow::datatypes::SchemaRef;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use weir_storage::source_positions::SourcePositions;
+
+/// The rows of a generator at indexes `from..to`, in the table's schema: a pure
+/// function of the index.
+pub type RowsFn = Arc<dyn Fn(&SchemaRef, i64, i64) -> Result<RecordBatch> + Send + Sync>;
+
+/// What makes an unstored source's rows again: its rows function and the key of its
+/// next index among the table's logged positions.
+#[derive(Clone)]
+pub struct GeneratedRows {
+    pub rows: RowsFn,
+    pub position_key: &'static str,
+}
 
 /// One generator's table and pace.
 pub struct Run {
@@ -28,10 +43,7 @@ pub struct Run {
 
 /// Starts a thread that writes `rows(schema, from, to)` batches into the table; it stops
 /// when the table is dropped or `total` is reached.
-pub fn spawn<F>(rt: &Arc<Runtime>, run: Run, rows: F) -> Result<()>
-where
-    F: Fn(&SchemaRef, i64, i64) -> Result<RecordBatch> + Send + 'static,
-{
+pub fn spawn(rt: &Arc<Runtime>, run: Run, rows: RowsFn) -> Result<()> {
     rt.note_connector(&run.table);
     let weak = Arc::downgrade(rt);
     let handle = tokio::runtime::Handle::current();
@@ -49,15 +61,12 @@ where
     Ok(())
 }
 
-fn generate<F>(
+fn generate(
     rt: &Weak<Runtime>,
     handle: &tokio::runtime::Handle,
     run: &Run,
-    rows: F,
-) -> Result<()>
-where
-    F: Fn(&SchemaRef, i64, i64) -> Result<RecordBatch>,
-{
+    rows: RowsFn,
+) -> Result<()> {
     let (schema, mut next) = {
         let Some(rt) = rt.upgrade() else {
             return Ok(());
@@ -90,10 +99,7 @@ where
         let written = handle.block_on(async {
             let mut w = rt.lock_writes().await;
             let t = w.table(&run.table)?;
-            Some(
-                t.write_from_source(StreamChunk::inserts(batch), positions)
-                    .await,
-            )
+            Some(t.write_generated(next, end, batch, positions).await)
         });
         match written {
             None => return Ok(()),

@@ -38,6 +38,18 @@ pub fn spawn(rt: &std::sync::Arc<crate::Runtime>, spec: SourceSpec) -> crate::Re
     }
 }
 
+impl SourceSpec {
+    /// How a generator's rows are made again (for an unstored source); `None` for a
+    /// Kafka source, whose records exist only once.
+    pub fn generated_rows(&self) -> Option<generated::GeneratedRows> {
+        match self {
+            SourceSpec::Kafka(_) => None,
+            SourceSpec::Nexmark(n) => Some(nexmark::generated_rows(n)),
+            SourceSpec::Datagen(d) => Some(datagen::generated_rows(d)),
+        }
+    }
+}
+
 /// What to do with a record that cannot be decoded into the table's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BadRecordPolicy {

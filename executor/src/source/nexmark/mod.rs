@@ -16,6 +16,7 @@ pub mod queries;
 
 use crate::error::Result;
 use crate::runtime::Runtime;
+use crate::source::generated::GeneratedRows;
 use arrow::array::{
     ArrayRef, Int64Builder, RecordBatch, StringBuilder, TimestampMillisecondBuilder,
 };
@@ -201,6 +202,15 @@ pub fn rows(spec: &NexmarkSpec, schema: &SchemaRef, from: i64, to: i64) -> Resul
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
+/// The spec's rows function, for generating and for regenerating an unstored source.
+pub fn generated_rows(spec: &NexmarkSpec) -> GeneratedRows {
+    let spec = spec.clone();
+    GeneratedRows {
+        rows: Arc::new(move |schema, from, to| rows(&spec, schema, from, to)),
+        position_key: POSITION_KEY,
+    }
+}
+
 /// Starts generating into `spec.table` (see [`crate::source::generated`]).
 pub fn spawn(rt: &Arc<Runtime>, spec: NexmarkSpec) -> Result<()> {
     let run = crate::source::generated::Run {
@@ -210,7 +220,5 @@ pub fn spawn(rt: &Arc<Runtime>, spec: NexmarkSpec) -> Result<()> {
         batch: BATCH_EVENTS,
         max_per_second: spec.max_events_per_second,
     };
-    crate::source::generated::spawn(rt, run, move |schema, from, to| {
-        rows(&spec, schema, from, to)
-    })
+    crate::source::generated::spawn(rt, run, generated_rows(&spec).rows)
 }

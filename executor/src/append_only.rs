@@ -1,0 +1,44 @@
+//! Append-only streams: which fragments of a graph can only ever emit inserts, so that
+//! their aggregations may keep less state.
+//!
+//! A relation is append-only when nothing can delete from it: an unstored generator
+//! source (it refuses DML). Filters, projections and expansions keep the property; an
+//! inner join of two append-only inputs keeps it (a new row only ever adds matches,
+//! and cleaning by watermark drops state without retracting output); an `EMIT ON
+//! WINDOW CLOSE` aggregation emits each window once, as an insert. Anything else (an
+//! updating aggregation, an outer or anti join, Top-N, OVER windows) may retract.
+//!
+//! What it buys: `min` / `max` over an append-only input keep one value per group
+//! instead of the multiset of every value (Nexmark q4's and q7's `max(price)`).
+
+use crate::graph::{FragmentInput, OperatorSpec, StreamGraph};
+use crate::operators::hash_join::JoinKind;
+use std::collections::HashMap;
+
+/// Marks the aggregate calls whose input is append-only (`AggCall::append_only`).
+/// `append_only_relation` says which relations the graph reads are.
+pub fn mark(graph: &mut StreamGraph, append_only_relation: impl Fn(&str) -> bool) {
+    let mut output: HashMap<usize, bool> = HashMap::new();
+    for frag in &mut graph.fragments {
+        let mut current = frag.inputs.iter().all(|input| match input {
+            FragmentInput::Relation(name) => append_only_relation(name),
+            FragmentInput::Fragment { id, .. } => output.get(id).copied().unwrap_or(false),
+        });
+        for op in &mut frag.chain {
+            current = match op {
+                OperatorSpec::Filter { .. }
+                | OperatorSpec::Project { .. }
+                | OperatorSpec::Expand { .. } => current,
+                OperatorSpec::HashJoin(j) => current && j.kind == JoinKind::Inner,
+                OperatorSpec::HashAgg(a) => {
+                    for call in &mut a.calls {
+                        call.append_only = current;
+                    }
+                    current && a.emit_on_window_close
+                }
+                OperatorSpec::TopN(_) | OperatorSpec::OverWindow(_) => false,
+            };
+        }
+        output.insert(frag.id, current);
+    }
+}
