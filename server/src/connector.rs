@@ -179,7 +179,8 @@ fn datagen_spec(
 /// (event-time events per second, default 10,000, Nexmark's), `nexmark.base.time`
 /// (ms since the epoch of event 0; default 2024-01-01 00:00:00 UTC, fixed so that the
 /// events are the same after every restart), `nexmark.max.events.per.second` (wall
-/// clock; default unthrottled).
+/// clock; default unthrottled), `nexmark.split.num` (RisingWave's: threads that
+/// generate in parallel, 1 to 64; default 1; the rows and their order are the same).
 fn nexmark_spec(
     mut o: BTreeMap<String, String>,
     table: &str,
@@ -214,6 +215,15 @@ fn nexmark_spec(
     let event_rate = number(&mut o, "nexmark.event.rate")?.unwrap_or(10_000.0);
     let base_time_ms = number(&mut o, "nexmark.base.time")?.map_or(1_704_067_200_000, |n| n as i64);
     let max_events_per_second = number(&mut o, "nexmark.max.events.per.second")?;
+    let splits = match number(&mut o, "nexmark.split.num")? {
+        None => 1,
+        Some(n) if n.fract() == 0.0 && n <= 64.0 => n as usize,
+        Some(n) => {
+            return Err(invalid(format!(
+                "nexmark.split.num must be a whole number from 1 to 64, not {n}"
+            )))
+        }
+    };
     if let Some(k) = o.keys().next() {
         return Err(invalid(format!("unknown nexmark connector option \"{k}\"")));
     }
@@ -238,6 +248,7 @@ fn nexmark_spec(
         },
         max_events_per_second,
         fields,
+        splits,
     })
 }
 

@@ -4,7 +4,8 @@
 //! finished (backfilled by regenerating) must all equal the same queries over a stored
 //! twin (`CREATE TABLE` with the same connector and options: the generator is
 //! deterministic by index, so the twin holds exactly the source's rows). Reading or
-//! writing the source directly is refused with a clear error.
+//! writing the source directly is refused with a clear error. The source generates
+//! with two threads (`nexmark.split.num`), the twin with one: the same rows.
 
 use std::time::Duration;
 use weir_sql_tests::query::{error_code, rows, value, wait_until};
@@ -35,7 +36,7 @@ async fn unstored_sources_regenerate_rows_for_views_and_recovery() {
         .replace("FROM bid B", "FROM bid_ref B");
     assert_ne!(q7, q7_ref);
     c.batch_execute(&format!(
-        "CREATE SOURCE bid ({BID}, {wm}) WITH ({opts}, nexmark.max.events.per.second = '100000');
+        "CREATE SOURCE bid ({BID}, {wm}) WITH ({opts}, nexmark.max.events.per.second = '100000', nexmark.split.num = '2');
          CREATE TABLE bid_ref ({BID}) WITH ({opts});
          CREATE MATERIALIZED VIEW per_auction AS
            SELECT auction, count(*) AS n, max(price) AS top FROM bid GROUP BY auction;

@@ -140,6 +140,7 @@ pub fn spawn(rt: &Arc<Runtime>, spec: DatagenSpec) -> Result<()> {
                 .map_or(BATCH_ROWS, |r| (r as i64).max(1)),
         ),
         max_per_second: spec.rows_per_second,
+        splits: 1,
     };
     crate::source::generated::spawn(rt, run, generated_rows(&spec).rows)
 }

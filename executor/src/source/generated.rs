@@ -12,7 +12,8 @@ use crate::error::{ExecError, Result};
 use crate::runtime::Runtime;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 use weir_storage::source_positions::SourcePositions;
 
@@ -39,25 +40,72 @@ pub struct Run {
     pub batch: i64,
     /// Wall-clock pace in indexes per second; `None`: as fast as possible.
     pub max_per_second: Option<f64>,
+    /// Threads that generate batches in parallel (`nexmark.split.num`); their batches
+    /// are still written one after the other, in index order, so the log and the
+    /// position stay those of one generator.
+    pub splits: usize,
 }
 
-/// Starts a thread that writes `rows(schema, from, to)` batches into the table; it stops
-/// when the table is dropped or `total` is reached.
+/// Whose batch is written next: batch `k` of the run covers indexes
+/// `first + k * batch ..`, and split `k % splits` makes it.
+struct Turn {
+    next: Mutex<u64>,
+    moved: Condvar,
+    /// Set when a split stops early (the table was dropped, or it failed): the others
+    /// stop instead of waiting for a batch that will never be written.
+    stopped: AtomicBool,
+}
+
+impl Turn {
+    /// Waits until batch `k` may be written; false when the run stopped.
+    fn wait_for(&self, k: u64) -> bool {
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        while *next != k && !self.stopped.load(Ordering::Acquire) {
+            next = self.moved.wait(next).unwrap_or_else(|e| e.into_inner());
+        }
+        !self.stopped.load(Ordering::Acquire)
+    }
+
+    fn done(&self, k: u64) {
+        *self.next.lock().unwrap_or_else(|e| e.into_inner()) = k + 1;
+        self.moved.notify_all();
+    }
+
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        let _guard = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        self.moved.notify_all();
+    }
+}
+
+/// Starts `run.splits` threads that write `rows(schema, from, to)` batches into the
+/// table; they stop when the table is dropped or `total` is reached.
 pub fn spawn(rt: &Arc<Runtime>, run: Run, rows: RowsFn) -> Result<()> {
     rt.note_connector(&run.table);
-    let weak = Arc::downgrade(rt);
-    let handle = tokio::runtime::Handle::current();
-    std::thread::Builder::new()
-        .name(format!("generate-{}", run.table))
-        .spawn(move || {
-            if let Err(e) = generate(&weak, &handle, &run, rows) {
-                tracing::error!(table = %run.table, error = %e, "generator stopped");
-                if let Some(rt) = weak.upgrade() {
-                    rt.fail_source(&run.table, &e.to_string());
+    let run = Arc::new(run);
+    let turn = Arc::new(Turn {
+        next: Mutex::new(0),
+        moved: Condvar::new(),
+        stopped: AtomicBool::new(false),
+    });
+    for split in 0..run.splits.max(1) {
+        let weak = Arc::downgrade(rt);
+        let handle = tokio::runtime::Handle::current();
+        let (run, turn, rows) = (run.clone(), turn.clone(), rows.clone());
+        std::thread::Builder::new()
+            .name(format!("generate-{}-{split}", run.table))
+            .spawn(move || {
+                let result = generate(&weak, &handle, &run, &rows, split as u64, &turn);
+                if let Err(e) = result {
+                    turn.stop();
+                    tracing::error!(table = %run.table, error = %e, "generator stopped");
+                    if let Some(rt) = weak.upgrade() {
+                        rt.fail_source(&run.table, &e.to_string());
+                    }
                 }
-            }
-        })
-        .map_err(|e| ExecError::Internal(format!("cannot start the generator: {e}")))?;
+            })
+            .map_err(|e| ExecError::Internal(format!("cannot start the generator: {e}")))?;
+    }
     Ok(())
 }
 
@@ -65,14 +113,18 @@ fn generate(
     rt: &Weak<Runtime>,
     handle: &tokio::runtime::Handle,
     run: &Run,
-    rows: RowsFn,
+    rows: &RowsFn,
+    split: u64,
+    turn: &Turn,
 ) -> Result<()> {
-    let (schema, mut next) = {
+    let (schema, first) = {
         let Some(rt) = rt.upgrade() else {
+            turn.stop();
             return Ok(());
         };
         let mut w = handle.block_on(rt.lock_writes());
         let Some(t) = w.table(&run.table) else {
+            turn.stop();
             return Ok(());
         };
         (
@@ -84,30 +136,42 @@ fn generate(
         )
     };
     let started = Instant::now();
-    let first = next;
+    let splits = run.splits.max(1) as u64;
+    let mut k = split;
     loop {
+        let from = first + k as i64 * run.batch;
         let end = match run.total {
-            Some(total) if next >= total => return Ok(()),
-            Some(total) => (next + run.batch).min(total),
-            None => next + run.batch,
+            // Later batches start later still: every split ends here in turn.
+            Some(total) if from >= total => return Ok(()),
+            Some(total) => (from + run.batch).min(total),
+            None => from + run.batch,
         };
-        let batch = rows(&schema, next, end)?;
+        let batch = rows(&schema, from, end)?;
         let positions = SourcePositions::from([(run.position_key.to_string(), end as u64)]);
+        if !turn.wait_for(k) {
+            return Ok(());
+        }
         let Some(rt) = rt.upgrade() else {
+            turn.stop();
             return Ok(());
         };
         let written = handle.block_on(async {
             let mut w = rt.lock_writes().await;
             let t = w.table(&run.table)?;
-            Some(t.write_generated(next, end, batch, positions).await)
+            Some(t.write_generated(from, end, batch, positions).await)
         });
         match written {
-            None => return Ok(()),
+            // The table was dropped.
+            None => {
+                turn.stop();
+                return Ok(());
+            }
             Some(r) => r?,
         }
-        next = end;
+        turn.done(k);
+        k += splits;
         if let Some(rate) = run.max_per_second {
-            let due = Duration::from_secs_f64((next - first) as f64 / rate);
+            let due = Duration::from_secs_f64((end - first) as f64 / rate);
             if let Some(wait) = due.checked_sub(started.elapsed()) {
                 std::thread::sleep(wait);
             }

@@ -110,6 +110,8 @@ pub struct NexmarkSpec {
     pub max_events_per_second: Option<f64>,
     /// The field of each table column, in column order.
     pub fields: Vec<Field>,
+    /// `nexmark.split.num`: threads generating in parallel (see `generated::Run`).
+    pub splits: usize,
 }
 
 enum Builder {
@@ -219,6 +221,7 @@ pub fn spawn(rt: &Arc<Runtime>, spec: NexmarkSpec) -> Result<()> {
         total: spec.events,
         batch: BATCH_EVENTS,
         max_per_second: spec.max_events_per_second,
+        splits: spec.splits,
     };
     crate::source::generated::spawn(rt, run, generated_rows(&spec).rows)
 }
