@@ -112,8 +112,20 @@ pub async fn run(
             ));
         }
     }
+    // Checkpoints the sink's job completed during the run (a run shorter than the
+    // 10 s interval takes none).
+    let checkpoints = db
+        .runtime()
+        .checkpoints
+        .history()
+        .iter()
+        .filter(|r| {
+            r.job_name == name
+                && r.status == weir_executor::checkpoint::stats::CheckpointStatus::Completed
+        })
+        .count();
     println!(
-        "nexmark {name}: events={events} parallelism={parallelism} seconds={took:.2} events_per_s={:.0} cpu_seconds={cpu:.2} events_per_cpu_second={:.0} sink_records={sink_records} peak_rss_mb={}",
+        "nexmark {name}: events={events} parallelism={parallelism} seconds={took:.2} events_per_s={:.0} cpu_seconds={cpu:.2} events_per_cpu_second={:.0} sink_records={sink_records} checkpoints={checkpoints} peak_rss_mb={}",
         events as f64 / took,
         events as f64 / cpu.max(1e-9),
         crate::bench::peak_rss_bytes().map(|b| b / (1024 * 1024)).unwrap_or(0),

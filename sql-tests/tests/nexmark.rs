@@ -134,8 +134,14 @@ async fn nexmark_tables_views_and_exactly_once_generation() {
             "22023",
         ),
         (table("x1", BID, "bid", ", nexmark.speed = '1'"), "22023"),
-        (table("x1", BID, "bid", ", nexmark.split.num = '0'"), "22023"),
-        (table("x1", BID, "bid", ", nexmark.split.num = '1.5'"), "22023"),
+        (
+            table("x1", BID, "bid", ", nexmark.split.num = '0'"),
+            "22023",
+        ),
+        (
+            table("x1", BID, "bid", ", nexmark.split.num = '1.5'"),
+            "22023",
+        ),
     ] {
         assert_eq!(error_code(&c, &sql).await, code, "{sql}");
     }

@@ -162,6 +162,21 @@ async fn unstored_sources_regenerate_rows_for_views_and_recovery() {
         sorted(&c, "SELECT * FROM some_bids").await,
         sorted(&c, q_some).await
     );
+    // A savepoint holds the views' state and the source's position (no rows); a
+    // restore replays the ranges after it, regenerating them.
+    c.batch_execute("SAVEPOINT sp").await.unwrap();
+    c.batch_execute("RESTORE ALL FROM SAVEPOINT sp")
+        .await
+        .unwrap();
+    assert_eq!(value(&c, "SELECT sum(n) FROM per_auction").await, "276000");
+    assert_eq!(
+        sorted(&c, "SELECT * FROM per_bidder").await,
+        sorted(
+            &c,
+            "SELECT bidder, count(*) AS n FROM bid_ref GROUP BY bidder"
+        )
+        .await
+    );
     // DROP SOURCE: refused while a view reads it, then done.
     assert_eq!(error_code(&c, "DROP SOURCE seq").await, "2BP01");
     c.batch_execute("DROP MATERIALIZED VIEW seq_sum; DROP SOURCE seq")

@@ -79,62 +79,97 @@ impl Turn {
 }
 
 /// Starts `run.splits` threads that write `rows(schema, from, to)` batches into the
-/// table; they stop when the table is dropped or `total` is reached.
+/// table; they stop when the table is dropped or `total` is reached. The first reads
+/// where the table stands once, for all of them: every split must count its batches
+/// from the same index.
 pub fn spawn(rt: &Arc<Runtime>, run: Run, rows: RowsFn) -> Result<()> {
     rt.note_connector(&run.table);
-    let run = Arc::new(run);
-    let turn = Arc::new(Turn {
-        next: Mutex::new(0),
-        moved: Condvar::new(),
-        stopped: AtomicBool::new(false),
-    });
-    for split in 0..run.splits.max(1) {
-        let weak = Arc::downgrade(rt);
-        let handle = tokio::runtime::Handle::current();
-        let (run, turn, rows) = (run.clone(), turn.clone(), rows.clone());
-        std::thread::Builder::new()
-            .name(format!("generate-{}-{split}", run.table))
-            .spawn(move || {
-                let result = generate(&weak, &handle, &run, &rows, split as u64, &turn);
-                if let Err(e) = result {
-                    turn.stop();
-                    tracing::error!(table = %run.table, error = %e, "generator stopped");
-                    if let Some(rt) = weak.upgrade() {
-                        rt.fail_source(&run.table, &e.to_string());
-                    }
+    let weak = Arc::downgrade(rt);
+    let handle = tokio::runtime::Handle::current();
+    std::thread::Builder::new()
+        .name(format!("generate-{}", run.table))
+        .spawn(move || {
+            let result = match start(&weak, &handle, &run) {
+                Some((schema, first)) => {
+                    generate_splits(&weak, &handle, &run, &rows, &schema, first)
                 }
-            })
-            .map_err(|e| ExecError::Internal(format!("cannot start the generator: {e}")))?;
-    }
+                None => Ok(()),
+            };
+            if let Err(e) = result {
+                tracing::error!(table = %run.table, error = %e, "generator stopped");
+                if let Some(rt) = weak.upgrade() {
+                    rt.fail_source(&run.table, &e.to_string());
+                }
+            }
+        })
+        .map_err(|e| ExecError::Internal(format!("cannot start the generator: {e}")))?;
     Ok(())
 }
 
+/// The table's schema and the next index to generate (`None`: the table is gone).
+fn start(
+    rt: &Weak<Runtime>,
+    handle: &tokio::runtime::Handle,
+    run: &Run,
+) -> Option<(SchemaRef, i64)> {
+    let rt = rt.upgrade()?;
+    let mut w = handle.block_on(rt.lock_writes());
+    let t = w.table(&run.table)?;
+    Some((
+        t.schema.clone(),
+        t.source_positions()
+            .get(run.position_key)
+            .copied()
+            .unwrap_or(0) as i64,
+    ))
+}
+
+/// Runs every split (this thread is split 0) until all have ended; the first error.
+fn generate_splits(
+    rt: &Weak<Runtime>,
+    handle: &tokio::runtime::Handle,
+    run: &Run,
+    rows: &RowsFn,
+    schema: &SchemaRef,
+    first: i64,
+) -> Result<()> {
+    let turn = Turn {
+        next: Mutex::new(0),
+        moved: Condvar::new(),
+        stopped: AtomicBool::new(false),
+    };
+    let splits = run.splits.max(1) as u64;
+    let one = |split: u64| {
+        let result = generate(rt, handle, run, rows, schema, first, split, &turn);
+        if result.is_err() {
+            turn.stop();
+        }
+        result
+    };
+    std::thread::scope(|scope| {
+        let others: Vec<_> = (1..splits).map(|s| scope.spawn(move || one(s))).collect();
+        let mut result = one(0);
+        for h in others {
+            let r = h
+                .join()
+                .unwrap_or_else(|_| Err(ExecError::Internal("a generator split panicked".into())));
+            result = result.and(r);
+        }
+        result
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
 fn generate(
     rt: &Weak<Runtime>,
     handle: &tokio::runtime::Handle,
     run: &Run,
     rows: &RowsFn,
+    schema: &SchemaRef,
+    first: i64,
     split: u64,
     turn: &Turn,
 ) -> Result<()> {
-    let (schema, first) = {
-        let Some(rt) = rt.upgrade() else {
-            turn.stop();
-            return Ok(());
-        };
-        let mut w = handle.block_on(rt.lock_writes());
-        let Some(t) = w.table(&run.table) else {
-            turn.stop();
-            return Ok(());
-        };
-        (
-            t.schema.clone(),
-            t.source_positions()
-                .get(run.position_key)
-                .copied()
-                .unwrap_or(0) as i64,
-        )
-    };
     let started = Instant::now();
     let splits = run.splits.max(1) as u64;
     let mut k = split;
@@ -146,7 +181,7 @@ fn generate(
             Some(total) => (from + run.batch).min(total),
             None => from + run.batch,
         };
-        let batch = rows(&schema, from, end)?;
+        let batch = rows(schema, from, end)?;
         let positions = SourcePositions::from([(run.position_key.to_string(), end as u64)]);
         if !turn.wait_for(k) {
             return Ok(());
