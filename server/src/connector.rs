@@ -60,10 +60,15 @@ pub fn unstored_rows(
     ct: &CreateTable,
     connector: Option<&SourceSpec>,
 ) -> SqlResult<Option<weir_executor::source::generated::GeneratedRows>> {
-    if !options(ct)?.contains_key(SOURCE_OPTION) {
+    if !declared_as_source(ct)? {
         return Ok(None);
     }
     Ok(connector.and_then(SourceSpec::generated_rows))
+}
+
+/// Whether the statement was written `CREATE SOURCE`.
+pub fn declared_as_source(ct: &CreateTable) -> SqlResult<bool> {
+    Ok(options(ct)?.contains_key(SOURCE_OPTION))
 }
 
 /// The table's connector, or `None` for a table written by SQL only. `columns` are the

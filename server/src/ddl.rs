@@ -131,10 +131,15 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
         return Err(SqlError::internal("not a CREATE TABLE"));
     };
     let name = relation_name(&ct.name)?;
+    let tag = if crate::connector::declared_as_source(ct)? {
+        "CREATE SOURCE"
+    } else {
+        "CREATE TABLE"
+    };
     let _ddl = db.ddl_lock.lock().await;
     if db.catalog.read().get(&name).is_some() {
         if ct.if_not_exists {
-            return Ok(Output::command("CREATE TABLE"));
+            return Ok(Output::command(tag));
         }
         return Err(duplicate_relation(&name));
     }
@@ -179,7 +184,7 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
     if let Some(spec) = connector {
         weir_executor::source::spawn(db.runtime(), spec).map_err(SqlError::from)?;
     }
-    Ok(Output::command("CREATE TABLE"))
+    Ok(Output::command(tag))
 }
 
 fn set_watermark(

@@ -28,6 +28,10 @@ pub struct StateTable<V> {
     /// (encoded then, once, however often the entry changed in between), so upload
     /// size follows the change, not the state.
     since_checkpoint: HashSet<Vec<u8>>,
+    /// Keys the last checkpoint's image does not hold that were created since: one
+    /// removed again before the next checkpoint needs no entry in its delta (window
+    /// state that is created and cleaned between two checkpoints uploads nothing).
+    born_since_checkpoint: HashSet<Vec<u8>>,
     /// Off when the job never checkpoints: then nothing is kept for deltas.
     track_changes: bool,
 }
@@ -41,6 +45,7 @@ impl<V: StateValue> StateTable<V> {
             cache: HashMap::new(),
             dirty: HashSet::new(),
             since_checkpoint: HashSet::new(),
+            born_since_checkpoint: HashSet::new(),
             track_changes: true,
         }
     }
@@ -50,6 +55,7 @@ impl<V: StateValue> StateTable<V> {
         self.track_changes = on;
         if !on {
             self.since_checkpoint.clear();
+            self.born_since_checkpoint.clear();
         }
     }
 
@@ -79,10 +85,16 @@ impl<V: StateValue> StateTable<V> {
     pub fn get_or_insert_with(&mut self, key: &[u8], default: impl FnOnce() -> V) -> &mut V {
         // Look up by borrowed key first: the hot path (an existing, already dirty key)
         // allocates nothing.
-        if !self.dirty.contains(key) {
+        let touched = self.dirty.contains(key);
+        if !touched {
             self.dirty.insert(key.to_vec());
         }
         if !self.cache.contains_key(key) {
+            // Absent and untouched since the last checkpoint: that image lacks it too.
+            // (Absent but touched: it may have been removed since, so it may be there.)
+            if self.track_changes && !touched && !self.since_checkpoint.contains(key) {
+                self.born_since_checkpoint.insert(key.to_vec());
+            }
             self.cache.insert(key.to_vec(), default());
         }
         self.cache.get_mut(key).expect("inserted above")
@@ -135,11 +147,16 @@ impl<V: StateValue> StateTable<V> {
     /// The changes flushed since the last checkpoint, as keyed-state entries (None:
     /// deleted), encoded now. Call after [`StateTable::flush`] at a checkpoint.
     pub fn take_checkpoint_delta(&mut self) -> Vec<crate::state_snapshot::KeyedEntry> {
+        let born = std::mem::take(&mut self.born_since_checkpoint);
         self.since_checkpoint
             .drain()
-            .map(|k| {
+            .filter_map(|k| {
                 let v = self.cache.get(&k).map(StateValue::encode);
-                (KeyGroup::of_key(&k, self.max_parallelism).0, k, v)
+                if v.is_none() && born.contains(&k) {
+                    // Created and removed since the last checkpoint: nothing to undo.
+                    return None;
+                }
+                Some((KeyGroup::of_key(&k, self.max_parallelism).0, k, v))
             })
             .collect()
     }
@@ -182,14 +199,33 @@ mod tests {
         values.sort();
         assert_eq!(
             values,
-            vec![
-                (b"k1".to_vec(), None),
-                (b"k2".to_vec(), Some(8i64.encode()))
-            ],
-            "one entry per changed key, encoded at the checkpoint"
+            vec![(b"k2".to_vec(), Some(8i64.encode()))],
+            "one entry per changed key, encoded at the checkpoint; k1 came and went"
         );
         assert!(t.take_checkpoint_delta().is_empty());
         assert_eq!(backend.len(), 0, "an in-heap backend keeps no second copy");
+    }
+
+    #[test]
+    fn a_key_of_the_last_checkpoint_removed_recreated_and_removed_keeps_its_tombstone() {
+        let mut t: StateTable<i64> = StateTable::new("agg", 16, MemoryStateBackend::new());
+        *t.get_or_insert_with(b"k", || 0) += 1;
+        t.flush().unwrap();
+        assert_eq!(t.take_checkpoint_delta().len(), 1, "k is in this image");
+        t.remove(b"k");
+        t.flush().unwrap();
+        *t.get_or_insert_with(b"k", || 0) += 2;
+        t.flush().unwrap();
+        t.remove(b"k");
+        *t.get_or_insert_with(b"new", || 0) += 3;
+        t.remove(b"new");
+        t.flush().unwrap();
+        let delta: Vec<_> = t
+            .take_checkpoint_delta()
+            .into_iter()
+            .map(|(_, k, v)| (k, v))
+            .collect();
+        assert_eq!(delta, vec![(b"k".to_vec(), None)]);
     }
 
     #[test]
