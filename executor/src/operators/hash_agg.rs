@@ -362,6 +362,14 @@ impl HashAggOperator {
 
     /// Group keys whose column `col` is below `below`.
     fn keys_below(&self, col: usize, below: &ScalarValue) -> Result<Vec<Vec<u8>>> {
+        if let Some(dead) = self.keys_below_at_offset(col, below)? {
+            return Ok(dead);
+        }
+        self.keys_below_decoded(col, below)
+    }
+
+    /// [`Self::keys_below`] by decoding every key (any key layout).
+    fn keys_below_decoded(&self, col: usize, below: &ScalarValue) -> Result<Vec<Vec<u8>>> {
         let keys: Vec<Vec<u8>> = self.state.keys().cloned().collect();
         if keys.is_empty() {
             return Ok(keys);
@@ -377,6 +385,69 @@ impl HashAggOperator {
             .filter(|(i, _)| late.value(*i))
             .map(|(_, k)| k)
             .collect())
+    }
+
+    /// [`Self::keys_below`] without copying or decoding any key, when every key column
+    /// up to `col` has a fixed-width row encoding (a window key after an `auction`
+    /// bigint, say): then `col`'s bytes sit at one offset in every key, and Arrow's row
+    /// format orders them bytewise, so they compare with `below` encoded alone. `None`
+    /// when the layout does not allow it.
+    fn keys_below_at_offset(
+        &self,
+        col: usize,
+        below: &ScalarValue,
+    ) -> Result<Option<Vec<Vec<u8>>>> {
+        let types = &self.spec.group_types;
+        // Fixed-width values encode as a validity byte and the value's bytes.
+        let widths: Option<Vec<usize>> = types[..=col]
+            .iter()
+            .map(|t| match t {
+                DataType::Int8
+                | DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::UInt8
+                | DataType::UInt16
+                | DataType::UInt32
+                | DataType::UInt64
+                | DataType::Float32
+                | DataType::Float64
+                | DataType::Date32
+                | DataType::Date64
+                | DataType::Timestamp(..)
+                | DataType::Decimal128(..) => t.primitive_width().map(|w| w + 1),
+                _ => None,
+            })
+            .collect();
+        let Some(widths) = widths else {
+            return Ok(None);
+        };
+        let (offset, width) = (widths[..col].iter().sum::<usize>(), widths[col]);
+        let Ok(value) = below.cast_to(&types[col]) else {
+            return Ok(None);
+        };
+        if value.is_null() {
+            return Ok(Some(vec![]));
+        }
+        let one = RowConverter::new(vec![SortField::new(types[col].clone())])?;
+        let encoded = one.convert_columns(&[value.to_array()?])?;
+        let bound = encoded.row(0);
+        let bound = bound.as_ref();
+        if bound.len() != width {
+            return Ok(None);
+        }
+        // A NULL key value has another validity byte and is never below (as in
+        // `below_mask`).
+        Ok(Some(
+            self.state
+                .keys()
+                .filter(|k| {
+                    k.get(offset..offset + width)
+                        .is_some_and(|v| v[0] == bound[0] && v < bound)
+                })
+                .cloned()
+                .collect(),
+        ))
     }
 
     /// `clean_by_watermark`: drops the groups below the watermark seen (their last
@@ -449,5 +520,93 @@ impl HashAggOperator {
             out.push(self.build_output(keys, ops, values)?);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::AggKind;
+    use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
+    use arrow::datatypes::{Field, Schema, TimeUnit};
+    use weir_storage::MemoryStateBackend;
+
+    #[test]
+    fn keys_below_compare_in_place_as_when_decoded() {
+        let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+        let spec = HashAggSpec {
+            uid: "v.hashagg.test".into(),
+            group_types: vec![DataType::Int64, ts.clone()],
+            calls: vec![AggCall {
+                kind: AggKind::CountStar,
+                arg: None,
+                arg_type: None,
+                filter: None,
+                output_type: DataType::Int64,
+                order: vec![],
+                delimiter: None,
+                append_only: false,
+            }],
+            output_schema: Arc::new(Schema::new(vec![
+                Field::new("auction", DataType::Int64, true),
+                Field::new("window_start", ts.clone(), true),
+                Field::new("n", DataType::Int64, true),
+            ])),
+            emit_on_window_close: false,
+            clean_by_watermark: true,
+        };
+        let mut agg = HashAggOperator::new(
+            spec,
+            MemoryStateBackend::new(),
+            128,
+            KeyGroupRange::for_actor(0, 1, 128),
+            false,
+            false,
+            false,
+        )
+        .unwrap();
+        let input = Arc::new(Schema::new(vec![
+            Field::new("auction", DataType::Int64, true),
+            Field::new("window_start", ts, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            input,
+            vec![
+                Arc::new(Int64Array::from(vec![
+                    Some(1),
+                    Some(-2),
+                    None,
+                    Some(4),
+                    Some(5),
+                ])),
+                Arc::new(TimestampMillisecondArray::from(vec![
+                    Some(1_000),
+                    Some(-5_000),
+                    Some(2_000),
+                    None,
+                    Some(9_000),
+                ])),
+            ],
+        )
+        .unwrap();
+        agg.process_chunk(StreamChunk::inserts(batch), &mut Vec::new())
+            .unwrap();
+        for below in [-6_000, 1_000, 1_001, 3_000, 10_000] {
+            let w = ScalarValue::TimestampMillisecond(Some(below), None);
+            let mut fast = agg
+                .keys_below_at_offset(1, &w)
+                .unwrap()
+                .expect("fixed layout");
+            let mut slow = agg.keys_below_decoded(1, &w).unwrap();
+            fast.sort();
+            slow.sort();
+            assert_eq!(fast, slow, "below {below}");
+        }
+        let w = ScalarValue::TimestampMillisecond(Some(3_000), None);
+        assert_eq!(
+            agg.keys_below(1, &w).unwrap().len(),
+            3,
+            "NULL is never below"
+        );
     }
 }
