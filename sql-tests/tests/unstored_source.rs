@@ -19,6 +19,18 @@ async fn sorted(c: &tokio_postgres::Client, sql: &str) -> Vec<Vec<String>> {
     r
 }
 
+/// The late view over the source equals the same query over the stored twin.
+async fn assert_per_bidder_equals_its_twin(c: &tokio_postgres::Client) {
+    assert_eq!(
+        sorted(c, "SELECT * FROM per_bidder").await,
+        sorted(
+            c,
+            "SELECT bidder, count(*) AS n FROM bid_ref GROUP BY bidder"
+        )
+        .await
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unstored_sources_regenerate_rows_for_views_and_recovery() {
     let dir = tempfile::tempdir().unwrap();
@@ -99,14 +111,7 @@ async fn unstored_sources_regenerate_rows_for_views_and_recovery() {
     )
     .await
     .unwrap();
-    assert_eq!(
-        sorted(&c, "SELECT * FROM per_bidder").await,
-        sorted(
-            &c,
-            "SELECT bidder, count(*) AS n FROM bid_ref GROUP BY bidder"
-        )
-        .await
-    );
+    assert_per_bidder_equals_its_twin(&c).await;
 
     // The source's checkpoints hold none of its rows, the stored twin's all of them.
     c.batch_execute("CHECKPOINT").await.unwrap();
@@ -169,14 +174,7 @@ async fn unstored_sources_regenerate_rows_for_views_and_recovery() {
         .await
         .unwrap();
     assert_eq!(value(&c, "SELECT sum(n) FROM per_auction").await, "276000");
-    assert_eq!(
-        sorted(&c, "SELECT * FROM per_bidder").await,
-        sorted(
-            &c,
-            "SELECT bidder, count(*) AS n FROM bid_ref GROUP BY bidder"
-        )
-        .await
-    );
+    assert_per_bidder_equals_its_twin(&c).await;
     // DROP SOURCE: refused while a view reads it, then done.
     assert_eq!(error_code(&c, "DROP SOURCE seq").await, "2BP01");
     c.batch_execute("DROP MATERIALIZED VIEW seq_sum; DROP SOURCE seq")

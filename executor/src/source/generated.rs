@@ -124,6 +124,18 @@ fn start(
     ))
 }
 
+/// What every split of one run shares.
+struct Generation<'a> {
+    rt: &'a Weak<Runtime>,
+    handle: &'a tokio::runtime::Handle,
+    run: &'a Run,
+    rows: &'a RowsFn,
+    schema: &'a SchemaRef,
+    /// The index the run starts at: batch `k` covers `first + k * batch ..`.
+    first: i64,
+    turn: Turn,
+}
+
 /// Runs every split (this thread is split 0) until all have ended; the first error.
 fn generate_splits(
     rt: &Weak<Runtime>,
@@ -133,20 +145,28 @@ fn generate_splits(
     schema: &SchemaRef,
     first: i64,
 ) -> Result<()> {
-    let turn = Turn {
-        next: Mutex::new(0),
-        moved: Condvar::new(),
-        stopped: AtomicBool::new(false),
+    let g = Generation {
+        rt,
+        handle,
+        run,
+        rows,
+        schema,
+        first,
+        turn: Turn {
+            next: Mutex::new(0),
+            moved: Condvar::new(),
+            stopped: AtomicBool::new(false),
+        },
     };
-    let splits = run.splits.max(1) as u64;
     let one = |split: u64| {
-        let result = generate(rt, handle, run, rows, schema, first, split, &turn);
+        let result = generate(&g, split);
         if result.is_err() {
-            turn.stop();
+            g.turn.stop();
         }
         result
     };
     std::thread::scope(|scope| {
+        let splits = run.splits.max(1) as u64;
         let others: Vec<_> = (1..splits).map(|s| scope.spawn(move || one(s))).collect();
         let mut result = one(0);
         for h in others {
@@ -159,17 +179,17 @@ fn generate_splits(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn generate(
-    rt: &Weak<Runtime>,
-    handle: &tokio::runtime::Handle,
-    run: &Run,
-    rows: &RowsFn,
-    schema: &SchemaRef,
-    first: i64,
-    split: u64,
-    turn: &Turn,
-) -> Result<()> {
+fn generate(g: &Generation<'_>, split: u64) -> Result<()> {
+    let Generation {
+        rt,
+        handle,
+        run,
+        rows,
+        schema,
+        first,
+        turn,
+    } = g;
+    let first = *first;
     let started = Instant::now();
     let splits = run.splits.max(1) as u64;
     let mut k = split;
