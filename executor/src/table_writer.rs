@@ -113,10 +113,7 @@ impl TableWriter {
         let mut from = 0;
         while from < end {
             let to = (from + BACKFILL_INDEXES).min(end);
-            let batch = (g.rows)(&self.schema, from, to)?;
-            if batch.num_rows() > 0 {
-                out.push(StreamChunk::inserts(batch));
-            }
+            out.extend(g.chunk(&self.schema, from, to)?);
             from = to;
         }
         Ok(out)
@@ -239,9 +236,7 @@ impl TableWriter {
         chunk: StreamChunk,
         positions: SourcePositions,
     ) -> Result<()> {
-        let mut merged = self.source_positions.clone();
-        merged.extend(positions);
-        let positions = merged;
+        let positions = self.merged_positions(positions);
         if positions == self.source_positions && chunk.is_empty() {
             return Ok(());
         }
@@ -267,8 +262,7 @@ impl TableWriter {
                 .write_from_source(StreamChunk::inserts(batch), positions)
                 .await;
         }
-        let mut merged = self.source_positions.clone();
-        merged.extend(positions);
+        let merged = self.merged_positions(positions);
         let chunk = StreamChunk::inserts(batch).with_schema(self.schema.clone())?;
         self.check_not_null(&chunk)?;
         let range = weir_storage::codec::encode_generated_range(from, to);
@@ -276,6 +270,14 @@ impl TableWriter {
             .append(&weir_storage::source_positions::encode(&merged, &range)?)?;
         self.source_positions = merged;
         self.send_changes(chunk).await
+    }
+
+    /// The table's positions with one reader's (or generator's) moved on: every
+    /// entry logs all of them.
+    fn merged_positions(&self, positions: SourcePositions) -> SourcePositions {
+        let mut merged = self.source_positions.clone();
+        merged.extend(positions);
+        merged
     }
 
     /// Validates, logs (unless replaying), applies and sends one change chunk.
@@ -469,10 +471,7 @@ pub fn decode_log_entries(
         let (_, changes) = weir_storage::source_positions::split(&payload)?;
         if let Some((from, to)) = weir_storage::codec::decode_generated_range(changes) {
             if let Some(g) = generated {
-                let batch = (g.rows)(schema, from, to)?;
-                if batch.num_rows() > 0 {
-                    out.push(StreamChunk::inserts(batch));
-                }
+                out.extend(g.chunk(schema, from, to)?);
             }
             continue;
         }

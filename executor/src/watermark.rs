@@ -7,8 +7,9 @@
 //! far minus the declared delay, emitted after the chunk that raised it. An actor with
 //! several inputs passes on the minimum over its inputs, per column (each input's
 //! own watermark only grows); a projection passes it to every output column that keeps
-//! the column or is a window bound of it. Windows and joins will use it to close windows and purge state; today
-//! it is observable as the `currentOutputWatermark` metric of each job.
+//! the column or is a window bound of it. `EMIT ON WINDOW CLOSE` aggregations close
+//! windows by it, joins and intermediate aggregations clean state by it, and each
+//! relation shows it as its `currentOutputWatermark` metric.
 
 use crate::barrier::Watermark;
 use crate::chunk::{Op, StreamChunk};

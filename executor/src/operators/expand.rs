@@ -39,10 +39,8 @@ impl Operator for ExpandOperator {
         Ok(())
     }
 
-    /// As a union of the projections would: the minimum of what each makes of it, when
-    /// all of them keep it on the same column.
-    /// A column carries a watermark when every projection gives it one: the
-    /// smallest of them (each projection's rows are a separate stream merged here).
+    /// As a union of the projections would: a column carries a watermark when every
+    /// projection gives it one, the smallest of them.
     fn process_watermark(&mut self, w: Watermark) -> Result<Vec<Watermark>> {
         let mut combined: Option<Vec<Watermark>> = None;
         for p in &mut self.projections {

@@ -220,9 +220,8 @@ impl Operator for HashAggOperator {
     }
 
     /// Group keys come first in both input and output: a watermark on a key column
-    /// stays at its position; one on any other column ends here.
-    /// A watermark on a group key passes on (the key keeps its position). Windows
-    /// close, or groups are cleaned, by the watermark of the first such key column
+    /// stays at its position; one on any other column ends here. Windows close, or
+    /// groups are cleaned, by the watermark of the first key column that has one
     /// (`window_start` before `window_end`): each alone is a valid bound.
     fn process_watermark(&mut self, w: Watermark) -> Result<Vec<Watermark>> {
         if w.column >= self.spec.group_types.len() {

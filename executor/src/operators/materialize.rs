@@ -54,12 +54,10 @@ impl Operator for MaterializeOperator {
     fn process_chunk(&mut self, chunk: StreamChunk, out: &mut Vec<StreamChunk>) -> Result<()> {
         // Give the rows the relation's column names.
         let chunk = chunk.with_schema(self.schema.clone())?;
-        if !self.store.keeps_rows() {
-            // An unstored source passes its rows on and keeps none of them.
-            out.push(chunk);
-            return Ok(());
+        // An unstored source passes its rows on and keeps none of them.
+        if self.store.keeps_rows() {
+            self.epoch_changes.push(chunk.clone());
         }
-        self.epoch_changes.push(chunk.clone());
         out.push(chunk);
         Ok(())
     }

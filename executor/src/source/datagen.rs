@@ -133,7 +133,6 @@ pub fn rows(spec: &DatagenSpec, schema: &SchemaRef, from: i64, to: i64) -> Resul
 pub fn spawn(rt: &Arc<Runtime>, spec: DatagenSpec) -> Result<()> {
     let run = crate::source::generated::Run {
         table: spec.table.clone(),
-        position_key: POSITION_KEY,
         total: spec.total(),
         batch: BATCH_ROWS.min(
             spec.rows_per_second
@@ -142,7 +141,7 @@ pub fn spawn(rt: &Arc<Runtime>, spec: DatagenSpec) -> Result<()> {
         max_per_second: spec.rows_per_second,
         splits: 1,
     };
-    crate::source::generated::spawn(rt, run, generated_rows(&spec).rows)
+    crate::source::generated::spawn(rt, run, generated_rows(&spec))
 }
 
 /// The spec's rows function, for generating and for regenerating an unstored source.

@@ -8,6 +8,7 @@
 //! each batch, not its rows: a view replaying the log from its checkpoint's position,
 //! or a new view backfilling, makes the rows again with the same [`GeneratedRows`].
 
+use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
 use crate::runtime::Runtime;
 use arrow::array::RecordBatch;
@@ -21,19 +22,27 @@ use weir_storage::source_positions::SourcePositions;
 /// function of the index.
 pub type RowsFn = Arc<dyn Fn(&SchemaRef, i64, i64) -> Result<RecordBatch> + Send + Sync>;
 
-/// What makes an unstored source's rows again: its rows function and the key of its
-/// next index among the table's logged positions.
+/// What makes a generator's rows, for generating them and for making an unstored
+/// source's rows again: its rows function and the key of its next index among the
+/// table's logged positions.
 #[derive(Clone)]
 pub struct GeneratedRows {
     pub rows: RowsFn,
     pub position_key: &'static str,
 }
 
+impl GeneratedRows {
+    /// Rows `from..to` as one insert chunk; `None` when none of them is of this table
+    /// (a nexmark table keeps one kind of event).
+    pub fn chunk(&self, schema: &SchemaRef, from: i64, to: i64) -> Result<Option<StreamChunk>> {
+        let batch = (self.rows)(schema, from, to)?;
+        Ok((batch.num_rows() > 0).then(|| StreamChunk::inserts(batch)))
+    }
+}
+
 /// One generator's table and pace.
 pub struct Run {
     pub table: String,
-    /// The key of the next index in the table's logged positions.
-    pub position_key: &'static str,
     /// Indexes to generate; `None`: unbounded.
     pub total: Option<i64>,
     /// Indexes per write (one log entry).
@@ -57,6 +66,14 @@ struct Turn {
 }
 
 impl Turn {
+    fn new() -> Self {
+        Self {
+            next: Mutex::new(0),
+            moved: Condvar::new(),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
     /// Waits until batch `k` may be written; false when the run stopped.
     fn wait_for(&self, k: u64) -> bool {
         let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
@@ -78,24 +95,41 @@ impl Turn {
     }
 }
 
-/// Starts `run.splits` threads that write `rows(schema, from, to)` batches into the
-/// table; they stop when the table is dropped or `total` is reached. The first reads
-/// where the table stands once, for all of them: every split must count its batches
-/// from the same index.
-pub fn spawn(rt: &Arc<Runtime>, run: Run, rows: RowsFn) -> Result<()> {
+/// What every split of one run shares.
+struct Generation<'a> {
+    rt: &'a Weak<Runtime>,
+    handle: &'a tokio::runtime::Handle,
+    run: &'a Run,
+    generated: &'a GeneratedRows,
+    schema: SchemaRef,
+    /// The index the run starts at: batch `k` covers `first + k * batch ..`. Read once,
+    /// for all splits: every split must count its batches from the same index.
+    first: i64,
+    turn: Turn,
+}
+
+/// Starts `run.splits` threads that write `generated`'s batches into the table; they
+/// stop when the table is dropped or `total` is reached.
+pub fn spawn(rt: &Arc<Runtime>, run: Run, generated: GeneratedRows) -> Result<()> {
     rt.note_connector(&run.table);
     let weak = Arc::downgrade(rt);
     let handle = tokio::runtime::Handle::current();
     std::thread::Builder::new()
         .name(format!("generate-{}", run.table))
         .spawn(move || {
-            let result = match start(&weak, &handle, &run) {
-                Some((schema, first)) => {
-                    generate_splits(&weak, &handle, &run, &rows, &schema, first)
-                }
-                None => Ok(()),
+            let Some((schema, first)) = start(&weak, &handle, &run, generated.position_key) else {
+                return;
             };
-            if let Err(e) = result {
+            let g = Generation {
+                rt: &weak,
+                handle: &handle,
+                run: &run,
+                generated: &generated,
+                schema,
+                first,
+                turn: Turn::new(),
+            };
+            if let Err(e) = generate_splits(&g) {
                 tracing::error!(table = %run.table, error = %e, "generator stopped");
                 if let Some(rt) = weak.upgrade() {
                     rt.fail_source(&run.table, &e.to_string());
@@ -111,62 +145,28 @@ fn start(
     rt: &Weak<Runtime>,
     handle: &tokio::runtime::Handle,
     run: &Run,
+    position_key: &str,
 ) -> Option<(SchemaRef, i64)> {
     let rt = rt.upgrade()?;
     let mut w = handle.block_on(rt.lock_writes());
     let t = w.table(&run.table)?;
     Some((
         t.schema.clone(),
-        t.source_positions()
-            .get(run.position_key)
-            .copied()
-            .unwrap_or(0) as i64,
+        t.source_positions().get(position_key).copied().unwrap_or(0) as i64,
     ))
 }
 
-/// What every split of one run shares.
-struct Generation<'a> {
-    rt: &'a Weak<Runtime>,
-    handle: &'a tokio::runtime::Handle,
-    run: &'a Run,
-    rows: &'a RowsFn,
-    schema: &'a SchemaRef,
-    /// The index the run starts at: batch `k` covers `first + k * batch ..`.
-    first: i64,
-    turn: Turn,
-}
-
 /// Runs every split (this thread is split 0) until all have ended; the first error.
-fn generate_splits(
-    rt: &Weak<Runtime>,
-    handle: &tokio::runtime::Handle,
-    run: &Run,
-    rows: &RowsFn,
-    schema: &SchemaRef,
-    first: i64,
-) -> Result<()> {
-    let g = Generation {
-        rt,
-        handle,
-        run,
-        rows,
-        schema,
-        first,
-        turn: Turn {
-            next: Mutex::new(0),
-            moved: Condvar::new(),
-            stopped: AtomicBool::new(false),
-        },
-    };
+fn generate_splits(g: &Generation<'_>) -> Result<()> {
     let one = |split: u64| {
-        let result = generate(&g, split);
+        let result = generate(g, split);
         if result.is_err() {
             g.turn.stop();
         }
         result
     };
     std::thread::scope(|scope| {
-        let splits = run.splits.max(1) as u64;
+        let splits = g.run.splits.max(1) as u64;
         let others: Vec<_> = (1..splits).map(|s| scope.spawn(move || one(s))).collect();
         let mut result = one(0);
         for h in others {
@@ -180,37 +180,28 @@ fn generate_splits(
 }
 
 fn generate(g: &Generation<'_>, split: u64) -> Result<()> {
-    let Generation {
-        rt,
-        handle,
-        run,
-        rows,
-        schema,
-        first,
-        turn,
-    } = g;
-    let first = *first;
+    let run = g.run;
     let started = Instant::now();
     let splits = run.splits.max(1) as u64;
     let mut k = split;
     loop {
-        let from = first + k as i64 * run.batch;
+        let from = g.first + k as i64 * run.batch;
         let end = match run.total {
             // Later batches start later still: every split ends here in turn.
             Some(total) if from >= total => return Ok(()),
             Some(total) => (from + run.batch).min(total),
             None => from + run.batch,
         };
-        let batch = rows(schema, from, end)?;
-        let positions = SourcePositions::from([(run.position_key.to_string(), end as u64)]);
-        if !turn.wait_for(k) {
+        let batch = (g.generated.rows)(&g.schema, from, end)?;
+        let positions = SourcePositions::from([(g.generated.position_key.to_string(), end as u64)]);
+        if !g.turn.wait_for(k) {
             return Ok(());
         }
-        let Some(rt) = rt.upgrade() else {
-            turn.stop();
+        let Some(rt) = g.rt.upgrade() else {
+            g.turn.stop();
             return Ok(());
         };
-        let written = handle.block_on(async {
+        let written = g.handle.block_on(async {
             let mut w = rt.lock_writes().await;
             let t = w.table(&run.table)?;
             Some(t.write_generated(from, end, batch, positions).await)
@@ -218,15 +209,15 @@ fn generate(g: &Generation<'_>, split: u64) -> Result<()> {
         match written {
             // The table was dropped.
             None => {
-                turn.stop();
+                g.turn.stop();
                 return Ok(());
             }
             Some(r) => r?,
         }
-        turn.done(k);
+        g.turn.done(k);
         k += splits;
         if let Some(rate) = run.max_per_second {
-            let due = Duration::from_secs_f64((end - first) as f64 / rate);
+            let due = Duration::from_secs_f64((end - g.first) as f64 / rate);
             if let Some(wait) = due.checked_sub(started.elapsed()) {
                 std::thread::sleep(wait);
             }

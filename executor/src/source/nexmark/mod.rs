@@ -217,11 +217,10 @@ pub fn generated_rows(spec: &NexmarkSpec) -> GeneratedRows {
 pub fn spawn(rt: &Arc<Runtime>, spec: NexmarkSpec) -> Result<()> {
     let run = crate::source::generated::Run {
         table: spec.table.clone(),
-        position_key: POSITION_KEY,
         total: spec.events,
         batch: BATCH_EVENTS,
         max_per_second: spec.max_events_per_second,
         splits: spec.splits,
     };
-    crate::source::generated::spawn(rt, run, generated_rows(&spec).rows)
+    crate::source::generated::spawn(rt, run, generated_rows(&spec))
 }
