@@ -12,11 +12,17 @@ use weir_sql_tests::conformance;
 
 async fn holds_floor(suite: &str, floor: f64, view_floor: f64, at_least: usize) {
     let dir = conformance::default_dir();
-    assert!(
-        dir.join(suite).is_dir(),
-        "{} is missing: the conformance files come with the project's shared folder",
-        dir.join(suite).display()
-    );
+    if !dir.join(suite).is_dir() {
+        let why = format!(
+            "{} is missing: the conformance files come with the project's shared folder",
+            dir.join(suite).display()
+        );
+        // A user's clone has no shared folder: the suite reports itself skipped (and
+        // scripts/test.sh repeats it at the end). In CI a missing folder is a failure.
+        assert!(std::env::var_os("CI").is_none(), "{why} (CI is set)");
+        eprintln!("SKIPPED conformance suite {suite}: {why}");
+        return;
+    }
     let results = conformance::run_suite(&dir, &format!("{suite}/")).await;
     eprintln!("{}", conformance::report(&results));
     let (passed, failed, skipped) = conformance::totals(&results);
