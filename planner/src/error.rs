@@ -32,6 +32,13 @@ pub mod sqlstate {
     pub const STATEMENT_TOO_COMPLEX: &str = "54001";
     pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
     pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
+    pub const INVALID_TABLE_DEFINITION: &str = "42P16";
+    pub const INVALID_OBJECT_DEFINITION: &str = "42P17";
+    pub const INVALID_FUNCTION_DEFINITION: &str = "42P13";
+    pub const DUPLICATE_FUNCTION: &str = "42723";
+    pub const INVALID_SCHEMA_NAME: &str = "3F000";
+    pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
+    pub const BAD_COPY_FILE_FORMAT: &str = "22P04";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,11 +6,14 @@
 //! - [`window_tvf`]: TUMBLE / HOP windows (Flink's and RisingWave's syntax) as SQL.
 //! - [`stream_plan`]: DataFusion logical plan → `StreamGraph` (fragments, exchanges, uids).
 //! - `stream_join`: a logical Join → two keyed inputs and a `HashJoin` fragment.
+//! - `not_in`: `NOT IN (subquery)` as a plain anti join plus the subquery's NULL and
+//!   row counts (no null-aware join in a stream).
+//! - `grouping_sets`: GROUPING SETS / ROLLUP / CUBE as a union of aggregations.
 //! - `join_bounds`: an interval join condition's time bounds (state cleaning).
 //! - `stream_top_n`: ORDER BY ... LIMIT and ROW_NUMBER() filters → a `TopN` fragment.
 //! - `stream_over`: other window functions (lag, sum OVER, ...) → an `OverWindow` fragment.
-//! - `subquery_names`: unique names for select items with subqueries (DataFusion's
-//!   are all `(<subquery>)`).
+//! - `output_names`: unique internal names for select items Postgres names alike
+//!   (`SELECT a, a`, two subqueries), which DataFusion would refuse.
 //! - [`explain`]: `EXPLAIN CREATE MATERIALIZED VIEW` output.
 //! - [`naming`]: Postgres-style output column names.
 //! - [`error`]: `SqlError` with SQLSTATE codes, and the mapping from engine errors.
@@ -20,14 +23,16 @@
 pub mod connector_ddl;
 pub mod error;
 pub mod explain;
+mod grouping_sets;
 mod join_bounds;
 pub mod naming;
+mod not_in;
 pub mod statement;
 mod stream_join;
 mod stream_over;
 pub mod stream_plan;
 mod stream_top_n;
-mod subquery_names;
+mod output_names;
 pub mod window_tvf;
 
 pub use error::{sqlstate, SqlError, SqlResult};

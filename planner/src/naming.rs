@@ -4,9 +4,24 @@
 //! `sum(t.a)`); Postgres names it after the function (`count`, `sum`), a column after the
 //! column, and anything else `?column?`. Clients and tools expect the latter.
 
+/// Marks the internal alias of a select item whose name repeats an earlier one's
+/// (`SELECT a, a` plans as `a, a AS "a#dup2"`; see `output_names`).
+pub const DUPLICATE_MARK: &str = "#dup";
+
+/// The user-visible name of an alias: the internal duplicate alias `a#dup2` is `a`.
+pub fn strip_duplicate_mark(name: &str) -> &str {
+    match name.rsplit_once(DUPLICATE_MARK) {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => name,
+    }
+}
+
 /// The Postgres name of an output column DataFusion called `df_name`.
 pub fn pg_column_name(df_name: &str) -> String {
-    let name = df_name.trim();
+    let name = strip_duplicate_mark(df_name.trim());
+    if name == "?column?" {
+        return name.to_string();
+    }
     if let Some(open) = name.find('(') {
         let func = &name[..open];
         if func == "CAST" || func == "TRY_CAST" {
@@ -57,5 +72,8 @@ mod tests {
         assert_eq!(pg_column_name("t.a + Int64(1)"), "?column?");
         assert_eq!(pg_column_name("Int64(1)"), "?column?");
         assert_eq!(pg_column_name("CAST(t.a AS Int32)"), "a");
+        assert_eq!(pg_column_name("a#dup2"), "a");
+        assert_eq!(pg_column_name("count#dup3"), "count");
+        assert_eq!(pg_column_name("?column?#dup2"), "?column?");
     }
 }

@@ -412,7 +412,7 @@ fn parse_sqlparser(sql: &str) -> SqlResult<Statement> {
         1 => {
             let mut stmt = stmts.remove(0);
             crate::window_tvf::hide_session_helpers(&mut stmt);
-            crate::subquery_names::alias_subquery_items(&mut stmt);
+            crate::output_names::alias_duplicate_items(&mut stmt);
             Ok(stmt)
         }
         _ => Err(SqlError::syntax("expected one statement")),

@@ -153,6 +153,9 @@ fn refuse_correlated_subqueries(plan: &LogicalPlan) -> SqlResult<()> {
 
 /// Plans a view's (optimized) logical plan as a streaming graph.
 pub fn plan_view(state: &SessionState, plan: &LogicalPlan, view: &str) -> SqlResult<PlannedView> {
+    // Batch-only plan shapes first become shapes the streaming operators keep.
+    let plan = crate::not_in::rewrite_not_in(plan.clone())?;
+    let plan = &crate::grouping_sets::expand_grouping_sets(plan)?;
     refuse_correlated_subqueries(plan)?;
     let mut b = Builder {
         state,

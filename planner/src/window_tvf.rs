@@ -271,6 +271,34 @@ fn unwrap_flink_arg(arg: &str) -> String {
     trimmed.to_string()
 }
 
+/// ` AS <table>` after an expansion that the user gave no alias, so that columns
+/// qualified by the table's name (`bid.auction` after `TUMBLE(bid, ...)`) resolve as
+/// they do in Flink and RisingWave. Empty when an alias follows the call at `close`
+/// or the windowed input is not a plain table name.
+fn default_alias(tokens: &[Token], close: usize, args: &[String]) -> String {
+    use datafusion::sql::sqlparser::keywords::{Keyword, RESERVED_FOR_TABLE_ALIAS};
+    let aliased = significant(tokens, close + 1).is_some_and(|n| match &tokens[n] {
+        Token::Word(w) if w.keyword == Keyword::AS => true,
+        Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("emit") => false,
+        Token::Word(w) => !RESERVED_FOR_TABLE_ALIAS.contains(&w.keyword),
+        _ => false,
+    });
+    let table = args
+        .first()
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap_or("");
+    let name = table.rsplit('.').next().unwrap_or("");
+    let plain = !name.is_empty()
+        && !name.starts_with('(')
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '"');
+    if aliased || !plain {
+        return String::new();
+    }
+    format!(" AS {name}")
+}
+
 const WINDOW_FUNCS: [&str; 4] = ["tumble", "hop", "session", "cumulate"];
 
 /// Rewrites every windowing TVF in `sql`; the text is returned unchanged when there is
@@ -305,6 +333,7 @@ pub fn rewrite(sql: &str) -> SqlResult<String> {
                             .map(|a| unwrap_flink_arg(a))
                             .collect();
                         out.push_str(&expand(func, &args)?);
+                        out.push_str(&default_alias(&tokens, close, &args));
                         i = close + 1;
                         changed = true;
                         continue;
@@ -327,6 +356,7 @@ pub fn rewrite(sql: &str) -> SqlResult<String> {
                         .ok_or_else(|| SqlError::syntax("unbalanced parentheses"))?;
                     let args = arguments(&tokens, open, close);
                     out.push_str(&expand(func, &args)?);
+                    out.push_str(&default_alias(&tokens, close, &args));
                     i = close + 1;
                     changed = true;
                     continue;
@@ -397,6 +427,25 @@ mod tests {
                     .contains("window_bound(date_time, INTERVAL '10' SECOND, 10000) AS window_end"),
             "{rw}"
         );
+    }
+
+    #[test]
+    fn windowed_table_keeps_its_name_unless_aliased() {
+        let named = rewrite("SELECT bid.auction FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND)")
+            .unwrap();
+        assert!(named.ends_with(") AS bid"), "{named}");
+        let flink = rewrite(
+            "SELECT bid.auction FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '1' SECOND)) WHERE true",
+        )
+        .unwrap();
+        assert!(flink.contains(") AS bid WHERE"), "{flink}");
+        let aliased =
+            rewrite("SELECT w.auction FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND) AS w")
+                .unwrap();
+        assert!(aliased.ends_with(") AS w") && !aliased.contains("AS bid"), "{aliased}");
+        let bare = rewrite("SELECT 1 FROM HOP(bid, t, INTERVAL '1' SECOND, INTERVAL '2' SECOND) w")
+            .unwrap();
+        assert!(bare.ends_with(") w"), "{bare}");
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub enum RelationKind {
     MaterializedView,
     /// A sink (`CREATE SINK`): a job reading a relation, not itself readable.
     Sink,
+    /// A plain view (`CREATE VIEW`): a stored query, expanded where it is used.
+    View,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,12 +51,30 @@ pub struct IndexEntry {
     pub columns: Vec<String>,
 }
 
+/// A scalar SQL function (`CREATE FUNCTION ... LANGUAGE SQL`), inlined where called
+/// (see `statements::function`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FunctionEntry {
+    pub name: String,
+    /// Parameter names (lower case), `None` for unnamed ones (`$n` only).
+    pub arg_names: Vec<Option<String>>,
+    /// Parameter types as SQL text (`INT`, `NUMERIC(10,2)`).
+    pub arg_types: Vec<String>,
+    pub return_type: String,
+    /// The body: a query text, or `RETURN <expr>`.
+    pub body: String,
+    /// The statement that created it, as the user wrote it.
+    pub sql: String,
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Catalog {
     pub next_id: u64,
     pub relations: Vec<RelationEntry>,
     #[serde(default)]
     pub indexes: Vec<IndexEntry>,
+    #[serde(default)]
+    pub functions: Vec<FunctionEntry>,
 }
 
 const CATALOG_FILE: &str = "catalog.json";
@@ -64,8 +84,7 @@ impl Catalog {
         match meta.read(CATALOG_FILE).map_err(|e| e.to_string())? {
             None => Ok(Catalog {
                 next_id: 1,
-                relations: vec![],
-                indexes: vec![],
+                ..Default::default()
             }),
             Some(bytes) => {
                 serde_json::from_slice(&bytes).map_err(|e| format!("corrupt catalog: {e}"))
@@ -147,7 +166,7 @@ mod tests {
                 entry(2, "v1", &["t"]),
                 entry(3, "v2", &["v1"]),
             ],
-            indexes: vec![],
+            ..Default::default()
         };
         assert_eq!(c.drop_order("t"), vec!["v2", "v1", "t"]);
         assert_eq!(c.dependents("t"), vec!["v1"]);

@@ -8,14 +8,14 @@ use crate::catalog::{Catalog, RelationKind};
 use crate::config::Config;
 use crate::output::Output;
 use crate::session::Session;
-use crate::{ddl, dml, query, show};
+use crate::ddl;
 use arrow::datatypes::SchemaRef;
-use datafusion::sql::sqlparser::ast::{ObjectName, Statement};
+use datafusion::sql::sqlparser::ast::ObjectName;
 use parking_lot::RwLock;
 use std::path::PathBuf;
 use std::sync::Arc;
 use weir_executor::{Runtime, RuntimeConfig};
-use weir_planner::{parse_statement, split_statements, SqlError, SqlResult, WeirStatement};
+use weir_planner::{split_statements, SqlError, SqlResult};
 use weir_storage::meta_store::MetaStore;
 use weir_storage::object_storage::ObjectStorage;
 
@@ -88,6 +88,8 @@ impl Database {
                 relations: vec![],
                 // Indexes are metadata only: kept as stored while relations come back.
                 indexes: stored.indexes.clone(),
+                // Functions come first: views restored below may call them.
+                functions: stored.functions.clone(),
             }),
             ddl_lock: tokio::sync::Mutex::new(()),
             meta,
@@ -126,6 +128,11 @@ impl Database {
             .filter(|e| e.kind != RelationKind::Table)
         {
             // Catalog order: every view and sink comes after what it reads.
+            if entry.kind == RelationKind::View {
+                // A plain view is only its stored query: later views expand it.
+                self.catalog.write().relations.push(entry.clone());
+                continue;
+            }
             if entry.kind == RelationKind::Sink {
                 crate::sink::restore_sink(self, entry)
                     .await
@@ -185,8 +192,18 @@ impl Database {
     /// the first error (as Postgres does).
     pub async fn execute(&self, session: &mut Session, sql: &str) -> Vec<SqlResult<Output>> {
         let mut out = Vec::new();
-        for stmt_sql in split_statements(sql) {
-            let r = self.execute_one(session, &stmt_sql).await;
+        let statements = split_statements(sql);
+        let last = statements.len().saturating_sub(1);
+        for (i, stmt_sql) in statements.iter().enumerate() {
+            let mut r = self.execute_one(session, stmt_sql).await;
+            if matches!(r, Ok(Output::CopyIn { .. })) && i < last {
+                // The copy data would follow the whole query string: Weir does not
+                // hold the statements after it back, so it refuses the combination.
+                session.copy_in = None;
+                r = Err(SqlError::unsupported(
+                    "COPY FROM STDIN must be the last statement of a query string",
+                ));
+            }
             let failed = r.is_err();
             out.push(r);
             if failed {
@@ -197,211 +214,7 @@ impl Database {
     }
 
     pub async fn execute_one(&self, session: &mut Session, sql: &str) -> SqlResult<Output> {
-        let stmt = parse_statement(sql)?;
-        match stmt {
-            WeirStatement::Empty => Ok(Output::Empty),
-            WeirStatement::Flush => {
-                self.runtime.flush().await.map_err(SqlError::from)?;
-                Ok(Output::command("FLUSH"))
-            }
-            WeirStatement::ShowTables => show::show_relations(self, RelationKind::Table),
-            WeirStatement::ShowMaterializedViews => {
-                show::show_relations(self, RelationKind::MaterializedView)
-            }
-            WeirStatement::ShowCreateMaterializedView(name) => show::show_create(self, &name),
-            WeirStatement::ShowJobs => show::show_jobs(self),
-            WeirStatement::ShowCheckpoints => show::show_checkpoints(self),
-            WeirStatement::SetKey(key, value) => show::set_key(session, key, value),
-            WeirStatement::Savepoint { name, views } if session.transaction.is_some() => {
-                crate::tx_savepoint::savepoint(session, &name, views.is_some())
-            }
-            WeirStatement::DropSavepoint(name) if session.transaction.is_some() => {
-                if sql.trim_start().to_ascii_lowercase().starts_with("drop") {
-                    return Err(crate::tx_savepoint::refuse("DROP SAVEPOINT"));
-                }
-                crate::tx_savepoint::release(session, &name)
-            }
-            WeirStatement::RestoreSavepoint { name, views, .. }
-                if session.transaction.is_some() =>
-            {
-                if views.is_none()
-                    && sql
-                        .trim_start()
-                        .to_ascii_lowercase()
-                        .starts_with("rollback")
-                {
-                    crate::tx_savepoint::rollback_to(session, &name)
-                } else {
-                    Err(crate::tx_savepoint::refuse("RESTORE ... FROM SAVEPOINT"))
-                }
-            }
-            WeirStatement::Savepoint { name, views } => {
-                self.runtime
-                    .take_savepoint(&name, views.as_deref())
-                    .await
-                    .map_err(SqlError::from)?;
-                Ok(Output::command("SAVEPOINT"))
-            }
-            WeirStatement::DropSavepoint(name) => {
-                self.runtime
-                    .drop_savepoint(&name)
-                    .await
-                    .map_err(SqlError::from)?;
-                Ok(Output::command("RELEASE"))
-            }
-            WeirStatement::ShowSavepoints => show::show_savepoints(self).await,
-            WeirStatement::ShowSourceErrors => show::show_source_errors(self),
-            WeirStatement::ShowSinks => crate::sink::show_sinks(self),
-            WeirStatement::CreateSink {
-                name,
-                input,
-                options,
-                sql,
-            } => crate::sink::create_sink(self, session, &name, &input, &options, &sql).await,
-            WeirStatement::DropSink { name, if_exists } => {
-                crate::sink::drop_sink(self, &name, if_exists).await
-            }
-            WeirStatement::RestoreSavepoint {
-                name,
-                views,
-                ignore_unclaimed,
-            } => {
-                let reports = weir_executor::savepoint::restore(
-                    &self.runtime,
-                    &name,
-                    views.as_deref(),
-                    ignore_unclaimed,
-                )
-                .await
-                .map_err(SqlError::from)?;
-                for r in &reports {
-                    session.notices.push(show::restore_notice(&name, r));
-                }
-                show::restore_report(reports)
-            }
-            WeirStatement::ExplainRestore { name, views } => {
-                let matches = weir_executor::savepoint::explain_restore(
-                    &self.runtime,
-                    &name,
-                    views.as_deref(),
-                )
-                .await
-                .map_err(SqlError::from)?;
-                show::explain_restore(matches)
-            }
-            WeirStatement::Checkpoint => {
-                self.runtime
-                    .checkpoint_now()
-                    .await
-                    .map_err(SqlError::from)?;
-                Ok(Output::command("CHECKPOINT"))
-            }
-            WeirStatement::ResumeMaterializedView(name) => {
-                let is_view = self
-                    .catalog
-                    .read()
-                    .get(&name)
-                    .map(|r| r.kind == RelationKind::MaterializedView);
-                match is_view {
-                    Some(true) => {}
-                    Some(false) => {
-                        return Err(SqlError::new(
-                            weir_planner::sqlstate::WRONG_OBJECT_TYPE,
-                            format!("\"{name}\" is not a materialized view"),
-                        ))
-                    }
-                    None => {
-                        return Err(SqlError::new(
-                            weir_planner::sqlstate::UNDEFINED_TABLE,
-                            format!("materialized view \"{name}\" does not exist"),
-                        ))
-                    }
-                }
-                weir_executor::supervisor::resume(&self.runtime, &name)
-                    .await
-                    .map_err(SqlError::from)?;
-                Ok(Output::command("ALTER MATERIALIZED VIEW"))
-            }
-            WeirStatement::ShowVariable(name) => show::show_variable(self, session, &name),
-            WeirStatement::ExplainCreateMaterializedView(stmt) => {
-                ddl::explain_create_view(self, session, &stmt).await
-            }
-            WeirStatement::Sql(stmt) => self.execute_sql(session, &stmt, sql).await,
-        }
-    }
-
-    async fn execute_sql(
-        &self,
-        session: &mut Session,
-        stmt: &Statement,
-        sql: &str,
-    ) -> SqlResult<Output> {
-        match stmt {
-            Statement::Query(_) => {
-                let ctx = query::snapshot_context(self, session, stmt, Default::default()).await?;
-                let (schema, batches) = query::run_query(&ctx, stmt).await?;
-                Ok(Output::Rows { schema, batches })
-            }
-            Statement::Explain { statement, .. } if matches!(statement.as_ref(), Statement::CreateView(v) if v.materialized) => {
-                ddl::explain_create_view(self, session, statement).await
-            }
-            Statement::Explain { .. } => {
-                let ctx = query::snapshot_context(self, session, stmt, Default::default()).await?;
-                let (schema, batches) = query::run_query(&ctx, stmt).await?;
-                Ok(Output::Rows { schema, batches })
-            }
-            Statement::Insert(_) => dml::insert(self, session, stmt).await,
-            Statement::Update(_) => dml::update(self, session, stmt).await,
-            Statement::Delete(_) => dml::delete(self, session, stmt).await,
-            Statement::CreateTable(_) => ddl::create_table(self, stmt, sql).await,
-            Statement::CreateView(v) if v.materialized => {
-                ddl::create_view(self, session, stmt, sql).await
-            }
-            Statement::CreateView(_) => Err(SqlError::unsupported(
-                "plain (non-materialized) views are not supported; use CREATE MATERIALIZED VIEW",
-            )),
-            Statement::CreateIndex(ci) => crate::index::create_index(self, ci).await,
-            Statement::Drop {
-                object_type: datafusion::sql::sqlparser::ast::ObjectType::Index,
-                names,
-                if_exists,
-                ..
-            } => crate::index::drop_index(self, names, *if_exists).await,
-            Statement::Drop { .. } => ddl::drop(self, stmt).await,
-            Statement::StartTransaction { .. } => {
-                session.transaction.get_or_insert_with(Vec::new);
-                Ok(Output::TransactionStart("BEGIN".into()))
-            }
-            Statement::Commit { .. } => {
-                session.transaction = None;
-                Ok(Output::TransactionEnd("COMMIT".into()))
-            }
-            Statement::Rollback {
-                savepoint: None, ..
-            } => {
-                session.transaction = None;
-                Ok(Output::TransactionEnd("ROLLBACK".into()))
-            }
-            Statement::Set(_) => show::set(session, stmt),
-            Statement::ShowVariable { variable } => {
-                let name = variable
-                    .iter()
-                    .map(|i| i.value.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                show::show_variable(self, session, &name)
-            }
-            Statement::Discard { .. } => Ok(Output::command("DISCARD ALL")),
-            other => Err(SqlError::unsupported(format!(
-                "statement not supported: {}",
-                other
-                    .to_string()
-                    .split_whitespace()
-                    .take(3)
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            ))),
-        }
+        crate::statements::execute(self, session, sql).await
     }
 }
 

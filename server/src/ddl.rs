@@ -585,11 +585,14 @@ async fn plan_create_view(
     })
 }
 
+/// `CREATE MATERIALIZED VIEW`; `views` are the plain views its query read (already
+/// expanded in `stmt`), which it then depends on.
 pub async fn create_view(
     db: &Database,
     session: &mut Session,
     stmt: &Statement,
     sql: &str,
+    views: Vec<String>,
 ) -> SqlResult<Output> {
     let Statement::CreateView(cv) = stmt else {
         return Err(SqlError::internal("not CREATE MATERIALIZED VIEW"));
@@ -664,7 +667,11 @@ pub async fn create_view(
         kind: RelationKind::MaterializedView,
         sql: sql.to_string(),
         columns: columns_of(&plan.schema),
-        depends_on: plan.graph.upstream_relations(),
+        depends_on: {
+            let mut deps = plan.graph.upstream_relations();
+            deps.extend(views.into_iter().filter(|v| !deps.contains(v)));
+            deps
+        },
         primary_key: vec![],
         parallelism: plan.parallelism,
         settings: plan.settings.clone(),
@@ -699,7 +706,7 @@ pub(crate) async fn deploy(
 }
 
 pub async fn restore_view(db: &Database, entry: &RelationEntry) -> SqlResult<()> {
-    let stmt = match weir_planner::parse_statement(&entry.sql)? {
+    let mut stmt = match weir_planner::parse_statement(&entry.sql)? {
         weir_planner::WeirStatement::Sql(s) => s,
         _ => {
             return Err(SqlError::internal(
@@ -707,6 +714,7 @@ pub async fn restore_view(db: &Database, entry: &RelationEntry) -> SqlResult<()>
             ))
         }
     };
+    crate::statements::expand(db, &mut stmt)?;
     let mut plan = plan_create_view(db, None, &stmt).await?;
     if entry.parallelism > 0 {
         plan.parallelism = entry.parallelism;
@@ -767,6 +775,17 @@ pub async fn explain_create_view(
     crate::show::text_rows("QUERY PLAN", lines)
 }
 
+/// How Postgres names a kind of relation in messages.
+fn kind_name(kind: RelationKind) -> &'static str {
+    match kind {
+        RelationKind::Table => "table",
+        RelationKind::MaterializedView => "materialized view",
+        RelationKind::View => "view",
+        RelationKind::Sink => "sink",
+    }
+}
+
+/// `DROP TABLE | MATERIALIZED VIEW | VIEW`, dependents first with CASCADE.
 pub async fn drop(db: &Database, stmt: &Statement) -> SqlResult<Output> {
     let Statement::Drop {
         object_type,
@@ -780,6 +799,7 @@ pub async fn drop(db: &Database, stmt: &Statement) -> SqlResult<Output> {
     };
     let (kind, tag, what) = match object_type {
         ObjectType::Table => (RelationKind::Table, "DROP TABLE", "table"),
+        ObjectType::View => (RelationKind::View, "DROP VIEW", "view"),
         ObjectType::MaterializedView => (
             RelationKind::MaterializedView,
             "DROP MATERIALIZED VIEW",
@@ -810,20 +830,21 @@ pub async fn drop(db: &Database, stmt: &Statement) -> SqlResult<Output> {
                 sqlstate::WRONG_OBJECT_TYPE,
                 format!(
                     "\"{name}\" is not a {what}; use DROP {}",
-                    if entry.kind == RelationKind::Table {
-                        "TABLE"
-                    } else {
-                        "MATERIALIZED VIEW"
-                    }
+                    kind_name(entry.kind).to_ascii_uppercase()
                 ),
             ));
         }
-        let dependents = cat.dependents(&name);
+        let dependents: Vec<String> = cat
+            .dependents(&name)
+            .iter()
+            .filter_map(|d| cat.get(d))
+            .map(|d| format!("{} {}", kind_name(d.kind), d.name))
+            .collect();
         if !dependents.is_empty() && !*cascade {
             return Err(SqlError::new(
                 sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
                 format!(
-                    "cannot drop {what} {name} because other objects depend on it: materialized view {} depends on it (use DROP ... CASCADE to drop the dependent objects too)",
+                    "cannot drop {what} {name} because other objects depend on it: {} depends on it (use DROP ... CASCADE to drop the dependent objects too)",
                     dependents.join(", ")
                 ),
             ));
@@ -853,6 +874,8 @@ pub async fn drop(db: &Database, stmt: &Statement) -> SqlResult<Output> {
                     removed_logs.push(db.table_log_path(entry.id));
                 }
                 RelationKind::MaterializedView | RelationKind::Sink => rt.drop_view(&mut w, name),
+                // A plain view has no job and no rows: only its catalog entry goes.
+                RelationKind::View => {}
             }
             cat.remove(name);
             db.schemas.write().retain(|(n, _)| n != name);

@@ -23,13 +23,16 @@ use std::sync::Arc;
 use weir_executor::{Op, StreamChunk};
 use weir_planner::{sqlstate, SqlError, SqlResult};
 
-fn check_target(db: &Database, name: &str, verb: &str) -> SqlResult<SchemaRef> {
+pub(crate) fn check_target(db: &Database, name: &str, verb: &str) -> SqlResult<SchemaRef> {
     let cat = db.catalog.read();
     match cat.get(name) {
         None => Err(SqlError::new(
             sqlstate::UNDEFINED_TABLE,
             format!("relation \"{name}\" does not exist"),
         )),
+        Some(e) if e.kind == RelationKind::View => Err(SqlError::unsupported(format!(
+            "cannot {verb} view \"{name}\": views are not updatable in Weir; write to its tables"
+        ))),
         Some(e) if e.kind != RelationKind::Table => Err(SqlError::new(
             sqlstate::WRONG_OBJECT_TYPE,
             format!("cannot {verb} materialized view \"{name}\": it is maintained by Weir"),
@@ -96,7 +99,7 @@ fn concat_rows(
     Ok(arrow::compute::concat_batches(&nullable, &parts)?)
 }
 
-async fn write(
+pub(crate) async fn write(
     db: &Database,
     session: &mut Session,
     table: &str,

@@ -2,7 +2,9 @@
 //!
 //! Module map:
 //! - [`config`]: `weir.toml` and defaults.
-//! - [`database`]: `Database`: recovery at startup and statement dispatch.
+//! - [`database`]: `Database`: recovery at startup; statements go to [`statements`].
+//! - [`statements`]: the statement router, and one file per newer statement kind
+//!   (plain views, SQL functions, COPY, DEALLOCATE / DISCARD / RESET, transactions).
 //! - [`sink`]: CREATE / DROP / SHOW SINKS (the blackhole sink).
 //! - [`connector`]: a table's connector options (`WITH (connector = 'kafka', ...)`).
 //! - [`catalog`]: the persisted catalog of tables and views.
@@ -17,7 +19,6 @@
 //! - [`settings`]: checkpoint / restart keys, defaults and provenance.
 //! - [`metrics_http`]: the Prometheus `/metrics` endpoint.
 //! - [`session`], [`output`]: per-connection state and statement results.
-//! - [`tx_savepoint`]: SAVEPOINT / RELEASE / ROLLBACK TO inside a transaction block.
 
 pub mod bench;
 pub mod bench_kafka;
@@ -40,8 +41,8 @@ pub mod session;
 pub mod settings;
 pub mod show;
 pub mod sink;
+pub mod statements;
 pub mod subplan;
-pub mod tx_savepoint;
 
 pub use config::Config;
 pub use database::Database;

@@ -14,6 +14,15 @@ pub enum Output {
         tag: String,
         rows: Option<usize>,
     },
+    /// `COPY ... FROM STDIN` started: the client sends `columns` fields per row.
+    CopyIn {
+        columns: usize,
+    },
+    /// `COPY ... TO STDOUT`: the data, one line per row (and a header in CSV).
+    CopyOut {
+        columns: usize,
+        lines: Vec<Vec<u8>>,
+    },
     TransactionStart(String),
     TransactionEnd(String),
     Empty,

@@ -147,10 +147,9 @@ pub fn pg_schema_with_aliases(schema: &Schema, aliases: &[String]) -> SchemaRef 
             .fields()
             .iter()
             .map(|f| {
-                // The `?column?#n` aliases Weir gives subquery items are not the user's.
-                let name = if aliases.iter().any(|a| a == f.name())
-                    && !f.name().starts_with("?column?#")
-                {
+                // The `name#dupN` aliases Weir gives repeated items are not the user's.
+                let internal = weir_planner::naming::strip_duplicate_mark(f.name()) != f.name();
+                let name = if aliases.iter().any(|a| a == f.name()) && !internal {
                     f.name().clone()
                 } else {
                     pg_column_name(f.name())

@@ -4,6 +4,7 @@ use crate::database::Database;
 use crate::pg::auth::Authenticator;
 use crate::pg::handler::Connection;
 use pgwire::api::auth::StartupHandler;
+use pgwire::api::copy::CopyHandler;
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::PgWireServerHandlers;
 use std::sync::Arc;
@@ -23,6 +24,9 @@ impl PgWireServerHandlers for Handlers {
     }
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
         self.auth.clone()
+    }
+    fn copy_handler(&self) -> Arc<impl CopyHandler> {
+        self.conn.clone()
     }
 }
 

@@ -13,10 +13,24 @@ pub struct Session {
     /// NOTICE messages the last statements raised, sent ahead of their results.
     pub notices: Vec<String>,
     /// Inside `BEGIN` ... `COMMIT`: the transaction savepoints, each with the session's
-    /// write count when it was set (see `tx_savepoint`).
+    /// write count when it was set (see `statements::transaction`).
     pub transaction: Option<Vec<(String, u64)>>,
     /// Write statements (INSERT / UPDATE / DELETE) this session has run.
     pub writes: u64,
+    /// Prepared statements that `DEALLOCATE` / `DISCARD ALL` released: the wire
+    /// layer, which keeps the prepared statements, removes them after the statement.
+    pub released: Vec<Released>,
+    /// Names of the prepared statements the client created (Parse with a name).
+    pub prepared: std::collections::BTreeSet<String>,
+    /// A `COPY ... FROM STDIN` waiting for its data (see `statements::copy`).
+    pub copy_in: Option<crate::statements::copy::CopyIn>,
+}
+
+/// What `DEALLOCATE` released (see [`Session::released`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Released {
+    All,
+    Named(String),
 }
 
 impl Session {

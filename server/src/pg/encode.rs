@@ -382,3 +382,37 @@ fn encode_array(
         }
     }
 }
+
+/// Every value of `batches` in Postgres's text form (`None`: NULL), as a SELECT
+/// would send it: COPY TO writes these.
+pub fn text_values(
+    schema: &arrow::datatypes::Schema,
+    batches: &[RecordBatch],
+) -> PgWireResult<Vec<Vec<Option<String>>>> {
+    let fields = Arc::new(field_infos(schema, |_| FieldFormat::Text));
+    let rows = encode_rows(batches, fields)?;
+    rows.iter().map(|r| decode_text_row(r)).collect()
+}
+
+/// The fields of an encoded row: each is a 4-byte length (-1 for NULL) and its bytes.
+fn decode_text_row(row: &DataRow) -> PgWireResult<Vec<Option<String>>> {
+    let mut data: &[u8] = &row.data;
+    let mut out = Vec::with_capacity(row.field_count.max(0) as usize);
+    for _ in 0..row.field_count {
+        let (len, rest) = data
+            .split_first_chunk::<4>()
+            .ok_or_else(|| encode_err("short data row"))?;
+        let len = i32::from_be_bytes(*len);
+        if len < 0 {
+            out.push(None);
+            data = rest;
+            continue;
+        }
+        let (value, rest) = rest
+            .split_at_checked(len as usize)
+            .ok_or_else(|| encode_err("short data row"))?;
+        out.push(Some(String::from_utf8_lossy(value).into_owned()));
+        data = rest;
+    }
+    Ok(out)
+}

@@ -6,7 +6,7 @@ use super::params;
 use crate::database::Database;
 use crate::output::Output;
 use crate::query;
-use crate::session::Session;
+use crate::session::{Released, Session};
 use arrow::datatypes::Schema;
 use async_trait::async_trait;
 use futures::{stream, Sink, SinkExt};
@@ -21,6 +21,7 @@ use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::response::NoticeResponse;
+use pgwire::messages::extendedquery::{Parse, ParseComplete};
 use pgwire::messages::PgWireBackendMessage;
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -41,6 +42,26 @@ where
             .await?;
     }
     Ok(())
+}
+
+/// Removes the prepared statements DEALLOCATE / DISCARD ALL released (see
+/// `statements::session_reset`) from the client's statement store.
+fn release_statements<C>(client: &mut C, session: &mut Session)
+where
+    C: ClientPortalStore,
+    C::PortalStore: PortalStore,
+{
+    for r in std::mem::take(&mut session.released) {
+        let store = client.portal_store();
+        match r {
+            Released::Named(name) => store.rm_statement(&name),
+            Released::All => {
+                for name in std::mem::take(&mut session.prepared) {
+                    store.rm_statement(&name);
+                }
+            }
+        }
+    }
 }
 
 pub fn to_pg_error(e: SqlError) -> PgWireError {
@@ -82,6 +103,9 @@ fn to_response(out: Output, format: &dyn Fn(usize) -> FieldFormat) -> PgWireResu
         Output::TransactionStart(tag) => Response::TransactionStart(Tag::new(&tag)),
         Output::TransactionEnd(tag) => Response::TransactionEnd(Tag::new(&tag)),
         Output::Empty => Response::EmptyQuery,
+        copy @ (Output::CopyIn { .. } | Output::CopyOut { .. }) => {
+            super::copy::copy_response(copy).expect("a COPY output")
+        }
     })
 }
 
@@ -104,7 +128,8 @@ impl StatementParser {
         let mut inferred: Vec<Option<Type>> = vec![None; n];
         let mut schema = None;
         match parse_statement(&sql)? {
-            WeirStatement::Sql(stmt) => {
+            WeirStatement::Sql(mut stmt) => {
+                crate::statements::expand(&self.db, &mut stmt)?;
                 use datafusion::sql::sqlparser::ast::Statement as S;
                 let plannable = matches!(
                     stmt.as_ref(),
@@ -212,8 +237,8 @@ impl QueryParser for StatementParser {
 }
 
 pub struct Connection {
-    db: Arc<Database>,
-    session: tokio::sync::Mutex<Session>,
+    pub(super) db: Arc<Database>,
+    pub(super) session: tokio::sync::Mutex<Session>,
     parser: Arc<StatementParser>,
 }
 
@@ -240,6 +265,7 @@ impl SimpleQueryHandler for Connection {
         let mut session = self.session.lock().await;
         let results = self.db.execute(&mut session, &sql).await;
         send_notices(client, &mut session).await?;
+        release_statements(client, &mut session);
         let mut responses = Vec::with_capacity(results.len());
         for r in results {
             match r {
@@ -260,6 +286,29 @@ impl ExtendedQueryHandler for Connection {
         self.parser.clone()
     }
 
+    /// pgwire's own Parse handling, plus the statement's name in the session, which
+    /// DEALLOCATE checks and DEALLOCATE ALL releases.
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.clone().unwrap_or_default();
+        match StoredStatement::parse(client, &message, self.query_parser()).await? {
+            Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
+            None => client.portal_store().put_empty_statement(&name),
+        }
+        if !name.is_empty() {
+            self.session.lock().await.prepared.insert(name);
+        }
+        client
+            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .await?;
+        Ok(())
+    }
+
     async fn do_query<C>(
         &self,
         client: &mut C,
@@ -277,6 +326,7 @@ impl ExtendedQueryHandler for Connection {
         let mut session = self.session.lock().await;
         let out = self.db.execute_one(&mut session, &sql).await;
         send_notices(client, &mut session).await?;
+        release_statements(client, &mut session);
         let out = out.map_err(to_pg_error)?;
         let format = portal.result_column_format.clone();
         to_response(out, &|i| format.format_for(i))

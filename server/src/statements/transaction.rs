@@ -1,4 +1,5 @@
-//! SAVEPOINT, RELEASE and ROLLBACK TO inside a transaction block (`BEGIN` ... `COMMIT`).
+//! `BEGIN`, `COMMIT`, `ROLLBACK`, and SAVEPOINT, RELEASE and ROLLBACK TO inside a
+//! transaction block (`BEGIN` ... `COMMIT`).
 //!
 //! Drivers and frameworks issue these on their own (Django's nested `atomic()`, JDBC
 //! autosave, psql's ON_ERROR_ROLLBACK), so inside a block they must keep their
@@ -10,7 +11,58 @@
 
 use crate::output::Output;
 use crate::session::Session;
-use weir_planner::{sqlstate, SqlError, SqlResult};
+use datafusion::sql::sqlparser::ast::Statement;
+use weir_planner::{sqlstate, SqlError, SqlResult, WeirStatement};
+
+/// `BEGIN`, `COMMIT` and `ROLLBACK`: a block only scopes transaction savepoints, since
+/// every statement commits as it runs.
+pub fn execute(session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
+    match stmt {
+        Statement::StartTransaction { .. } => {
+            session.transaction.get_or_insert_with(Vec::new);
+            Ok(Output::TransactionStart("BEGIN".into()))
+        }
+        Statement::Commit { .. } => {
+            session.transaction = None;
+            Ok(Output::TransactionEnd("COMMIT".into()))
+        }
+        Statement::Rollback {
+            savepoint: None, ..
+        } => {
+            session.transaction = None;
+            Ok(Output::TransactionEnd("ROLLBACK".into()))
+        }
+        Statement::Rollback {
+            savepoint: Some(name),
+            ..
+        } => rollback_to(session, &name.value),
+        _ => Err(SqlError::internal("not a transaction statement")),
+    }
+}
+
+/// The savepoint statements inside a block (`sql` tells `DROP SAVEPOINT` from
+/// `RELEASE`, and `ROLLBACK TO` from `RESTORE`, which parse alike).
+pub fn savepoint_in_block(
+    session: &mut Session,
+    stmt: WeirStatement,
+    sql: &str,
+) -> SqlResult<Output> {
+    let first = sql
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    match stmt {
+        WeirStatement::Savepoint { name, views } => savepoint(session, &name, views.is_some()),
+        WeirStatement::DropSavepoint(_) if first == "drop" => Err(refuse("DROP SAVEPOINT")),
+        WeirStatement::DropSavepoint(name) => release(session, &name),
+        WeirStatement::RestoreSavepoint {
+            name, views: None, ..
+        } if first == "rollback" => rollback_to(session, &name),
+        WeirStatement::RestoreSavepoint { .. } => Err(refuse("RESTORE ... FROM SAVEPOINT")),
+        _ => Err(SqlError::internal("not a savepoint statement")),
+    }
+}
 
 const ACTIVE_SQL_TRANSACTION: &str = "25001";
 
