@@ -21,7 +21,9 @@ use std::sync::Arc;
 /// Rewrites every aggregation over grouping sets in `plan`.
 pub fn expand_grouping_sets(plan: LogicalPlan) -> Result<LogicalPlan> {
     plan.transform_up(|p| match p {
-        LogicalPlan::Aggregate(agg) if agg.group_expr.len() == 1 && matches!(agg.group_expr[0], Expr::GroupingSet(_)) => {
+        LogicalPlan::Aggregate(agg)
+            if agg.group_expr.len() == 1 && matches!(agg.group_expr[0], Expr::GroupingSet(_)) =>
+        {
             Ok(Transformed::yes(as_union(agg)?))
         }
         other => Ok(Transformed::no(other)),
@@ -61,7 +63,10 @@ fn as_union(agg: Aggregate) -> Result<LogicalPlan> {
     for set in sets_of(gs) {
         let is_null: Vec<bool> = distinct.iter().map(|e| !set.contains(e)).collect();
         let ordinal = seen.entry(is_null.clone()).or_insert(0);
-        let id = is_null.iter().fold(0u64, |acc, &null| (acc << 1) | null as u64) | (*ordinal << n);
+        let id = is_null
+            .iter()
+            .fold(0u64, |acc, &null| (acc << 1) | null as u64)
+            | (*ordinal << n);
         *ordinal += 1;
         let branch = Aggregate::try_new(agg.input.clone(), set.clone(), agg.aggr_expr.clone())?;
         let branch_schema = branch.schema.clone();
@@ -81,10 +86,13 @@ fn as_union(agg: Aggregate) -> Result<LogicalPlan> {
             let (q, f) = schema.qualified_field(n + 1 + j);
             let (bq, bf) = branch_schema.qualified_field(set.len() + j);
             exprs.push(
-                Expr::Column(Column::new(bq.cloned(), bf.name())).alias_qualified(q.cloned(), f.name()),
+                Expr::Column(Column::new(bq.cloned(), bf.name()))
+                    .alias_qualified(q.cloned(), f.name()),
             );
         }
-        branches.push(Arc::new(LogicalPlan::Projection(Projection::try_new(exprs, branch)?)));
+        branches.push(Arc::new(LogicalPlan::Projection(Projection::try_new(
+            exprs, branch,
+        )?)));
     }
     Ok(LogicalPlan::Union(Union {
         inputs: branches,

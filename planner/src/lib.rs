@@ -27,12 +27,12 @@ mod grouping_sets;
 mod join_bounds;
 pub mod naming;
 mod not_in;
+mod output_names;
 pub mod statement;
 mod stream_join;
 mod stream_over;
 pub mod stream_plan;
 mod stream_top_n;
-mod output_names;
 pub mod window_tvf;
 
 pub use error::{sqlstate, SqlError, SqlResult};

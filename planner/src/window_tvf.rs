@@ -442,7 +442,10 @@ mod tests {
         let aliased =
             rewrite("SELECT w.auction FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND) AS w")
                 .unwrap();
-        assert!(aliased.ends_with(") AS w") && !aliased.contains("AS bid"), "{aliased}");
+        assert!(
+            aliased.ends_with(") AS w") && !aliased.contains("AS bid"),
+            "{aliased}"
+        );
         let bare = rewrite("SELECT 1 FROM HOP(bid, t, INTERVAL '1' SECOND, INTERVAL '2' SECOND) w")
             .unwrap();
         assert!(bare.ends_with(") w"), "{bare}");

@@ -6,9 +6,9 @@
 
 use crate::catalog::{Catalog, RelationKind};
 use crate::config::Config;
+use crate::ddl;
 use crate::output::Output;
 use crate::session::Session;
-use crate::ddl;
 use arrow::datatypes::SchemaRef;
 use datafusion::sql::sqlparser::ast::ObjectName;
 use parking_lot::RwLock;

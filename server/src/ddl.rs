@@ -9,7 +9,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::Constraint;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{
-    ColumnOption, CreateTableOptions, Expr as SqlExpr, ObjectType, SqlOption, Statement, Value,
+    ColumnOption, CreateTableOptions, Expr as SqlExpr, SqlOption, Statement, Value,
 };
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -481,7 +481,10 @@ pub(crate) async fn plan_query(
     query: &datafusion::sql::sqlparser::ast::Query,
     name: &str,
 ) -> SqlResult<weir_planner::PlannedView> {
-    let query = Statement::Query(Box::new(query.clone()));
+    let mut query = Statement::Query(Box::new(query.clone()));
+    // Plain views and SQL functions (already expanded for CREATE MATERIALIZED VIEW;
+    // sinks' queries get theirs here).
+    crate::statements::expand(db, &mut query)?;
     let ctx = query::planning_context(db, &query)?;
     let mut state = ctx.state();
     // A streaming plan has no one-off subquery execution: every scalar subquery
@@ -669,7 +672,8 @@ pub async fn create_view(
         columns: columns_of(&plan.schema),
         depends_on: {
             let mut deps = plan.graph.upstream_relations();
-            deps.extend(views.into_iter().filter(|v| !deps.contains(v)));
+            let more: Vec<String> = views.into_iter().filter(|v| !deps.contains(v)).collect();
+            deps.extend(more);
             deps
         },
         primary_key: vec![],
@@ -773,119 +777,4 @@ pub async fn explain_create_view(
         }
     }
     crate::show::text_rows("QUERY PLAN", lines)
-}
-
-/// How Postgres names a kind of relation in messages.
-fn kind_name(kind: RelationKind) -> &'static str {
-    match kind {
-        RelationKind::Table => "table",
-        RelationKind::MaterializedView => "materialized view",
-        RelationKind::View => "view",
-        RelationKind::Sink => "sink",
-    }
-}
-
-/// `DROP TABLE | MATERIALIZED VIEW | VIEW`, dependents first with CASCADE.
-pub async fn drop(db: &Database, stmt: &Statement) -> SqlResult<Output> {
-    let Statement::Drop {
-        object_type,
-        if_exists,
-        names,
-        cascade,
-        ..
-    } = stmt
-    else {
-        return Err(SqlError::internal("not DROP"));
-    };
-    let (kind, tag, what) = match object_type {
-        ObjectType::Table => (RelationKind::Table, "DROP TABLE", "table"),
-        ObjectType::View => (RelationKind::View, "DROP VIEW", "view"),
-        ObjectType::MaterializedView => (
-            RelationKind::MaterializedView,
-            "DROP MATERIALIZED VIEW",
-            "materialized view",
-        ),
-        other => {
-            return Err(SqlError::unsupported(format!(
-                "DROP {other} is not supported"
-            )))
-        }
-    };
-    let _ddl = db.ddl_lock.lock().await;
-    let mut order = Vec::new();
-    for n in names {
-        let name = relation_name(n)?;
-        let cat = db.catalog.read();
-        let Some(entry) = cat.get(&name) else {
-            if *if_exists {
-                continue;
-            }
-            return Err(SqlError::new(
-                sqlstate::UNDEFINED_TABLE,
-                format!("{what} \"{name}\" does not exist"),
-            ));
-        };
-        if entry.kind != kind {
-            return Err(SqlError::new(
-                sqlstate::WRONG_OBJECT_TYPE,
-                format!(
-                    "\"{name}\" is not a {what}; use DROP {}",
-                    kind_name(entry.kind).to_ascii_uppercase()
-                ),
-            ));
-        }
-        let dependents: Vec<String> = cat
-            .dependents(&name)
-            .iter()
-            .filter_map(|d| cat.get(d))
-            .map(|d| format!("{} {}", kind_name(d.kind), d.name))
-            .collect();
-        if !dependents.is_empty() && !*cascade {
-            return Err(SqlError::new(
-                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
-                format!(
-                    "cannot drop {what} {name} because other objects depend on it: {} depends on it (use DROP ... CASCADE to drop the dependent objects too)",
-                    dependents.join(", ")
-                ),
-            ));
-        }
-        for d in cat.drop_order(&name) {
-            if !order.contains(&d) {
-                order.push(d);
-            }
-        }
-    }
-    if order.is_empty() {
-        return Ok(Output::command(tag));
-    }
-    let rt = db.runtime();
-    let mut w = rt.lock_writes().await;
-    rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
-    let mut removed_logs = Vec::new();
-    {
-        let mut cat = db.catalog.write();
-        for name in &order {
-            let Some(entry) = cat.get(name).cloned() else {
-                continue;
-            };
-            match entry.kind {
-                RelationKind::Table => {
-                    rt.drop_table(&mut w, name);
-                    removed_logs.push(db.table_log_path(entry.id));
-                }
-                RelationKind::MaterializedView | RelationKind::Sink => rt.drop_view(&mut w, name),
-                // A plain view has no job and no rows: only its catalog entry goes.
-                RelationKind::View => {}
-            }
-            cat.remove(name);
-            db.schemas.write().retain(|(n, _)| n != name);
-        }
-        cat.save(&db.meta).map_err(SqlError::internal)?;
-    }
-    // The catalog no longer names these logs; removing them last means a crash in
-    // between leaves only an orphan file, never a table without its log.
-    for p in removed_logs {
-        let _ = std::fs::remove_file(p);
-    }
-    Ok(Output::command(tag))
 }

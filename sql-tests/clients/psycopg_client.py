@@ -80,6 +80,8 @@ with tx.cursor() as cur:
 tx.commit()
 tx.close()
 out["closed"] = tx.closed
+# Another session's write is visible at the next barrier; FLUSH makes it visible now.
+conn.execute("FLUSH")
 out["tx_row"] = conn.execute("SELECT name FROM py WHERE id = 1000").fetchone()[0]
 conn.close()
 print(json.dumps(out))

@@ -30,7 +30,13 @@ async fn psycopg_prepares_pipelines_copies_and_closes() {
     assert!(
         out.status.success(),
         "psycopg client failed:\n{stdout}\n{stderr}\nserver log tail:\n{}",
-        server.log().lines().rev().take(20).collect::<Vec<_>>().join("\n")
+        server
+            .log()
+            .lines()
+            .rev()
+            .take(20)
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
     let counts: Vec<i64> = (0..10).map(|k| 20 - k).collect();
@@ -42,9 +48,20 @@ async fn psycopg_prepares_pipelines_copies_and_closes() {
     );
     assert_eq!(
         v["row"],
-        serde_json::json!(["3", "n3", "3.75", "False", "2024-01-04", "2024-01-01 12:00:03", "0.75"])
+        serde_json::json!([
+            "3",
+            "n3",
+            "3.75",
+            "False",
+            "2024-01-04",
+            "2024-01-01 12:00:03",
+            "0.75"
+        ])
     );
-    assert_eq!(v["pipeline_reads"], serde_json::json!(["p100", "p101", "p102", "p103", "p104"]));
+    assert_eq!(
+        v["pipeline_reads"],
+        serde_json::json!(["p100", "p101", "p102", "p103", "p104"])
+    );
     assert_eq!(v["pipeline_count"], 50);
     assert_eq!(v["copy_rowcount"], 100);
     assert_eq!(v["copy_out_first"], serde_json::json!(["200", "c\t200"]));

@@ -37,6 +37,11 @@ fn slt_files() -> Vec<PathBuf> {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        // `WEIR_SLT_FILTER=dialect` runs only the files whose name contains it.
+        .filter(|p| {
+            std::env::var("WEIR_SLT_FILTER")
+                .map_or(true, |f| p.to_string_lossy().contains(f.as_str()))
+        })
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no .slt files in {}", dir.display());

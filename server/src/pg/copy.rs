@@ -27,11 +27,8 @@ pub fn copy_response(out: Output) -> Option<Response> {
             stream::empty(),
         ))),
         Output::CopyOut { columns, lines } => {
-            // pgwire counts CopyData messages as rows: a CSV header goes out with
-            // the first row so that the count in `COPY n` is the rows'.
-            let messages = lines
-                .into_iter()
-                .map(|l| Ok(CopyData::new(l.into())));
+            // One CopyData per line: pgwire counts them for the `COPY n` tag.
+            let messages = lines.into_iter().map(|l| Ok(CopyData::new(l.into())));
             Some(Response::CopyOut(CopyResponse::new(
                 0,
                 columns,

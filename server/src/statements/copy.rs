@@ -90,8 +90,16 @@ fn format_of(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> SqlResult<C
             match name.value.to_ascii_lowercase().as_str() {
                 "csv" => csv = true,
                 "text" => csv = false,
-                "binary" => return Err(SqlError::unsupported("COPY in binary format is not supported (text and csv are)")),
-                other => return Err(bad_option(format!("COPY format \"{other}\" not recognized"))),
+                "binary" => {
+                    return Err(SqlError::unsupported(
+                        "COPY in binary format is not supported (text and csv are)",
+                    ))
+                }
+                other => {
+                    return Err(bad_option(format!(
+                        "COPY format \"{other}\" not recognized"
+                    )))
+                }
             }
         }
     }
@@ -103,7 +111,11 @@ fn format_of(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> SqlResult<C
             "COPY in binary format is not supported (text and csv are)",
         ));
     }
-    let mut f = if csv { CopyFormat::csv() } else { CopyFormat::text() };
+    let mut f = if csv {
+        CopyFormat::csv()
+    } else {
+        CopyFormat::text()
+    };
     let mut escape = None;
     for o in options {
         match o {
@@ -113,8 +125,13 @@ fn format_of(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> SqlResult<C
             CopyOption::Header(h) => f.header = *h,
             CopyOption::Quote(c) => f.quote = *c,
             CopyOption::Escape(c) => escape = Some(*c),
-            CopyOption::Encoding(e) if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
-            other => return Err(SqlError::unsupported(format!("COPY option {other} is not supported"))),
+            CopyOption::Encoding(e)
+                if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "COPY option {other} is not supported"
+                )))
+            }
         }
     }
     for o in legacy {
@@ -125,22 +142,34 @@ fn format_of(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> SqlResult<C
                         CopyLegacyCsvOption::Header => f.header = true,
                         CopyLegacyCsvOption::Quote(q) => f.quote = *q,
                         CopyLegacyCsvOption::Escape(e) => escape = Some(*e),
-                        other => return Err(SqlError::unsupported(format!("COPY option {other} is not supported"))),
+                        other => {
+                            return Err(SqlError::unsupported(format!(
+                                "COPY option {other} is not supported"
+                            )))
+                        }
                     }
                 }
             }
             CopyLegacyOption::Delimiter(c) => f.delimiter = *c,
             CopyLegacyOption::Null(s) => f.null = s.clone(),
             CopyLegacyOption::Header => f.header = true,
-            other => return Err(SqlError::unsupported(format!("COPY option {other} is not supported"))),
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "COPY option {other} is not supported"
+                )))
+            }
         }
     }
     f.escape = escape.unwrap_or(f.quote);
     if f.header && !f.csv {
-        return Err(SqlError::unsupported("COPY HEADER is available only in CSV mode"));
+        return Err(SqlError::unsupported(
+            "COPY HEADER is available only in CSV mode",
+        ));
     }
     if f.delimiter == '\n' || f.delimiter == '\r' || (!f.csv && f.delimiter == '\\') {
-        return Err(bad_option("COPY delimiter cannot be newline, carriage return or backslash".into()));
+        return Err(bad_option(
+            "COPY delimiter cannot be newline, carriage return or backslash".into(),
+        ));
     }
     Ok(f)
 }
@@ -176,8 +205,14 @@ fn start_copy_in(
     source: &CopySource,
     format: CopyFormat,
 ) -> SqlResult<Output> {
-    let CopySource::Table { table_name, columns } = source else {
-        return Err(SqlError::syntax("COPY (query) FROM is not possible; COPY a table FROM"));
+    let CopySource::Table {
+        table_name,
+        columns,
+    } = source
+    else {
+        return Err(SqlError::syntax(
+            "COPY (query) FROM is not possible; COPY a table FROM",
+        ));
     };
     let table = relation_name(table_name)?;
     let schema = dml::check_target(db, &table, "copy to")?;
@@ -529,14 +564,24 @@ async fn copy_out(
     let (schema, batches) = query::run_query(&ctx, &stmt).await?;
     let texts = crate::pg::encode::text_values(&schema, &batches)
         .map_err(|e| SqlError::internal(e.to_string()))?;
-    let mut lines = Vec::with_capacity(texts.len() + 1);
+    let mut lines: Vec<Vec<u8>> = texts.iter().map(|row| format_line(row, f)).collect();
     if f.header {
-        let names: Vec<Option<String>> =
-            schema.fields().iter().map(|c| Some(c.name().clone())).collect();
-        lines.push(format_line(&names, f));
-    }
-    for row in texts {
-        lines.push(format_line(&row, f));
+        // The wire layer sends one CopyData per line and counts them as rows for the
+        // `COPY n` tag: the header rides in the first row's message. (With no rows it
+        // goes alone and the tag says 1, where Postgres says 0.)
+        let names: Vec<Option<String>> = schema
+            .fields()
+            .iter()
+            .map(|c| Some(c.name().clone()))
+            .collect();
+        let mut header = format_line(&names, f);
+        match lines.first_mut() {
+            Some(first) => {
+                header.append(first);
+                *first = header;
+            }
+            None => lines.push(header),
+        }
     }
     Ok(Output::CopyOut {
         columns: schema.fields().len(),
@@ -612,8 +657,11 @@ mod tests {
 
     #[test]
     fn text_format_unescapes_and_reads_nulls() {
-        let r = parse_text("1\ta\\tb\t\\N\n2\tx\\\\y\t\\101\n\\.\nignored\n", &CopyFormat::text())
-            .unwrap();
+        let r = parse_text(
+            "1\ta\\tb\t\\N\n2\tx\\\\y\t\\101\n\\.\nignored\n",
+            &CopyFormat::text(),
+        )
+        .unwrap();
         assert_eq!(
             values(&r),
             vec![
@@ -628,7 +676,11 @@ mod tests {
     fn csv_handles_quotes_newlines_header_and_nulls() {
         let mut f = CopyFormat::csv();
         f.header = true;
-        let r = parse_csv("id,name,note\n1,\"a,b\",\n2,\"say \"\"hi\"\"\nthere\",\"\"\n3,c,d\n", &f).unwrap();
+        let r = parse_csv(
+            "id,name,note\n1,\"a,b\",\n2,\"say \"\"hi\"\"\nthere\",\"\"\n3,c,d\n",
+            &f,
+        )
+        .unwrap();
         assert_eq!(
             values(&r),
             vec![
@@ -673,7 +725,11 @@ mod tests {
         assert!(e.message.contains("line 2, column id"), "{}", e.message);
         let short = parse_text("1\n", &copy.format).unwrap();
         let e = to_batch(&copy, &short).unwrap_err();
-        assert!(e.message.contains("missing data for column \"name\""), "{}", e.message);
+        assert!(
+            e.message.contains("missing data for column \"name\""),
+            "{}",
+            e.message
+        );
         let ok = to_batch(&copy, &parse_text("1\ta\n2\t\\N\n", &copy.format).unwrap()).unwrap();
         assert_eq!(ok.num_rows(), 2);
     }

@@ -20,8 +20,8 @@ use crate::output::Output;
 use crate::query;
 use datafusion::sql::sqlparser::ast::{
     CastKind, CreateFunctionBody, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
-    FunctionReturnType, Ident, ObjectName, Query, SetExpr, Statement, Value, Visit, VisitMut,
-    Visitor, VisitorMut,
+    FunctionReturnType, Ident, ObjectName, SetExpr, Statement, Value, Visit, VisitMut, Visitor,
+    VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -53,14 +53,17 @@ fn function_name(name: &ObjectName) -> Option<String> {
 fn call_args(f: &datafusion::sql::sqlparser::ast::Function) -> Option<Vec<Expr>> {
     match &f.args {
         FunctionArguments::None => Some(vec![]),
-        FunctionArguments::List(list) if list.duplicate_treatment.is_none() && list.clauses.is_empty() => list
-            .args
-            .iter()
-            .map(|a| match a {
-                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.clone()),
-                _ => None,
-            })
-            .collect(),
+        FunctionArguments::List(list)
+            if list.duplicate_treatment.is_none() && list.clauses.is_empty() =>
+        {
+            list.args
+                .iter()
+                .map(|a| match a {
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.clone()),
+                    _ => None,
+                })
+                .collect()
+        }
         _ => None,
     }
 }
@@ -137,7 +140,11 @@ fn instantiate(f: &FunctionEntry, args: &[Expr]) -> SqlResult<Expr> {
     impl Params<'_> {
         fn by_name(&self, name: &Ident) -> Option<Expr> {
             let n = name.value.to_ascii_lowercase();
-            let i = self.f.arg_names.iter().position(|a| a.as_deref() == Some(&n))?;
+            let i = self
+                .f
+                .arg_names
+                .iter()
+                .position(|a| a.as_deref() == Some(&n))?;
             Some(self.args[i].clone())
         }
     }
@@ -148,8 +155,7 @@ fn instantiate(f: &FunctionEntry, args: &[Expr]) -> SqlResult<Expr> {
                 Expr::Identifier(i) => self.by_name(i),
                 // `f.a`: a parameter qualified by the function's name.
                 Expr::CompoundIdentifier(parts)
-                    if parts.len() == 2
-                        && parts[0].value.eq_ignore_ascii_case(&self.f.name) =>
+                    if parts.len() == 2 && parts[0].value.eq_ignore_ascii_case(&self.f.name) =>
                 {
                     self.by_name(&parts[1])
                 }
@@ -169,7 +175,7 @@ fn instantiate(f: &FunctionEntry, args: &[Expr]) -> SqlResult<Expr> {
             ControlFlow::Continue(())
         }
     }
-    let _ = body.visit(&mut Params { f, args: &casted });
+    let _ = VisitMut::visit(&mut body, &mut Params { f, args: &casted });
     cast(body, &f.return_type)
 }
 
@@ -216,13 +222,14 @@ pub fn inline_calls(db: &Database, stmt: &mut Statement) -> SqlResult<()> {
             }
         }
     }
+    name_call_items(stmt, &functions);
     for _ in 0..MAX_DEPTH {
         let mut pass = Inline {
             functions: &functions,
             changed: false,
             error: None,
         };
-        let _ = stmt.visit(&mut pass);
+        let _ = VisitMut::visit(stmt, &mut pass);
         if let Some(e) = pass.error {
             return Err(e);
         }
@@ -234,6 +241,39 @@ pub fn inline_calls(db: &Database, stmt: &mut Statement) -> SqlResult<()> {
         sqlstate::STATEMENT_TOO_COMPLEX,
         format!("SQL functions nested more than {MAX_DEPTH} deep (a recursive function?)"),
     ))
+}
+
+/// A select item that is just a call keeps the function's name as its column name, as
+/// in Postgres (the inlined body alone would be `?column?`). The alias is internal
+/// (`f#dupN`, unique per position; the output shows `f`).
+fn name_call_items(stmt: &mut Statement, functions: &[FunctionEntry]) {
+    use datafusion::sql::sqlparser::ast::{Query, SelectItem};
+    use weir_planner::naming::DUPLICATE_MARK;
+    struct Name<'a>(&'a [FunctionEntry]);
+    impl VisitorMut for Name<'_> {
+        type Break = ();
+        fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<()> {
+            let SetExpr::Select(select) = q.body.as_mut() else {
+                return ControlFlow::Continue(());
+            };
+            for (i, item) in select.projection.iter_mut().enumerate() {
+                let SelectItem::UnnamedExpr(Expr::Function(call)) = item else {
+                    continue;
+                };
+                let Some(name) = function_name(&call.name) else {
+                    continue;
+                };
+                if self.0.iter().any(|f| f.name == name) {
+                    *item = SelectItem::ExprWithAlias {
+                        expr: Expr::Function(call.clone()),
+                        alias: Ident::with_quote('"', format!("{name}{DUPLICATE_MARK}{}", i + 1)),
+                    };
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = VisitMut::visit(stmt, &mut Name(functions));
 }
 
 /// Whether `stmt` calls a function of this name.
@@ -305,7 +345,10 @@ pub async fn create(db: &Database, stmt: &Statement, sql: &str) -> SqlResult<Out
     let name = function_name(&cf.name).ok_or_else(|| {
         SqlError::new(
             sqlstate::INVALID_SCHEMA_NAME,
-            format!("functions can be created only in schema public: {}", cf.name),
+            format!(
+                "functions can be created only in schema public: {}",
+                cf.name
+            ),
         )
     })?;
     if let Some(lang) = &cf.language {
@@ -331,7 +374,10 @@ pub async fn create(db: &Database, stmt: &Statement, sql: &str) -> SqlResult<Out
         }
     };
     let args = cf.args.clone().unwrap_or_default();
-    if args.iter().any(|a| a.mode.is_some() || a.default_expr.is_some()) {
+    if args
+        .iter()
+        .any(|a| a.mode.is_some() || a.default_expr.is_some())
+    {
         return Err(SqlError::unsupported(
             "argument modes (OUT, INOUT) and defaults are not supported",
         ));
@@ -364,10 +410,13 @@ pub async fn create(db: &Database, stmt: &Statement, sql: &str) -> SqlResult<Out
         if !cf.or_replace {
             return Err(SqlError::new(
                 sqlstate::DUPLICATE_FUNCTION,
-                format!("function {name} with {} arguments already exists", entry.arg_types.len()),
+                format!(
+                    "function {name} with {} arguments already exists",
+                    entry.arg_types.len()
+                ),
             ));
         }
-        drop(cat);
+        std::mem::drop(cat);
         refuse_while_called(db, &name, "replace")?;
         cat = db.catalog.write();
         cat.functions[i] = entry;
@@ -483,7 +532,11 @@ mod tests {
 
     #[test]
     fn parameters_are_replaced_by_name_and_position() {
-        let f = entry(&[("a", "INT"), ("b", "TEXT")], "INT", "SELECT a + length(b) + $1");
+        let f = entry(
+            &[("a", "INT"), ("b", "TEXT")],
+            "INT",
+            "SELECT a + length(b) + $1",
+        );
         let body = instantiate(&f, &[expr("x.k"), expr("'hi'")]).unwrap();
         assert_eq!(
             body.to_string(),
@@ -493,9 +546,18 @@ mod tests {
 
     #[test]
     fn a_body_with_from_is_a_scalar_subquery() {
-        let f = entry(&[("k", "INT")], "BIGINT", "SELECT count(*) FROM t WHERE t.id = k;");
+        let f = entry(
+            &[("k", "INT")],
+            "BIGINT",
+            "SELECT count(*) FROM t WHERE t.id = k;",
+        );
         let body = instantiate(&f, &[expr("1")]).unwrap().to_string();
-        assert!(body.starts_with("CAST(((SELECT count(*) FROM t WHERE t.id = CAST((1) AS INT))) AS BIGINT)"), "{body}");
+        assert!(
+            body.starts_with(
+                "CAST(((SELECT count(*) FROM t WHERE t.id = CAST((1) AS INT))) AS BIGINT)"
+            ),
+            "{body}"
+        );
         let ret = entry(&[("k", "INT")], "INT", "RETURN k * 2");
         assert_eq!(
             instantiate(&ret, &[expr("3")]).unwrap().to_string(),

@@ -5,8 +5,8 @@
 //! which the router calls the same way.
 //!
 //! Module map:
-//! - [`view`]: plain `CREATE [OR REPLACE] VIEW`, expanded where used (`DROP VIEW` is
-//!   `ddl::drop`, shared with tables and materialized views).
+//! - [`view`]: plain `CREATE [OR REPLACE] VIEW`, expanded where used.
+//! - [`drop`]: `DROP TABLE | MATERIALIZED VIEW | VIEW`, dependents first with CASCADE.
 //! - [`function`]: `CREATE [OR REPLACE] FUNCTION ... LANGUAGE SQL` / `DROP FUNCTION`,
 //!   scalar SQL functions inlined where called.
 //! - [`session_reset`]: `DEALLOCATE [ALL]`, `DISCARD ALL`, `RESET name | ALL`.
@@ -17,6 +17,7 @@
 //! calls of SQL functions by their definitions (Postgres inlines both the same way).
 
 pub mod copy;
+pub mod drop;
 pub mod function;
 pub mod session_reset;
 pub mod transaction;
@@ -192,7 +193,7 @@ async fn execute_sql(
             if_exists,
             ..
         } => crate::index::drop_index(db, names, *if_exists).await,
-        Statement::Drop { .. } => ddl::drop(db, stmt).await,
+        Statement::Drop { .. } => drop::execute(db, stmt).await,
         Statement::StartTransaction { .. }
         | Statement::Commit { .. }
         | Statement::Rollback { .. } => transaction::execute(session, stmt),

@@ -28,7 +28,11 @@ pub fn execute(session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
                     format!("prepared statement \"{}\" does not exist", name.value),
                 ));
             }
-            Ok(Output::command(if all { "DEALLOCATE ALL" } else { "DEALLOCATE" }))
+            Ok(Output::command(if all {
+                "DEALLOCATE ALL"
+            } else {
+                "DEALLOCATE"
+            }))
         }
         Statement::Discard { object_type } => {
             if matches!(object_type, DiscardObject::ALL) {

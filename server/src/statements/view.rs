@@ -9,7 +9,7 @@
 //! `OR REPLACE` follows Postgres: the new query must keep the old columns (same
 //! names and types, in order; new ones may follow), and it is refused while a
 //! materialized view reads the view, because a materialized view's plan must not
-//! change under it when it is planned again at restart. `DROP VIEW` is `ddl::drop`.
+//! change under it when it is planned again at restart. `DROP VIEW` is in `drop`.
 
 use crate::catalog::{ColumnInfo, RelationEntry, RelationKind};
 use crate::database::{relation_name, Database};
@@ -30,7 +30,11 @@ const MAX_DEPTH: usize = 64;
 fn view_queries(db: &Database) -> SqlResult<Vec<(String, Query, Vec<String>)>> {
     let cat = db.catalog.read();
     let mut out = Vec::new();
-    for r in cat.relations.iter().filter(|r| r.kind == RelationKind::View) {
+    for r in cat
+        .relations
+        .iter()
+        .filter(|r| r.kind == RelationKind::View)
+    {
         let columns = r.columns.iter().map(|c| c.name.clone()).collect();
         out.push((r.name.clone(), stored_query(&r.sql)?, columns));
     }
@@ -159,14 +163,14 @@ impl VisitorMut for Expander<'_> {
         else {
             return ControlFlow::Continue(());
         };
-        let Some((view, query, columns)) = self.view_of(name) else {
+        let Some((view, query, columns)) = self.view_of(name).cloned() else {
             return ControlFlow::Continue(());
         };
         // The derived table keeps the name it was referred to by, and the view's
         // column names (a view may rename its query's columns).
         let alias = alias.clone().unwrap_or_else(|| TableAlias {
             explicit: true,
-            name: Ident::with_quote('"', view.clone()),
+            name: Ident::with_quote('"', &view),
             columns: vec![],
             at: None,
         });
@@ -184,10 +188,10 @@ impl VisitorMut for Expander<'_> {
         } else {
             alias
         };
-        self.used.push(view.clone());
+        self.used.push(view);
         *factor = TableFactor::Derived {
             lateral: false,
-            subquery: Box::new(query.clone()),
+            subquery: Box::new(query),
             alias: Some(alias),
             sample: None,
         };
@@ -215,8 +219,8 @@ pub async fn create(
     let columns = view_columns(db, cv).await?;
     // What the original query names (tables, materialized views, other views).
     let original = stored_query(sql)?;
-    let mut depends_on = query::relations_read(&Statement::Query(Box::new(original)))?
-        .unwrap_or_default();
+    let mut depends_on =
+        query::relations_read(&Statement::Query(Box::new(original)))?.unwrap_or_default();
     depends_on.retain(|d| db.catalog.read().get(d).is_some());
     depends_on.dedup();
     if views.contains(&name) || depends_on.contains(&name) {
@@ -261,7 +265,8 @@ async fn view_columns(
     let q = Statement::Query(cv.query.clone());
     let ctx = query::planning_context(db, &q)?;
     let plan = query::plan_statement(&ctx.state(), &q).await?;
-    let schema = query::pg_schema_with_aliases(plan.schema().as_arrow(), &query::select_aliases(&q));
+    let schema =
+        query::pg_schema_with_aliases(plan.schema().as_arrow(), &query::select_aliases(&q));
     if cv.columns.len() > schema.fields().len() {
         return Err(SqlError::syntax(
             "CREATE VIEW specifies more column names than columns",
