@@ -192,6 +192,8 @@ async fn psql_backslash_copy_to_and_from_files() {
         &format!("\\copy src FROM '{}' WITH (FORMAT csv)", input.display()),
     );
     assert!(out.contains("COPY 1000"), "{out}");
+    // Another session's writes are visible at the next barrier; FLUSH makes them so now.
+    psql(server.port, "FLUSH");
     let output = dir.path().join("out.txt");
     let out = psql(
         server.port,
@@ -206,6 +208,7 @@ async fn psql_backslash_copy_to_and_from_files() {
         &format!("\\copy dst FROM '{}'", output.display()),
     );
     assert!(out.contains("COPY 1000"), "{out}");
+    psql(server.port, "FLUSH");
     assert_eq!(
         rows(
             &client,
