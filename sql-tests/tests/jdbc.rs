@@ -20,8 +20,8 @@ fn run_client(port: u16, mode: &str) -> String {
         .arg(mode)
         .output()
         .expect("java must be installed (scripts/prereqs.sh: default-jdk-headless)");
-    let text = String::from_utf8_lossy(&out.stdout).to_string()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "JdbcClient {mode} failed:\n{text}");
     text
 }
@@ -48,7 +48,9 @@ async fn pgjdbc_prepared_statements_batches_fetch_size_and_binary() {
     let text = run_client(server.port, "protocol");
     let r = results(&text);
     let one = |k: &str| -> &str {
-        let v = r.get(k).unwrap_or_else(|| panic!("no {k} in output:\n{text}"));
+        let v = r
+            .get(k)
+            .unwrap_or_else(|| panic!("no {k} in output:\n{text}"));
         &v[0]
     };
 
@@ -76,6 +78,9 @@ async fn pgjdbc_prepared_statements_batches_fetch_size_and_binary() {
     for (key, value) in expected {
         let got = r.get(key).unwrap_or_else(|| panic!("no {key}:\n{text}"));
         assert_eq!(got.len(), 3, "{key}: {got:?}");
-        assert!(got.iter().all(|g| g == value), "{key}: {got:?} != {value}\n{text}");
+        assert!(
+            got.iter().all(|g| g == value),
+            "{key}: {got:?} != {value}\n{text}"
+        );
     }
 }

@@ -33,11 +33,6 @@ fn startup(rng: &mut StdRng) -> Vec<u8> {
     startup_with(&params)
 }
 
-
-
-
-
-
 /// Valid messages a driver would send; the connection stays usable after them.
 fn valid_messages(rng: &mut StdRng, n: usize) -> Vec<u8> {
     let mut out = Vec::new();
@@ -46,10 +41,7 @@ fn valid_messages(rng: &mut StdRng, n: usize) -> Vec<u8> {
             0 => out.extend(query("SELECT 1")),
             1 => {
                 let name = format!("s{i}");
-                out.extend(typed(
-                    b'P',
-                    &parse_body(&name, "SELECT $1::int + 1", &[23]),
-                ));
+                out.extend(typed(b'P', &parse_body(&name, "SELECT $1::int + 1", &[23])));
                 let one = 41i32.to_be_bytes();
                 out.extend(typed(
                     b'B',
@@ -132,13 +124,7 @@ fn victim(rng: &mut StdRng) -> (u8, Vec<u8>) {
     match rng.random_range(0..6) {
         0 => (
             b'B',
-            bind_body(
-                "",
-                "",
-                &[0],
-                &[Some(b"12"), None, Some(b"abc")],
-                &[1, 0, 1],
-            ),
+            bind_body("", "", &[0], &[Some(b"12"), None, Some(b"abc")], &[1, 0, 1]),
         ),
         1 => (b'E', execute_body("", rng.random_range(0..100))),
         2 => (b'P', parse_body("q", "SELECT $1::text", &[25])),
@@ -290,7 +276,9 @@ async fn run_session(port: u16, seed: u64, id: u64) -> Result<Corruption, String
     if corruption == Corruption::BadStartup {
         bytes = bad_startup(&mut rng);
     } else {
-        s.write_all(&startup(&mut rng)).await.map_err(|e| e.to_string())?;
+        s.write_all(&startup(&mut rng))
+            .await
+            .map_err(|e| e.to_string())?;
         let (msgs, _) = read_messages(&mut s, 1).await;
         if msgs.last().map(|m| m.0) != Some(b'Z') {
             return Err(format!("startup not answered with ReadyForQuery: {msgs:?}"));
@@ -374,11 +362,16 @@ async fn malformed_sessions_are_protocol_errors() {
         failures.is_empty(),
         "seed {seed}: {} of {sessions} sessions broke expectations, e.g.:\n{}",
         failures.len(),
-        failures.iter().take(10).cloned().collect::<Vec<_>>().join("\n")
+        failures
+            .iter()
+            .take(10)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     // Every kind was exercised.
     assert_eq!(by_kind.len(), CORRUPTIONS.len(), "{by_kind:?}");
     let client = server.connect().await;
-    let one: i32 = client.query_one("SELECT 1", &[]).await.unwrap().get(0);
+    let one: i64 = client.query_one("SELECT 1", &[]).await.unwrap().get(0);
     assert_eq!(one, 1);
 }

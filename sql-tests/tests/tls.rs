@@ -18,7 +18,9 @@ use weir_sql_tests::{process::weir_binary, WeirProcess};
 fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
     let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
     let out = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"])
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
         .args(["-subj", "/CN=localhost", "-keyout"])
         .arg(&key)
         .arg("-out")
@@ -78,14 +80,16 @@ async fn sslmode_require_works_from_psql_psycopg_and_pgjdbc() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = self_signed(dir.path());
     let server =
-        WeirProcess::start_with_config(&dir.path().join("data"), 1, &tls_config(&cert, &key))
-            .await;
+        WeirProcess::start_with_config(&dir.path().join("data"), 1, &tls_config(&cert, &key)).await;
     assert_eq!(ssl_answer(server.port).await, b'S');
 
     let (ok, out) = psql(server.port, "require", "SELECT 40 + 2");
     assert!(ok && out.trim() == "42", "{out}");
     let (ok, info) = psql(server.port, "require", "\\conninfo");
-    assert!(ok && info.contains("SSL connection (protocol: TLS"), "{info}");
+    assert!(
+        ok && info.contains("SSL connection (protocol: TLS"),
+        "{info}"
+    );
     // Clients that do not ask for TLS still connect in plain text.
     let (ok, plain) = psql(server.port, "disable", "\\conninfo");
     assert!(ok && !plain.contains("SSL connection"), "{plain}");
@@ -103,8 +107,12 @@ async fn sslmode_require_works_from_psql_psycopg_and_pgjdbc() {
         server.port
     );
     let out = Command::new(&py).arg("-c").arg(&script).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && text.contains("psycopg 42 True"), "{text}");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.contains("psycopg 42 True"),
+        "{text}"
+    );
 
     let java = jdbc_client(server.port, "tls");
     assert!(java.contains("tls-select: 42"), "{java}");
@@ -120,7 +128,8 @@ fn jdbc_client(port: u16, mode: &str) -> String {
         .arg(mode)
         .output()
         .expect("java must be installed (scripts/prereqs.sh: default-jdk-headless)");
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "JdbcClient {mode}: {text}");
     text
 }

@@ -53,7 +53,11 @@ async fn pipelined_executes_complete_one_by_one() {
         m.extend(bind("", "ins", &[Some(a.as_bytes()), Some(b"p")], &[]));
         m.extend(execute("", 0));
     }
-    m.extend(parse("", "INSERT INTO t SELECT a + 100, b FROM t WHERE a < 0", &[]));
+    m.extend(parse(
+        "",
+        "INSERT INTO t SELECT a + 100, b FROM t WHERE a < 0",
+        &[],
+    ));
     m.extend(bind("", "", &[], &[]));
     m.extend(execute("", 0));
     m.extend(sync());
@@ -70,7 +74,14 @@ async fn pipelined_executes_complete_one_by_one() {
         .collect();
     assert_eq!(
         tags,
-        ["INSERT 0 1", "INSERT 0 1", "INSERT 0 1", "INSERT 0 0", "FLUSH", "SELECT 1"],
+        [
+            "INSERT 0 1",
+            "INSERT 0 1",
+            "INSERT 0 1",
+            "INSERT 0 0",
+            "FLUSH",
+            "SELECT 1"
+        ],
         "{msgs:?}"
     );
     let row = msgs.iter().find(|m| m.0 == b'D').expect("a data row");
@@ -82,12 +93,12 @@ async fn pipelined_executes_complete_one_by_one() {
 async fn named_statement_reused_many_times() {
     let (_dir, server) = server_with_table().await;
     let client = server.connect().await;
-    let ins = client.prepare("INSERT INTO t VALUES ($1, $2)").await.unwrap();
+    let ins = client
+        .prepare("INSERT INTO t VALUES ($1, $2)")
+        .await
+        .unwrap();
     for i in 0..50 {
-        let n = client
-            .execute(&ins, &[&i, &format!("r{i}")])
-            .await
-            .unwrap();
+        let n = client.execute(&ins, &[&i, &format!("r{i}")]).await.unwrap();
         assert_eq!(n, 1, "execution {i}");
     }
     client.batch_execute("FLUSH").await.unwrap();
@@ -140,7 +151,9 @@ async fn row_limited_portal_suspends_and_continues() {
     m.extend(sync());
     m.extend(query("COMMIT"));
     let msgs = exchange(&mut s, &m, 3).await;
-    let shape: String = kinds(&msgs).replace(&"D".repeat(200), "<200>").replace(&"D".repeat(50), "<50>");
+    let shape: String = kinds(&msgs)
+        .replace(&"D".repeat(200), "<200>")
+        .replace(&"D".repeat(50), "<50>");
     assert_eq!(shape, "CZ12<200>s<50>CCZCZ", "{}", kinds(&msgs));
 }
 
@@ -150,7 +163,10 @@ async fn bind_errors_keep_the_session_usable() {
     let mut s = connect(server.port).await;
     // Two result formats for a one-column query; then a wrong parameter count.
     let mut m = parse("one", "SELECT $1::int", &[]);
-    m.extend(typed(b'B', &bind_body("", "one", &[], &[Some(b"5")], &[1, 1])));
+    m.extend(typed(
+        b'B',
+        &bind_body("", "one", &[], &[Some(b"5")], &[1, 1]),
+    ));
     m.extend(execute("", 0));
     m.extend(sync());
     m.extend(bind("", "one", &[Some(b"5"), Some(b"6")], &[]));
@@ -171,7 +187,10 @@ async fn bind_errors_keep_the_session_usable() {
         assert_eq!(e[&b'S'], "ERROR", "{e:?}");
     }
     assert!(errors[0][&b'M'].contains("result formats"), "{errors:?}");
-    assert!(errors[1][&b'M'].contains("supplies 2 parameters"), "{errors:?}");
+    assert!(
+        errors[1][&b'M'].contains("supplies 2 parameters"),
+        "{errors:?}"
+    );
     assert!(kinds(&msgs).ends_with("2DCZ"), "{}", kinds(&msgs));
 }
 
@@ -195,16 +214,10 @@ async fn binary_results_for_every_type() {
     assert_eq!(row.get::<_, i64>(2), 3);
     assert_eq!(row.get::<_, f32>(3), 1.5);
     assert_eq!(row.get::<_, f64>(4), 2.25);
-    assert_eq!(
-        row.get::<_, rust_decimal::Decimal>(5).to_string(),
-        "12.34"
-    );
+    assert_eq!(row.get::<_, rust_decimal::Decimal>(5).to_string(), "12.34");
     assert!(row.get::<_, bool>(6));
     assert_eq!(row.get::<_, String>(7), "tëxt");
-    assert_eq!(
-        row.get::<_, chrono::NaiveDate>(8).to_string(),
-        "2024-01-02"
-    );
+    assert_eq!(row.get::<_, chrono::NaiveDate>(8).to_string(), "2024-01-02");
     assert_eq!(
         row.get::<_, chrono::NaiveDateTime>(9).to_string(),
         "2024-01-02 03:04:05.678"

@@ -166,7 +166,8 @@ fn validate_startup(body: &[u8]) -> Result<Phase, ProtocolViolation> {
     if major != 3 {
         return violation(format!(
             "unsupported frontend protocol {}.{}: server supports 3.0 to 3.2",
-            major, code & 0xffff
+            major,
+            code & 0xffff
         ));
     }
     // name/value pairs, then one empty name.
@@ -268,7 +269,9 @@ impl<'a> Reader<'a> {
 
     fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], ProtocolViolation> {
         if self.buf.len() < n {
-            return violation(format!("insufficient data left in message (reading {what})"));
+            return violation(format!(
+                "insufficient data left in message (reading {what})"
+            ));
         }
         let (head, tail) = self.buf.split_at(n);
         self.buf = tail;
@@ -446,7 +449,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ValidatedStream<S> {
 
 /// The violation behind a stream error, if the validator raised it.
 pub fn as_violation(e: &io::Error) -> Option<&ProtocolViolation> {
-    e.get_ref().and_then(|inner| inner.downcast_ref::<ProtocolViolation>())
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<ProtocolViolation>())
 }
 
 #[cfg(test)]

@@ -18,8 +18,8 @@ use futures::{stream, Sink, SinkExt};
 use pgwire::api::portal::{Format, Portal, PortalExecutionState};
 use pgwire::api::query::{send_describe_response, ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
-    DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldInfo,
-    QueryResponse, Response, Tag,
+    DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldInfo, QueryResponse,
+    Response, Tag,
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::{Entry, PortalStore};
@@ -149,6 +149,11 @@ impl StatementParser {
                             if (1..=n).contains(&idx) {
                                 inferred[idx - 1] = t.map(|t| super::encode::pg_type(&t));
                             }
+                        }
+                    }
+                    for (idx, t) in params::cast_types(&sql) {
+                        if (1..=n).contains(&idx) && inferred[idx - 1].is_none() {
+                            inferred[idx - 1] = Some(t);
                         }
                     }
                     if matches!(stmt.as_ref(), S::Query(_)) {
@@ -333,9 +338,7 @@ impl ExtendedQueryHandler for Connection {
                     let d = self.do_describe_statement(client, &stmt).await?;
                     portal::send_statement_description(client, &d.parameters, d.fields).await
                 }
-                Some(Entry::Empty) => {
-                    portal::send_statement_description(client, &[], vec![]).await
-                }
+                Some(Entry::Empty) => portal::send_statement_description(client, &[], vec![]).await,
                 None => Err(PgWireError::StatementNotFound(name.to_owned())),
             },
             TARGET_TYPE_BYTE_PORTAL => match client.portal_store().get_portal(name) {
@@ -367,7 +370,7 @@ impl ExtendedQueryHandler for Connection {
         let target = match client.portal_store().get_portal(name) {
             Some(Entry::Value(p)) => p,
             Some(Entry::Empty) => {
-                let empty = PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse);
+                let empty = PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse::new());
                 return Ok(client.feed(empty).await?);
             }
             None => return Err(PgWireError::PortalNotFound(name.to_owned())),
@@ -375,7 +378,7 @@ impl ExtendedQueryHandler for Connection {
         let state = target.state();
         let mut state = state.lock().await;
         if matches!(*state, PortalExecutionState::Initial) {
-            match self.do_query(client, &target, max_rows).await? {
+            match ExtendedQueryHandler::do_query(self, client, &target, max_rows).await? {
                 Response::Query(rows) => *state = PortalExecutionState::Suspended(rows),
                 other => return portal::send_command_response(client, other).await,
             }

@@ -92,7 +92,9 @@ where
         Response::Query(_) => unreachable!("rows are sent by send_portal_rows"),
         Response::EmptyQuery => {
             client
-                .feed(PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse))
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
                 .await?
         }
         Response::Execution(tag) => client.feed(complete(tag)).await?,

@@ -22,13 +22,14 @@ pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
     }
     let key = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| format!("cannot read TLS private key {}: {e}", key.display()))?;
-    let mut config =
-        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS setup: {e}"))?
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .map_err(|e| format!("TLS certificate and key do not fit together: {e}"))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS setup: {e}"))?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| format!("TLS certificate and key do not fit together: {e}"))?;
     // Clients connecting with sslnegotiation=direct must offer this protocol.
     config.alpn_protocols = vec![b"postgresql".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))

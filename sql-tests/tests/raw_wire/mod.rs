@@ -184,7 +184,9 @@ pub fn tag(body: &[u8]) -> String {
 
 /// A session past startup (trust authentication), ready for queries.
 pub async fn connect(port: u16) -> TcpStream {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+    let mut s = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
     s.write_all(&startup_with(&[("user", "weir"), ("database", "weir")]))
         .await
         .unwrap();
