@@ -184,8 +184,8 @@ fn corrupt(rng: &mut StdRng, c: Corruption) -> Vec<u8> {
             cstr(&mut b, "");
             b.extend_from_slice(&0u16.to_be_bytes());
             b.extend_from_slice(&1u16.to_be_bytes());
-            let claimed = [100, 0x7fff_ffff, 9][rng.random_range(0..3)];
-            b.extend_from_slice(&(claimed as i32).to_be_bytes());
+            let claimed: i32 = [100, 0x7fff_ffff, 9][rng.random_range(0..3)];
+            b.extend_from_slice(&claimed.to_be_bytes());
             b.extend_from_slice(b"abcd");
             typed(b'B', &b)
         }

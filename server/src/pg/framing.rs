@@ -511,7 +511,7 @@ mod tests {
         };
         assert!(next_frame(&[b'S', 0, 0, 0, 3], phase).is_err());
         assert!(next_frame(&[b'E', 0x7f, 0, 0, 0], phase).is_err());
-        assert!(next_frame(&[b'z'], phase).is_err());
+        assert!(next_frame(b"z", phase).is_err());
         // Declared longer than sent: wait for more.
         assert_eq!(
             next_frame(&[b'Q', 0, 0, 1, 0, b's'], phase),

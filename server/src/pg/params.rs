@@ -179,7 +179,7 @@ fn bytea_from_text(text: &[u8]) -> Result<Vec<u8>, String> {
             .copied()
             .filter(|c| !c.is_ascii_whitespace())
             .collect();
-        if digits.len() % 2 != 0 {
+        if !digits.len().is_multiple_of(2) {
             return Err("invalid hexadecimal data: odd number of digits".into());
         }
         return digits
