@@ -17,4 +17,10 @@ COPY --from=build /src/target/release/weir /usr/local/bin/weir
 VOLUME /data
 # Postgres wire protocol, Prometheus metrics.
 EXPOSE 6543 9249
-ENTRYPOINT ["weir", "--listen", "0.0.0.0:6543", "--data-dir", "/data"]
+# The container listens on all interfaces, which Weir refuses without a password
+# unless told explicitly. The opt-in below keeps `docker run` working out of the box
+# for local use; anywhere the port is reachable by others, run with a password
+# instead (`docker run -e WEIR_PASSWORD=...`, or `auth.password` in a mounted
+# weir.toml: clients then authenticate with SCRAM-SHA-256) and consider TLS
+# (`[tls] cert-file` / `key-file`).
+ENTRYPOINT ["weir", "--listen", "0.0.0.0:6543", "--data-dir", "/data", "--allow-unauthenticated-remote"]

@@ -2,7 +2,12 @@
 //!
 //! Keys use Flink's names where Flink has one (`parallelism.default`,
 //! `pipeline.max-parallelism`); Weir's own keys are `listen`, `data-dir`,
-//! `auth.password` and `barrier.interval` (milliseconds, or a string like "500ms"/"1s").
+//! `auth.password`, `auth.allow-unauthenticated-remote`, `tls.cert-file`,
+//! `tls.key-file` and `barrier.interval` (milliseconds, or a string like "500ms"/"1s").
+//!
+//! Safe default: without `auth.password`, Weir listens only on loopback addresses;
+//! listening elsewhere needs `auth.allow-unauthenticated-remote = true` (see
+//! [`Config::check_listen_safety`]).
 //! Checkpoint, restart, failover, metrics and S3 keys are listed in [`crate::settings`].
 
 use std::collections::BTreeMap;
@@ -16,6 +21,11 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// When set, clients must authenticate with SCRAM-SHA-256 using this password.
     pub password: Option<String>,
+    /// Lets a server without a password listen on a non-loopback address.
+    pub allow_unauthenticated_remote: bool,
+    /// PEM certificate chain and private key: with both, SSLRequest is answered with TLS.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
     pub parallelism: u32,
     pub max_parallelism: u32,
     pub barrier_interval: Duration,
@@ -31,6 +41,9 @@ impl Default for Config {
             listen: "127.0.0.1:6543".into(),
             data_dir: PathBuf::from("./weir-data"),
             password: None,
+            allow_unauthenticated_remote: false,
+            tls_cert: None,
+            tls_key: None,
             parallelism: weir_executor::RuntimeConfig::default_parallelism(),
             max_parallelism: weir_storage::key_group::DEFAULT_MAX_PARALLELISM,
             barrier_interval: Duration::from_secs(1),
@@ -41,6 +54,40 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Refuses a listen address that is not loopback when no password is set, unless
+    /// `auth.allow-unauthenticated-remote` says so: anyone who can reach the port
+    /// could otherwise read and change every table.
+    pub fn check_listen_safety(&self) -> Result<(), String> {
+        if self.password.is_some() || self.allow_unauthenticated_remote {
+            return Ok(());
+        }
+        use std::net::ToSocketAddrs;
+        let addrs: Vec<_> = self
+            .listen
+            .to_socket_addrs()
+            .map_err(|e| format!("invalid listen address {}: {e}", self.listen))?
+            .collect();
+        match addrs.iter().find(|a| !a.ip().is_loopback()) {
+            None => Ok(()),
+            Some(a) => Err(format!(
+                "refusing to listen on non-loopback address {a} ({}) without a password: \
+                 set auth.password in weir.toml, or allow it explicitly with \
+                 `auth.allow-unauthenticated-remote = true` / --allow-unauthenticated-remote",
+                self.listen
+            )),
+        }
+    }
+
+    /// Both TLS files, or neither: one without the other is a configuration error.
+    pub fn tls_files(&self) -> Result<Option<(&Path, &Path)>, String> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(c), Some(k)) => Ok(Some((c, k))),
+            (None, None) => Ok(None),
+            (Some(_), None) => Err("tls.cert-file is set but tls.key-file is not".into()),
+            (None, Some(_)) => Err("tls.key-file is set but tls.cert-file is not".into()),
+        }
+    }
+
     /// A server-wide key's value from the file, if set.
     pub fn file_value(&self, key: &str) -> Option<&str> {
         self.settings
@@ -163,6 +210,21 @@ impl Config {
         if let Some(x) = lookup(&v, "auth.password").and_then(|x| x.as_str()) {
             cfg.password = Some(x.to_string());
         }
+        if let Some(x) = lookup(&v, "auth.allow-unauthenticated-remote") {
+            cfg.allow_unauthenticated_remote = x
+                .as_bool()
+                .ok_or("auth.allow-unauthenticated-remote must be true or false")?;
+        }
+        if let Some(x) = lookup(&v, "tls.cert-file") {
+            cfg.tls_cert = Some(PathBuf::from(
+                x.as_str().ok_or("tls.cert-file must be a path")?,
+            ));
+        }
+        if let Some(x) = lookup(&v, "tls.key-file") {
+            cfg.tls_key = Some(PathBuf::from(
+                x.as_str().ok_or("tls.key-file must be a path")?,
+            ));
+        }
         if let Some(x) = lookup(&v, "parallelism.default") {
             cfg.parallelism = x
                 .as_integer()
@@ -229,6 +291,45 @@ mod tests {
         assert_eq!(c.listen, "127.0.0.1:7000");
         assert_eq!(c.parallelism, 3);
         assert_eq!(c.barrier_interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn remote_listen_needs_password_or_opt_in() {
+        let mut c = Config {
+            listen: "0.0.0.0:6543".into(),
+            ..Config::default()
+        };
+        let e = c.check_listen_safety().unwrap_err();
+        assert!(e.contains("auth.allow-unauthenticated-remote"), "{e}");
+        c.allow_unauthenticated_remote = true;
+        assert!(c.check_listen_safety().is_ok());
+        c.allow_unauthenticated_remote = false;
+        c.password = Some("secret".into());
+        assert!(c.check_listen_safety().is_ok());
+        c.password = None;
+        for local in ["127.0.0.1:6543", "[::1]:6543", "localhost:6543"] {
+            c.listen = local.into();
+            assert!(c.check_listen_safety().is_ok(), "{local}");
+        }
+    }
+
+    #[test]
+    fn tls_and_auth_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("weir.toml");
+        std::fs::write(
+            &p,
+            "[auth]\nallow-unauthenticated-remote = true\n[tls]\ncert-file = \"c.pem\"\nkey-file = \"k.pem\"\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&p)).unwrap();
+        assert!(c.allow_unauthenticated_remote);
+        assert_eq!(
+            c.tls_files().unwrap(),
+            Some((Path::new("c.pem"), Path::new("k.pem")))
+        );
+        std::fs::write(&p, "[tls]\ncert-file = \"c.pem\"\n").unwrap();
+        assert!(Config::load(Some(&p)).unwrap().tls_files().is_err());
     }
 
     #[test]

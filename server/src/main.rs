@@ -34,6 +34,16 @@ struct ServeArgs {
     /// Prometheus endpoint port (metrics.reporter.prom.port; 0 disables it).
     #[arg(long, global = true)]
     metrics_port: Option<u16>,
+    /// PEM certificate chain for TLS connections (tls.cert-file; needs --tls-key).
+    #[arg(long, global = true)]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for TLS connections (tls.key-file; needs --tls-cert).
+    #[arg(long, global = true)]
+    tls_key: Option<PathBuf>,
+    /// Listen on a non-loopback address without a password
+    /// (auth.allow-unauthenticated-remote).
+    #[arg(long, global = true)]
+    allow_unauthenticated_remote: bool,
 }
 
 #[derive(Subcommand)]
@@ -64,6 +74,22 @@ fn load_config(args: &ServeArgs) -> Result<Config, String> {
     }
     if let Some(p) = args.metrics_port {
         cfg.metrics_port = p;
+    }
+    if let Some(c) = &args.tls_cert {
+        cfg.tls_cert = Some(c.clone());
+    }
+    if let Some(k) = &args.tls_key {
+        cfg.tls_key = Some(k.clone());
+    }
+    if args.allow_unauthenticated_remote {
+        cfg.allow_unauthenticated_remote = true;
+    }
+    // A password from the environment keeps it out of files and process lists
+    // (docker run -e WEIR_PASSWORD=...).
+    if let Ok(pw) = std::env::var("WEIR_PASSWORD") {
+        if !pw.is_empty() {
+            cfg.password = Some(pw);
+        }
     }
     Ok(cfg)
 }
@@ -98,6 +124,11 @@ fn main() {
         match cli.command {
             Some(Command::Bench(b)) => bench::run(b, cfg).await,
             None | Some(Command::Serve) => {
+                cfg.check_listen_safety()?;
+                let tls = match cfg.tls_files()? {
+                    Some((cert, key)) => Some(weir_server::pg::tls::acceptor(cert, key)?),
+                    None => None,
+                };
                 let listener = tokio::net::TcpListener::bind(&cfg.listen)
                     .await
                     .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
@@ -105,7 +136,7 @@ fn main() {
                 weir_server::metrics_http::start(host, cfg.metrics_port).await;
                 let db = Database::open(cfg.clone()).await?;
                 tracing::info!(listen = %cfg.listen, data_dir = %cfg.data_dir.display(), "weir is ready");
-                server::serve(db, listener).await.map_err(|e| e.to_string())
+                server::serve(db, listener, tls).await.map_err(|e| e.to_string())
             }
         }
     });

@@ -1,4 +1,5 @@
-//! The TCP listener: one pgwire connection task per client.
+//! The TCP listener: one pgwire connection task per client (see [`crate::pg::socket`]
+//! for SSL negotiation and the validated message loop).
 
 use crate::database::Database;
 use crate::pg::auth::Authenticator;
@@ -7,6 +8,7 @@ use pgwire::api::auth::StartupHandler;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::PgWireServerHandlers;
+use pgwire::tokio::TlsAcceptor;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
@@ -31,8 +33,14 @@ impl PgWireServerHandlers for Handlers {
 }
 
 /// Accepts clients until the process ends. Each connection has its own session; a
-/// failing connection never affects the others.
-pub async fn serve(db: Arc<Database>, listener: TcpListener) -> std::io::Result<()> {
+/// failing connection never affects the others. With `tls`, SSLRequest is answered
+/// with TLS.
+pub async fn serve(
+    db: Arc<Database>,
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+) -> std::io::Result<()> {
+    let password_auth = db.config.password.is_some();
     let auth = Arc::new(Authenticator::new(db.config.password.as_deref()));
     loop {
         let (socket, addr) = listener.accept().await?;
@@ -41,8 +49,11 @@ pub async fn serve(db: Arc<Database>, listener: TcpListener) -> std::io::Result<
             conn: Arc::new(Connection::new(db.clone())),
             auth: auth.clone(),
         };
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+            let served =
+                crate::pg::socket::process_socket(socket, tls, handlers, password_auth).await;
+            if let Err(e) = served {
                 tracing::debug!(%addr, error = %e, "connection ended with an error");
             }
         });

@@ -1,8 +1,13 @@
 //! One `Connection` per client: runs statements through the [`Database`] and turns
 //! outputs and errors into protocol responses.
+//!
+//! The extended protocol's Describe and Execute are overridden (see [`super::portal`])
+//! so drivers get `NoData`, per-Execute counts and row-limited portals as Postgres
+//! sends them.
 
 use super::encode::{encode_rows, field_infos};
 use super::params;
+use super::portal;
 use crate::database::Database;
 use crate::output::Output;
 use crate::query;
@@ -10,18 +15,19 @@ use crate::session::{Released, Session};
 use arrow::datatypes::Schema;
 use async_trait::async_trait;
 use futures::{stream, Sink, SinkExt};
-use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::portal::{Format, Portal, PortalExecutionState};
+use pgwire::api::query::{send_describe_response, ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
-    DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse,
+    DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldInfo, QueryResponse,
     Response, Tag,
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
-use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, Type};
+use pgwire::api::store::{Entry, PortalStore};
+use pgwire::api::{ClientInfo, ClientPortalStore, PgWireConnectionState, Type, DEFAULT_NAME};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::extendedquery::{Parse, ParseComplete};
-use pgwire::messages::response::NoticeResponse;
+use pgwire::messages::extendedquery::{Describe, Execute, Parse, ParseComplete};
+use pgwire::messages::extendedquery::{TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT};
+use pgwire::messages::response::{EmptyQueryResponse, NoticeResponse};
 use pgwire::messages::PgWireBackendMessage;
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -80,10 +86,32 @@ fn error_response(e: SqlError) -> Response {
     )))
 }
 
-fn to_response(out: Output, format: &dyn Fn(usize) -> FieldFormat) -> PgWireResult<Response> {
+fn protocol_error(message: String) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".to_owned(),
+        "08P01".to_owned(),
+        message,
+    )))
+}
+
+/// Bind may give one format for all result columns or one per column; any other
+/// count is a protocol error (Postgres: "bind message has N result formats but query
+/// has M columns").
+fn check_result_formats(format: &Format, columns: usize) -> PgWireResult<()> {
+    match format {
+        Format::Individual(codes) if codes.len() != columns => Err(protocol_error(format!(
+            "bind message has {} result formats but query has {columns} columns",
+            codes.len()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn to_response(out: Output, format: &Format) -> PgWireResult<Response> {
     Ok(match out {
         Output::Rows { schema, batches } => {
-            let fields = Arc::new(field_infos(&schema, format));
+            check_result_formats(format, schema.fields().len())?;
+            let fields = Arc::new(field_infos(&schema, |i| format.format_for(i)));
             let rows = encode_rows(&batches, fields.clone())?;
             Response::Query(QueryResponse::new(
                 fields,
@@ -124,7 +152,8 @@ pub struct StatementParser {
 impl StatementParser {
     async fn describe(&self, sql: &str, declared: &[Option<Type>]) -> Result<Prepared, SqlError> {
         let sql = crate::pg_catalog::rewrite_psql_syntax(sql);
-        let n = params::count_placeholders(&sql);
+        // Parse may declare more parameters than the text uses (Postgres allows it).
+        let n = params::count_placeholders(&sql).max(declared.len());
         let mut inferred: Vec<Option<Type>> = vec![None; n];
         let mut schema = None;
         match parse_statement(&sql)? {
@@ -141,9 +170,14 @@ impl StatementParser {
                     if let Ok(types) = plan.get_parameter_types() {
                         for (k, t) in types {
                             let idx = k.trim_start_matches('$').parse::<usize>().unwrap_or(0);
-                            if idx >= 1 && idx <= n {
+                            if (1..=n).contains(&idx) {
                                 inferred[idx - 1] = t.map(|t| super::encode::pg_type(&t));
                             }
+                        }
+                    }
+                    for (idx, t) in params::cast_types(&sql) {
+                        if (1..=n).contains(&idx) && inferred[idx - 1].is_none() {
+                            inferred[idx - 1] = Some(t);
                         }
                     }
                     if matches!(stmt.as_ref(), S::Query(_)) {
@@ -227,12 +261,12 @@ impl QueryParser for StatementParser {
         stmt: &Prepared,
         format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
-        Ok(match &stmt.schema {
-            Some(s) => field_infos(s, |i| {
-                format.map(|f| f.format_for(i)).unwrap_or(FieldFormat::Text)
-            }),
-            None => vec![],
-        })
+        let Some(schema) = &stmt.schema else {
+            return Ok(vec![]);
+        };
+        let format = format.cloned().unwrap_or_default();
+        check_result_formats(&format, schema.fields().len())?;
+        Ok(field_infos(schema, |i| format.format_for(i)))
     }
 }
 
@@ -269,7 +303,7 @@ impl SimpleQueryHandler for Connection {
         let mut responses = Vec::with_capacity(results.len());
         for r in results {
             match r {
-                Ok(out) => responses.push(to_response(out, &|_| FieldFormat::Text)?),
+                Ok(out) => responses.push(to_response(out, &Format::UnifiedText)?),
                 Err(e) => responses.push(error_response(e)),
             }
         }
@@ -322,14 +356,83 @@ impl ExtendedQueryHandler for Connection {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let stmt = &portal.statement.statement;
+        if portal.parameter_len() != stmt.param_types.len() {
+            return Err(protocol_error(format!(
+                "bind message supplies {} parameters, but prepared statement \"{}\" requires {}",
+                portal.parameter_len(),
+                statement_name(&portal.statement.id),
+                stmt.param_types.len()
+            )));
+        }
         let sql = params::bind(&stmt.sql, portal, &stmt.param_types)?;
         let mut session = self.session.lock().await;
         let out = self.db.execute_one(&mut session, &sql).await;
         send_notices(client, &mut session).await?;
         release_statements(client, &mut session);
         let out = out.map_err(to_pg_error)?;
-        let format = portal.result_column_format.clone();
-        to_response(out, &|i| format.format_for(i))
+        to_response(out, &portal.result_column_format)
+    }
+
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => match client.portal_store().get_statement(name) {
+                Some(Entry::Value(stmt)) => {
+                    let d = self.do_describe_statement(client, &stmt).await?;
+                    portal::send_statement_description(client, &d.parameters, d.fields).await
+                }
+                Some(Entry::Empty) => portal::send_statement_description(client, &[], vec![]).await,
+                None => Err(PgWireError::StatementNotFound(name.to_owned())),
+            },
+            TARGET_TYPE_BYTE_PORTAL => match client.portal_store().get_portal(name) {
+                Some(Entry::Value(p)) => {
+                    let d = self.do_describe_portal(client, &p).await?;
+                    send_describe_response(client, &d).await
+                }
+                Some(Entry::Empty) => {
+                    send_describe_response(client, &DescribePortalResponse::no_data()).await
+                }
+                None => Err(PgWireError::PortalNotFound(name.to_owned())),
+            },
+            other => Err(PgWireError::InvalidTargetType(other)),
+        }
+    }
+
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        let max_rows = portal::row_limit(message.max_rows);
+        let target = match client.portal_store().get_portal(name) {
+            Some(Entry::Value(p)) => p,
+            Some(Entry::Empty) => {
+                let empty = PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse::new());
+                return Ok(client.feed(empty).await?);
+            }
+            None => return Err(PgWireError::PortalNotFound(name.to_owned())),
+        };
+        let state = target.state();
+        let mut state = state.lock().await;
+        if matches!(*state, PortalExecutionState::Initial) {
+            match ExtendedQueryHandler::do_query(self, client, &target, max_rows).await? {
+                Response::Query(rows) => *state = PortalExecutionState::Suspended(rows),
+                other => return portal::send_command_response(client, other).await,
+            }
+        }
+        portal::send_portal_rows(client, &mut state, max_rows).await
     }
 
     async fn do_describe_statement<C>(
@@ -344,7 +447,7 @@ impl ExtendedQueryHandler for Connection {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let p = &target.statement;
-        let types = (0..p.param_types.len())
+        let types: Vec<Type> = (0..p.param_types.len())
             .map(|i| {
                 target
                     .parameter_types
@@ -374,5 +477,14 @@ impl ExtendedQueryHandler for Connection {
             Some(&target.result_column_format),
         )?;
         Ok(DescribePortalResponse::new(fields))
+    }
+}
+
+/// A statement's name as clients know it (pgwire names the unnamed one internally).
+fn statement_name(id: &str) -> &str {
+    if id == DEFAULT_NAME {
+        ""
+    } else {
+        id
     }
 }

@@ -48,6 +48,45 @@ fn for_each_placeholder(sql: &str, mut f: impl FnMut(usize, usize, usize)) {
     }
 }
 
+/// Types of placeholders written as `CAST($n AS type)` or `$n::type`, for the
+/// parameters DataFusion's inference leaves open (pgjdbc sends dates and timestamps
+/// untyped, in forms like `2023-12-31 +00` that only a typed parse accepts).
+pub fn cast_types(sql: &str) -> Vec<(usize, Type)> {
+    static CASTS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?i)(?:CAST\s*\(\s*\$(\d+)\s+AS\s+|\$(\d+)\s*::\s*)(double\s+precision|timestamp\s+with(?:out)?\s+time\s+zone|character\s+varying|[a-z_][a-z0-9_]*)",
+        )
+        .expect("valid regex")
+    });
+    CASTS
+        .captures_iter(sql)
+        .filter_map(|c| {
+            let n = c.get(1).or_else(|| c.get(2))?.as_str().parse().ok()?;
+            Some((n, type_named(&c[3])?))
+        })
+        .collect()
+}
+
+fn type_named(name: &str) -> Option<Type> {
+    let name = name.to_ascii_lowercase();
+    let name = name.split_whitespace().collect::<Vec<_>>().join(" ");
+    Some(match name.as_str() {
+        "int2" | "smallint" => Type::INT2,
+        "int" | "int4" | "integer" => Type::INT4,
+        "int8" | "bigint" => Type::INT8,
+        "real" | "float4" => Type::FLOAT4,
+        "float" | "float8" | "double precision" => Type::FLOAT8,
+        "numeric" | "decimal" => Type::NUMERIC,
+        "bool" | "boolean" => Type::BOOL,
+        "date" => Type::DATE,
+        "timestamp" | "timestamp without time zone" => Type::TIMESTAMP,
+        "timestamptz" | "timestamp with time zone" => Type::TIMESTAMPTZ,
+        "bytea" => Type::BYTEA,
+        "text" | "varchar" | "character varying" => Type::TEXT,
+        _ => return None,
+    })
+}
+
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
@@ -102,6 +141,17 @@ fn literal<S: Clone>(portal: &Portal<S>, i: usize, ty: &Type) -> PgWireResult<St
                 quote(&v.with_timezone(&chrono::Utc).to_rfc3339())
             )
         }),
+        Type::BYTEA => match portal.parameters.get(i).cloned().flatten() {
+            None => None,
+            Some(bytes) => {
+                let raw = if portal.parameter_format.is_binary(i) {
+                    bytes.to_vec()
+                } else {
+                    bytea_from_text(&bytes).map_err(|e| bad_param(i, e))?
+                };
+                Some(format!("decode('{}', 'hex')", hex(&raw)))
+            }
+        },
         _ => {
             // Text and unknown types: the raw text, as a string literal; DataFusion
             // coerces it where the context needs another type.
@@ -114,6 +164,61 @@ fn literal<S: Clone>(portal: &Portal<S>, i: usize, ty: &Type) -> PgWireResult<St
         }
     };
     Ok(lit.unwrap_or_else(|| "NULL".into()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A bytea in Postgres's text forms: `\x` followed by hex digits, or the escape
+/// form (`\\` for a backslash, `\ooo` octal, other bytes as they are).
+fn bytea_from_text(text: &[u8]) -> Result<Vec<u8>, String> {
+    if let Some(digits) = text.strip_prefix(b"\\x") {
+        let digits: Vec<u8> = digits
+            .iter()
+            .copied()
+            .filter(|c| !c.is_ascii_whitespace())
+            .collect();
+        if !digits.len().is_multiple_of(2) {
+            return Err("invalid hexadecimal data: odd number of digits".into());
+        }
+        return digits
+            .chunks(2)
+            .map(|pair| {
+                std::str::from_utf8(pair)
+                    .ok()
+                    .and_then(|p| u8::from_str_radix(p, 16).ok())
+                    .ok_or_else(|| "invalid hexadecimal digit".to_string())
+            })
+            .collect();
+    }
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        match (text[i], text.get(i + 1..i + 4)) {
+            (b'\\', Some([b'\\', ..])) => {
+                out.push(b'\\');
+                i += 2;
+            }
+            (b'\\', Some(oct)) if oct.iter().all(|c| (b'0'..=b'7').contains(c)) => {
+                let v = oct
+                    .iter()
+                    .fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
+                out.push(u8::try_from(v).map_err(|_| "invalid input syntax for type bytea")?);
+                i += 4;
+            }
+            (b'\\', _) if text.get(i + 1) == Some(&b'\\') => {
+                out.push(b'\\');
+                i += 2;
+            }
+            (b'\\', _) => return Err("invalid input syntax for type bytea".into()),
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// `sql` with every `$n` replaced by the literal of parameter n.
@@ -155,6 +260,31 @@ pub fn bind<S: Clone>(sql: &str, portal: &Portal<S>, types: &[Type]) -> PgWireRe
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn casts_of_placeholders_give_types() {
+        let t = cast_types("SELECT CAST($1 AS date), $2::timestamp with time zone, CAST( $3 AS double precision), $4::numeric(10,2), $5::widget");
+        assert_eq!(
+            t,
+            vec![
+                (1, Type::DATE),
+                (2, Type::TIMESTAMPTZ),
+                (3, Type::FLOAT8),
+                (4, Type::NUMERIC)
+            ]
+        );
+    }
+
+    #[test]
+    fn bytea_text_forms() {
+        assert_eq!(bytea_from_text(b"\\x01ff").unwrap(), vec![1, 255]);
+        assert_eq!(
+            bytea_from_text(b"a\\\\b\\001").unwrap(),
+            b"a\\b\x01".to_vec()
+        );
+        assert!(bytea_from_text(b"\\x0").is_err());
+        assert!(bytea_from_text(b"\\q").is_err());
+    }
 
     #[test]
     fn placeholders_outside_quotes_only() {
