@@ -152,6 +152,13 @@ fn undefined_relation(msg: &str) -> Option<SqlError> {
 
 impl From<DataFusionError> for SqlError {
     fn from(e: DataFusionError) -> Self {
+        // A function of Weir's own (e.g. the pg_catalog functions) that fails with a
+        // Postgres error wraps it as External: keep its SQLSTATE.
+        if let DataFusionError::External(inner) = e.find_root() {
+            if let Some(err) = inner.downcast_ref::<SqlError>() {
+                return err.clone();
+            }
+        }
         if let Some(err) = undefined_relation(&e.to_string()) {
             return err;
         }
