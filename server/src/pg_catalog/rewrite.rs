@@ -21,7 +21,8 @@
 use datafusion::sql::sqlparser::ast::{
     AccessExpr,    visit_expressions, visit_expressions_mut, visit_relations, visit_relations_mut, BinaryOperator, CastKind, DataType, Expr,
     Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
-    ObjectName, ObjectNamePart, Statement, Value,
+    GroupByExpr, ObjectName, ObjectNamePart, Query, SelectItem, SetExpr, Statement, TableFactor,
+    Value,
 };
 use regex::Regex;
 use std::ops::ControlFlow;
@@ -199,6 +200,7 @@ fn rewrite_expr(e: &mut Expr) {
                 }
             }
         }
+        Expr::Subquery(q) => aggregate_catalog_lookup(q),
         Expr::Collate { expr, collation } => {
             let name = ident_value(collation, collation.0.len() - 1).unwrap_or_default();
             if matches!(name.as_str(), "default" | "c" | "C" | "posix") {
@@ -206,6 +208,36 @@ fn rewrite_expr(e: &mut Expr) {
             }
         }
         _ => {}
+    }
+}
+
+/// A scalar subquery looking one catalog object up by its oid (pgjdbc's
+/// `(SELECT c.relkind = 'c' FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid)`):
+/// DataFusion runs a correlated scalar subquery only over an aggregate, so the
+/// selected value is wrapped in `max` (one row or none, as oids are unique).
+fn aggregate_catalog_lookup(q: &mut Query) {
+    const AGGREGATES: &[&str] = &["count", "sum", "min", "max", "avg", "array_agg", "string_agg", "bool_and", "bool_or"];
+    let SetExpr::Select(select) = q.body.as_mut() else {
+        return;
+    };
+    let over_catalog = select.from.iter().all(|t| match &t.relation {
+        TableFactor::Table { name, .. } => {
+            ident_value(name, 0).as_deref() == Some("pg_catalog")
+        }
+        _ => false,
+    });
+    let grouped = !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty());
+    if !over_catalog || select.from.is_empty() || grouped || select.projection.len() != 1 {
+        return;
+    }
+    let expr = match &mut select.projection[0] {
+        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+        _ => return,
+    };
+    let already = matches!(&*expr, Expr::Function(f)
+        if ident_value(&f.name, 0).is_some_and(|n| AGGREGATES.contains(&n.as_str())));
+    if !already {
+        *expr = call("max", vec![expr.clone()]);
     }
 }
 
