@@ -47,10 +47,7 @@ fn run(mut cmd: Command, hint: &str) -> String {
         .unwrap_or_else(|e| panic!("cannot run {cmd:?} ({hint}): {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed:\n{stdout}\n{stderr}"
-    );
+    assert!(out.status.success(), "{cmd:?} failed:\n{stdout}\n{stderr}");
     stdout
 }
 
@@ -67,7 +64,10 @@ async fn pgjdbc_database_metadata() {
         .arg("/usr/share/java/postgresql.jar")
         .arg(clients_dir().join("Meta.java"))
         .arg(server.port.to_string());
-    let out = run(java, "Debian packages default-jre-headless, libpostgresql-jdbc-java");
+    let out = run(
+        java,
+        "Debian packages default-jre-headless, libpostgresql-jdbc-java",
+    );
     for line in [
         "product PostgreSQL 15",
         "table items TABLE",
@@ -130,7 +130,10 @@ with psycopg.connect(f"host=127.0.0.1 port={sys.argv[1]} user=weir dbname=weir")
 "#;
     let mut py = Command::new(python());
     py.arg("-c").arg(script).arg(server.port.to_string());
-    let out = run(py, "pip install 'psycopg[binary]==3.2.*' into ~/.cache/weir-venv");
+    let out = run(
+        py,
+        "pip install 'psycopg[binary]==3.2.*' into ~/.cache/weir-venv",
+    );
     for line in [
         "server_version 150000",
         "type numeric numeric 1700 1231 numeric",
@@ -298,8 +301,15 @@ async fn sqlsmith_introspects_and_every_failure_is_a_postgres_error() {
         out.status.success(),
         "sqlsmith failed (its introspection or a lost connection):\n{tail}"
     );
-    for step in ["Loading types...done.", "Loading tables...done.", "Loading routines...done."] {
-        assert!(stderr.contains(step), "sqlsmith did not report {step}:\n{tail}");
+    for step in [
+        "Loading types...done.",
+        "Loading tables...done.",
+        "Loading routines...done.",
+    ] {
+        assert!(
+            stderr.contains(step),
+            "sqlsmith did not report {step}:\n{tail}"
+        );
     }
     // Each generated query is sent as its own statement between ROLLBACK and BEGIN.
     assert!(

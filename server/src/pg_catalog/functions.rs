@@ -200,7 +200,9 @@ pub fn register_session_functions(ctx: &SessionContext) {
         "pg_type_is_visible",
         "pg_function_is_visible",
     ] {
-        register(ctx, name, &[1], DataType::Boolean, |_| Ok(boolean(Some(true))));
+        register(ctx, name, &[1], DataType::Boolean, |_| {
+            Ok(boolean(Some(true)))
+        });
     }
     for name in [
         "has_table_privilege",
@@ -274,7 +276,9 @@ pub fn register_session_functions(ctx: &SessionContext) {
             }
             _ => None,
         };
-        Ok(ScalarValue::Int32(len.filter(|n| *n > 0 && as_i64(&a[1]) == Some(1))))
+        Ok(ScalarValue::Int32(
+            len.filter(|n| *n > 0 && as_i64(&a[1]) == Some(1)),
+        ))
     });
     // pgjdbc's `_pg_expandarray(a)`: the elements `x` with their positions `n`
     // (the rewriter puts it under `unnest`).
@@ -291,7 +295,9 @@ pub fn register_session_functions(ctx: &SessionContext) {
         expand_array(&a[0], &pair)
     });
     register(ctx, "to_regtype", &[1], DataType::UInt32, |a| {
-        Ok(oid(as_text(&a[0]).and_then(|n| types::by_name(&n)).map(|t| t.oid)))
+        Ok(oid(as_text(&a[0])
+            .and_then(|n| types::by_name(&n))
+            .map(|t| t.oid)))
     });
     register(ctx, "regtype", &[1], DataType::UInt32, |a| {
         regtype(&a[0]).map(|t| oid(t.map(|t| t.oid)))
@@ -477,9 +483,20 @@ pub fn register_catalog_functions(
     });
     let o = objects.clone();
     register(ctx, "regclass_name", &[1], DataType::Utf8, move |a| {
+        // `'name'::regclass::text`: the name, once it is known to exist.
+        if let ScalarValue::Utf8(Some(name)) = &a[0] {
+            return match o.relation_by_name(name) {
+                Some(r) => Ok(text(Some(objects::quote_ident(&r.name)))),
+                None => Err(pg_error(
+                    sqlstate::UNDEFINED_TABLE,
+                    format!("relation \"{name}\" does not exist"),
+                )),
+            };
+        }
         Ok(text(as_oid(&a[0]).map(|x| match o.relation(x) {
-            Some(r) if r.namespace == objects::NAMESPACE_PUBLIC
-                || r.namespace == objects::NAMESPACE_PG_CATALOG =>
+            Some(r)
+                if r.namespace == objects::NAMESPACE_PUBLIC
+                    || r.namespace == objects::NAMESPACE_PG_CATALOG =>
             {
                 objects::quote_ident(&r.name)
             }
@@ -515,13 +532,19 @@ pub fn register_catalog_functions(
         }
     });
     let o = objects;
-    register(ctx, "pg_get_constraintdef", &[1, 2], DataType::Utf8, move |a| {
-        Ok(text(
-            as_oid(&a[0])
-                .and_then(|x| o.constraint(x))
-                .map(|c| objects::constraint_definition(c, &o)),
-        ))
-    });
+    register(
+        ctx,
+        "pg_get_constraintdef",
+        &[1, 2],
+        DataType::Utf8,
+        move |a| {
+            Ok(text(
+                as_oid(&a[0])
+                    .and_then(|x| o.constraint(x))
+                    .map(|c| objects::constraint_definition(c, &o)),
+            ))
+        },
+    );
 }
 
 #[cfg(test)]

@@ -301,9 +301,8 @@ fn column_rows(r: &Relation) -> Vec<Vec<V>> {
 /// `numeric_precision`, `numeric_precision_radix` and `numeric_scale`: bits for
 /// integers and floats, decimal digits for `numeric(p,s)`.
 fn numeric_facts(type_oid: u32, typmod: i32) -> (V, V, V) {
-    let binary = |bits: i32, scale: Option<i32>| {
-        (V::I32(bits), V::I32(2), scale.map_or(V::Null, V::I32))
-    };
+    let binary =
+        |bits: i32, scale: Option<i32>| (V::I32(bits), V::I32(2), scale.map_or(V::Null, V::I32));
     match type_oid {
         21 => binary(16, Some(0)),
         23 => binary(32, Some(0)),

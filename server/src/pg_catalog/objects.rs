@@ -71,6 +71,8 @@ pub struct Relation {
     pub columns: Vec<Column>,
     /// The defining query of a view or materialized view.
     pub definition: Option<String>,
+    /// `reloptions`: a materialized view's `WITH (key = value)` settings.
+    pub options: Vec<String>,
 }
 
 impl Relation {
@@ -153,7 +155,10 @@ fn view_query(sql: &str) -> String {
     use datafusion::sql::sqlparser::ast::Statement;
     use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
     use datafusion::sql::sqlparser::parser::Parser;
-    match Parser::parse_sql(&PostgreSqlDialect {}, sql).ok().as_deref() {
+    match Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .ok()
+        .as_deref()
+    {
         Some([Statement::CreateView(v)]) => format!("{};", v.query),
         _ => sql.to_string(),
     }
@@ -167,8 +172,8 @@ impl Objects {
         let mut indexes = Vec::new();
         let mut constraints = Vec::new();
         for (position, (namespace, spec)) in system.iter().enumerate() {
-            let view = *namespace == NAMESPACE_INFORMATION_SCHEMA
-                || SYSTEM_VIEWS.contains(&spec.name);
+            let view =
+                *namespace == NAMESPACE_INFORMATION_SCHEMA || SYSTEM_VIEWS.contains(&spec.name);
             relations.push(Relation {
                 oid: system_relation_oid(spec.name, position),
                 name: spec.name.to_string(),
@@ -185,6 +190,7 @@ impl Objects {
                     })
                     .collect(),
                 definition: None,
+                options: vec![],
             });
         }
         let cat = db.catalog.read();
@@ -217,6 +223,7 @@ impl Objects {
                 kind,
                 columns,
                 definition: (kind != "r").then(|| view_query(&r.sql)),
+                options: r.settings.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             });
             // A materialized view's key is derived, not a declared constraint.
             if kind == "r" && !r.primary_key.is_empty() {
@@ -283,6 +290,7 @@ impl Objects {
                 kind: "i",
                 columns,
                 definition: None,
+                options: vec![],
             });
         }
         Objects {
@@ -347,14 +355,69 @@ pub fn quote_ident(name: &str) -> String {
     // Reserved words tools' names might collide with (Postgres quotes all its
     // reserved keywords; these are the ones that are also type or column names).
     const RESERVED: &[&str] = &[
-        "all", "and", "any", "array", "as", "asc", "both", "case", "cast", "check",
-        "collate", "column", "constraint", "create", "current_date", "current_role",
-        "current_time", "current_timestamp", "current_user", "default", "desc", "distinct",
-        "do", "else", "end", "except", "false", "fetch", "for", "foreign", "from", "grant",
-        "group", "having", "in", "into", "leading", "limit", "not", "null", "offset", "on",
-        "only", "or", "order", "primary", "references", "select", "session_user", "some",
-        "table", "then", "to", "trailing", "true", "union", "unique", "user", "using",
-        "when", "where", "window", "with",
+        "all",
+        "and",
+        "any",
+        "array",
+        "as",
+        "asc",
+        "both",
+        "case",
+        "cast",
+        "check",
+        "collate",
+        "column",
+        "constraint",
+        "create",
+        "current_date",
+        "current_role",
+        "current_time",
+        "current_timestamp",
+        "current_user",
+        "default",
+        "desc",
+        "distinct",
+        "do",
+        "else",
+        "end",
+        "except",
+        "false",
+        "fetch",
+        "for",
+        "foreign",
+        "from",
+        "grant",
+        "group",
+        "having",
+        "in",
+        "into",
+        "leading",
+        "limit",
+        "not",
+        "null",
+        "offset",
+        "on",
+        "only",
+        "or",
+        "order",
+        "primary",
+        "references",
+        "select",
+        "session_user",
+        "some",
+        "table",
+        "then",
+        "to",
+        "trailing",
+        "true",
+        "union",
+        "unique",
+        "user",
+        "using",
+        "when",
+        "where",
+        "window",
+        "with",
     ];
     let plain = name
         .chars()

@@ -19,10 +19,10 @@
 //! queries whose correlated subqueries DataFusion cannot plan at all.
 
 use datafusion::sql::sqlparser::ast::{
-    AccessExpr,    visit_expressions, visit_expressions_mut, visit_relations, visit_relations_mut, BinaryOperator, CastKind, DataType, Expr,
-    Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
-    GroupByExpr, ObjectName, ObjectNamePart, Query, SelectItem, SetExpr, Statement, TableFactor,
-    Value,
+    visit_expressions, visit_expressions_mut, visit_relations, visit_relations_mut, AccessExpr,
+    BinaryOperator, CastKind, DataType, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArgumentList, FunctionArguments, GroupByExpr, Ident, ObjectName, ObjectNamePart, Query,
+    SelectItem, SetExpr, Statement, TableFactor, Value,
 };
 use regex::Regex;
 use std::ops::ControlFlow;
@@ -141,9 +141,7 @@ pub fn needs_catalog(stmt: &Statement) -> bool {
         needed |= match e {
             Expr::Function(f) => ident_value(&f.name, f.name.0.len() - 1)
                 .is_some_and(|n| CATALOG_FUNCTIONS.contains(&n.as_str())),
-            Expr::Cast { data_type, .. } => {
-                custom_type(data_type).is_some_and(|t| t == "regclass")
-            }
+            Expr::Cast { data_type, .. } => custom_type(data_type).is_some_and(|t| t == "regclass"),
             _ => false,
         };
         ControlFlow::<()>::Continue(())
@@ -192,7 +190,9 @@ fn rewrite_expr(e: &mut Expr) {
         }
         // `(composite).field` (pgjdbc's `(result.KEYS).x`): DataFusion takes a field
         // name after a non-column expression only quoted.
-        Expr::CompoundFieldAccess { root, access_chain } if !matches!(**root, Expr::Identifier(_)) => {
+        Expr::CompoundFieldAccess { root, access_chain }
+            if !matches!(**root, Expr::Identifier(_)) =>
+        {
             for access in access_chain.iter_mut() {
                 if let AccessExpr::Dot(Expr::Identifier(field)) = access {
                     let name = field.value.to_ascii_lowercase();
@@ -216,14 +216,22 @@ fn rewrite_expr(e: &mut Expr) {
 /// DataFusion runs a correlated scalar subquery only over an aggregate, so the
 /// selected value is wrapped in `max` (one row or none, as oids are unique).
 fn aggregate_catalog_lookup(q: &mut Query) {
-    const AGGREGATES: &[&str] = &["count", "sum", "min", "max", "avg", "array_agg", "string_agg", "bool_and", "bool_or"];
+    const AGGREGATES: &[&str] = &[
+        "count",
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "array_agg",
+        "string_agg",
+        "bool_and",
+        "bool_or",
+    ];
     let SetExpr::Select(select) = q.body.as_mut() else {
         return;
     };
     let over_catalog = select.from.iter().all(|t| match &t.relation {
-        TableFactor::Table { name, .. } => {
-            ident_value(name, 0).as_deref() == Some("pg_catalog")
-        }
+        TableFactor::Table { name, .. } => ident_value(name, 0).as_deref() == Some("pg_catalog"),
         _ => false,
     });
     let grouped = !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty());
@@ -301,7 +309,8 @@ fn fold_array_upper(e: &Expr) -> Option<usize> {
     else {
         return None;
     };
-    let is_one = matches!(dim, Expr::Value(v) if matches!(&v.value, Value::Number(n, _) if n == "1"));
+    let is_one =
+        matches!(dim, Expr::Value(v) if matches!(&v.value, Value::Number(n, _) if n == "1"));
     let implicit = match only_arg(schemas, "current_schemas")? {
         Expr::Value(v) => match v.value {
             Value::Boolean(b) => b,

@@ -4,8 +4,8 @@
 //! table's `pg_attribute` / `information_schema.columns` description.
 
 use arrow::array::{
-    ArrayRef, BooleanBuilder, Float32Builder, Int16Builder, Int32Builder, Int64Builder,
-    ListBuilder, RecordBatch, StringBuilder, UInt32Builder,
+    ArrayRef, BooleanBuilder, Float32Builder, Int16Builder, Int32Builder, ListBuilder, RecordBatch,
+    StringBuilder, UInt32Builder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
@@ -18,7 +18,6 @@ pub enum Col {
     Oid,
     Int2,
     Int4,
-    Int8,
     Float4,
     Bool,
     /// `name`, `text`, `char`.
@@ -38,7 +37,6 @@ impl Col {
             Col::Oid => DataType::UInt32,
             Col::Int2 => DataType::Int16,
             Col::Int4 => DataType::Int32,
-            Col::Int8 => DataType::Int64,
             Col::Float4 => DataType::Float32,
             Col::Bool => DataType::Boolean,
             Col::Text => DataType::Utf8,
@@ -54,7 +52,6 @@ impl Col {
             Col::Oid => 26,
             Col::Int2 => 21,
             Col::Int4 => 23,
-            Col::Int8 => 20,
             Col::Float4 => 700,
             Col::Bool => 16,
             Col::Text => 25,
@@ -72,7 +69,6 @@ pub enum V {
     Oid(u32),
     I16(i16),
     I32(i32),
-    I64(i64),
     F32(f32),
     Bool(bool),
     Text(String),
@@ -174,7 +170,6 @@ fn column<'a>(col: Col, cells: impl Iterator<Item = &'a V>) -> Result<ArrayRef, 
         Col::Oid => scalar!(UInt32Builder, Oid),
         Col::Int2 => scalar!(Int16Builder, I16),
         Col::Int4 => scalar!(Int32Builder, I32),
-        Col::Int8 => scalar!(Int64Builder, I64),
         Col::Float4 => scalar!(Float32Builder, F32),
         Col::Bool => scalar!(BooleanBuilder, Bool),
         Col::Text => scalar!(StringBuilder, Text),

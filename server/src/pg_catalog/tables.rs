@@ -556,7 +556,11 @@ pub fn rows(spec: &Spec, objects: &Objects, db: &Database) -> Vec<Vec<V>> {
             .iter()
             .map(|n| vec![oid(n.oid), text(n.name), oid(OWNER_OID), V::Null])
             .collect(),
-        "pg_class" => objects.relations.iter().map(|r| class_row(r, objects)).collect(),
+        "pg_class" => objects
+            .relations
+            .iter()
+            .map(|r| class_row(r, objects))
+            .collect(),
         "pg_attribute" => attribute_rows(objects),
         "pg_type" => type_rows(),
         "pg_index" => objects.indexes.iter().map(index_row).collect(),
@@ -688,7 +692,12 @@ pub fn rows(spec: &Spec, objects: &Objects, db: &Database) -> Vec<Vec<V>> {
             })
             .collect(),
         "pg_am" => vec![
-            vec![oid(AM_HEAP), text("heap"), text("heap_tableam_handler"), text("t")],
+            vec![
+                oid(AM_HEAP),
+                text("heap"),
+                text("heap_tableam_handler"),
+                text("t"),
+            ],
             vec![oid(AM_BTREE), text("btree"), text("bthandler"), text("i")],
         ],
         "pg_collation" => vec![vec![
@@ -722,7 +731,13 @@ fn class_row(r: &Relation, objects: &Objects) -> Vec<V> {
         oid(0),
         oid(0),
         oid(OWNER_OID),
-        oid(if r.kind == "i" { AM_BTREE } else if r.kind == "v" { 0 } else { AM_HEAP }),
+        oid(if r.kind == "i" {
+            AM_BTREE
+        } else if r.kind == "v" {
+            0
+        } else {
+            AM_HEAP
+        }),
         oid(r.oid),
         oid(0),
         V::I32(0),
@@ -746,7 +761,11 @@ fn class_row(r: &Relation, objects: &Objects) -> Vec<V> {
         V::Bool(false),
         oid(0),
         V::Null,
-        V::Null,
+        if r.options.is_empty() {
+            V::Null
+        } else {
+            V::Texts(r.options.clone())
+        },
         V::Null,
     ]
 }
@@ -768,7 +787,11 @@ fn attribute_rows(objects: &Objects) -> Vec<Vec<V>> {
                 V::I32(c.typmod),
                 V::Bool(t.is_some_and(|t| t.len > 0 && t.len <= 8)),
                 text("i"),
-                text(if t.is_some_and(|t| t.len > 0) { "p" } else { "x" }),
+                text(if t.is_some_and(|t| t.len > 0) {
+                    "p"
+                } else {
+                    "x"
+                }),
                 text(""),
                 V::Bool(c.not_null),
                 V::Bool(false),
@@ -778,7 +801,11 @@ fn attribute_rows(objects: &Objects) -> Vec<Vec<V>> {
                 V::Bool(false),
                 V::Bool(true),
                 V::I32(0),
-                oid(if matches!(c.type_oid, 25 | 1043 | 1042 | 19) { 100 } else { 0 }),
+                oid(if matches!(c.type_oid, 25 | 1043 | 1042 | 19) {
+                    100
+                } else {
+                    0
+                }),
                 V::Null,
                 V::Null,
                 V::Null,
@@ -809,11 +836,18 @@ fn type_rows() -> Vec<Vec<V>> {
                 V::Bool(t.len > 0 && t.len <= 8),
                 text(t.kind),
                 text(t.category),
-                V::Bool(matches!(t.name, "bool" | "float8" | "text" | "timestamptz" | "oid")),
+                V::Bool(matches!(
+                    t.name,
+                    "bool" | "float8" | "text" | "timestamptz" | "oid"
+                )),
                 V::Bool(true),
                 text(","),
                 oid(0),
-                text(if is_array { "array_subscript_handler" } else { "-" }),
+                text(if is_array {
+                    "array_subscript_handler"
+                } else {
+                    "-"
+                }),
                 oid(t.element),
                 oid(t.array),
                 V::Text(io("in")),
@@ -829,7 +863,13 @@ fn type_rows() -> Vec<Vec<V>> {
                 oid(0),
                 V::I32(-1),
                 V::I32(0),
-                oid(if matches!(t.name, "text" | "varchar" | "bpchar" | "name") { 100 } else { 0 }),
+                oid(
+                    if matches!(t.name, "text" | "varchar" | "bpchar" | "name") {
+                        100
+                    } else {
+                        0
+                    },
+                ),
                 V::Null,
                 V::Null,
                 V::Null,
@@ -1009,28 +1049,166 @@ pub fn settings(db: &Database) -> Vec<Setting> {
     let client = "Client Connection Defaults";
     let preset = "Preset Options";
     vec![
-        s("server_version", SERVER_VERSION, preset, "Shows the server version.", "string"),
-        s("server_version_num", SERVER_VERSION_NUM, preset, "Shows the server version as an integer.", "integer"),
-        s("server_encoding", "UTF8", preset, "Shows the server (database) character set encoding.", "string"),
-        s("client_encoding", "UTF8", client, "Sets the client's character set encoding.", "string"),
-        s("standard_conforming_strings", "on", "Version and Platform Compatibility", "Causes '...' strings to treat backslashes literally.", "bool"),
-        s("DateStyle", "ISO, MDY", client, "Sets the display format for date and time values.", "string"),
-        s("IntervalStyle", "postgres", client, "Sets the display format for interval values.", "enum"),
-        s("TimeZone", "UTC", client, "Sets the time zone for displaying and interpreting time stamps.", "string"),
-        s("search_path", "\"$user\", public", client, "Sets the schema search order for names that are not schema-qualified.", "string"),
-        s("default_transaction_isolation", "serializable", client, "Sets the transaction isolation level of each new transaction.", "enum"),
-        s("transaction_isolation", "serializable", client, "Sets the current transaction's isolation level.", "enum"),
-        s("default_transaction_read_only", "off", client, "Sets the default read-only status of new transactions.", "bool"),
-        s("max_identifier_length", "63", preset, "Shows the maximum identifier length.", "integer"),
-        s("integer_datetimes", "on", preset, "Shows whether datetimes are integer based.", "bool"),
-        s("lc_collate", "C.UTF-8", preset, "Shows the collation order locale.", "string"),
-        s("lc_ctype", "C.UTF-8", preset, "Shows the character classification and case conversion locale.", "string"),
-        s("max_connections", "100", "Connections and Authentication", "Sets the maximum number of concurrent connections.", "integer"),
-        s("block_size", "8192", preset, "Shows the size of a disk block.", "integer"),
-        s("statement_timeout", "0", client, "Sets the maximum allowed duration of any statement.", "integer"),
-        s("application_name", "", "Reporting and Logging", "Sets the application name to be reported in statistics and logs.", "string"),
-        s("parallelism.default", &db.config.parallelism.to_string(), "Weir", "Parallelism of new materialized views.", "integer"),
-        s("pipeline.max-parallelism", &db.config.max_parallelism.to_string(), "Weir", "Number of key groups of keyed state.", "integer"),
-        s("barrier.interval", &format!("{}ms", db.config.barrier_interval.as_millis()), "Weir", "Interval between checkpoint barriers.", "string"),
+        s(
+            "server_version",
+            SERVER_VERSION,
+            preset,
+            "Shows the server version.",
+            "string",
+        ),
+        s(
+            "server_version_num",
+            SERVER_VERSION_NUM,
+            preset,
+            "Shows the server version as an integer.",
+            "integer",
+        ),
+        s(
+            "server_encoding",
+            "UTF8",
+            preset,
+            "Shows the server (database) character set encoding.",
+            "string",
+        ),
+        s(
+            "client_encoding",
+            "UTF8",
+            client,
+            "Sets the client's character set encoding.",
+            "string",
+        ),
+        s(
+            "standard_conforming_strings",
+            "on",
+            "Version and Platform Compatibility",
+            "Causes '...' strings to treat backslashes literally.",
+            "bool",
+        ),
+        s(
+            "DateStyle",
+            "ISO, MDY",
+            client,
+            "Sets the display format for date and time values.",
+            "string",
+        ),
+        s(
+            "IntervalStyle",
+            "postgres",
+            client,
+            "Sets the display format for interval values.",
+            "enum",
+        ),
+        s(
+            "TimeZone",
+            "UTC",
+            client,
+            "Sets the time zone for displaying and interpreting time stamps.",
+            "string",
+        ),
+        s(
+            "search_path",
+            "\"$user\", public",
+            client,
+            "Sets the schema search order for names that are not schema-qualified.",
+            "string",
+        ),
+        s(
+            "default_transaction_isolation",
+            "serializable",
+            client,
+            "Sets the transaction isolation level of each new transaction.",
+            "enum",
+        ),
+        s(
+            "transaction_isolation",
+            "serializable",
+            client,
+            "Sets the current transaction's isolation level.",
+            "enum",
+        ),
+        s(
+            "default_transaction_read_only",
+            "off",
+            client,
+            "Sets the default read-only status of new transactions.",
+            "bool",
+        ),
+        s(
+            "max_identifier_length",
+            "63",
+            preset,
+            "Shows the maximum identifier length.",
+            "integer",
+        ),
+        s(
+            "integer_datetimes",
+            "on",
+            preset,
+            "Shows whether datetimes are integer based.",
+            "bool",
+        ),
+        s(
+            "lc_collate",
+            "C.UTF-8",
+            preset,
+            "Shows the collation order locale.",
+            "string",
+        ),
+        s(
+            "lc_ctype",
+            "C.UTF-8",
+            preset,
+            "Shows the character classification and case conversion locale.",
+            "string",
+        ),
+        s(
+            "max_connections",
+            "100",
+            "Connections and Authentication",
+            "Sets the maximum number of concurrent connections.",
+            "integer",
+        ),
+        s(
+            "block_size",
+            "8192",
+            preset,
+            "Shows the size of a disk block.",
+            "integer",
+        ),
+        s(
+            "statement_timeout",
+            "0",
+            client,
+            "Sets the maximum allowed duration of any statement.",
+            "integer",
+        ),
+        s(
+            "application_name",
+            "",
+            "Reporting and Logging",
+            "Sets the application name to be reported in statistics and logs.",
+            "string",
+        ),
+        s(
+            "parallelism.default",
+            &db.config.parallelism.to_string(),
+            "Weir",
+            "Parallelism of new materialized views.",
+            "integer",
+        ),
+        s(
+            "pipeline.max-parallelism",
+            &db.config.max_parallelism.to_string(),
+            "Weir",
+            "Number of key groups of keyed state.",
+            "integer",
+        ),
+        s(
+            "barrier.interval",
+            &format!("{}ms", db.config.barrier_interval.as_millis()),
+            "Weir",
+            "Interval between checkpoint barriers.",
+            "string",
+        ),
     ]
 }
