@@ -259,13 +259,13 @@ async fn start_proxy(server_port: u16, stats: Arc<Mutex<WireStats>>) -> u16 {
     port
 }
 
-/// sqlsmith's queries: `WEIR_SQLSMITH_QUERIES` (10,000 for the full run), else a
-/// default that keeps the default test run short.
+/// sqlsmith's queries: `WEIR_SQLSMITH_QUERIES`, else 10,000 (about a minute on two
+/// cores).
 fn sqlsmith_queries() -> u64 {
     std::env::var("WEIR_SQLSMITH_QUERIES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000)
+        .unwrap_or(10_000)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
