@@ -159,6 +159,15 @@ fn undefined_relation(msg: &str) -> Option<SqlError> {
 
 impl From<DataFusionError> for SqlError {
     fn from(e: DataFusionError) -> Self {
+        // A function of Weir's own (e.g. the pg_catalog functions) that fails with a
+        // Postgres error wraps it as External: keep its SQLSTATE.
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(s) = source {
+            if let Some(err) = s.downcast_ref::<SqlError>() {
+                return err.clone();
+            }
+            source = s.source();
+        }
         if let Some(err) = undefined_relation(&e.to_string()) {
             return err;
         }

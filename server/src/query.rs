@@ -23,7 +23,9 @@ use weir_planner::{SqlError, SqlResult};
 
 pub fn session_config() -> SessionConfig {
     let mut cfg = SessionConfig::new()
-        .with_information_schema(true)
+        // information_schema is Weir's own (pg_catalog::info_schema), over the whole
+        // catalog rather than the tables registered for one statement.
+        .with_information_schema(false)
         .with_target_partitions(1)
         .with_default_catalog_and_schema("weir", "public");
     let opts = cfg.options_mut();
@@ -47,21 +49,35 @@ pub fn new_context() -> SessionContext {
     ctx
 }
 
-/// The relations a statement reads, or `None` when it inspects the catalogs
-/// (`information_schema` and `pg_catalog` list every relation, so all are needed).
+/// The user relations a statement reads (`pg_catalog` and `information_schema` are
+/// generated from the catalog, not read: see [`reads_catalog`]). Always `Some`; the
+/// `Option` is kept for callers that treat `None` as "everything".
 pub(crate) fn relations_read(stmt: &Statement) -> SqlResult<Option<Vec<String>>> {
     let (refs, _) = datafusion::sql::resolve::resolve_table_references(
         &DFStatement::Statement(Box::new(stmt.clone())),
         true,
     )?;
-    let mut names = Vec::with_capacity(refs.len());
-    for r in refs {
-        if r.schema().is_some_and(|s| s != "public") {
-            return Ok(None);
-        }
-        names.push(r.table().to_string());
+    Ok(Some(
+        refs.iter()
+            .filter(|r| !is_catalog_reference(r))
+            .map(|r| r.table().to_string())
+            .collect(),
+    ))
+}
+
+/// `pg_catalog.x`, `information_schema.x`, or an unqualified catalog name (Postgres
+/// searches `pg_catalog` first).
+fn is_catalog_reference(r: &datafusion::common::TableReference) -> bool {
+    match r.schema() {
+        Some(s) => s == "pg_catalog" || s == "information_schema",
+        None => pg_catalog::is_catalog_table(r.table()),
     }
-    Ok(Some(names))
+}
+
+/// Whether `stmt` reads `pg_catalog` or `information_schema` (or calls a function
+/// over them): only then are they built (a SELECT on a user table does not pay).
+fn reads_catalog(stmt: &Statement) -> SqlResult<bool> {
+    Ok(pg_catalog::needs_catalog(stmt))
 }
 
 fn is_read(reads: &Option<Vec<String>>, name: &str) -> bool {
@@ -78,7 +94,7 @@ pub fn planning_context(db: &Database, stmt: &Statement) -> SqlResult<SessionCon
             ctx.register_table(name.as_str(), Arc::new(EmptyTable::new(schema)))?;
         }
     }
-    if reads.is_none() {
+    if reads_catalog(stmt)? {
         pg_catalog::register_tables(&ctx, db)?;
     }
     Ok(ctx)
@@ -127,15 +143,19 @@ pub fn snapshot_context_nowait(
         let table = MemTable::try_new(schema, vec![vec![batch]])?;
         ctx.register_table(name.as_str(), Arc::new(table))?;
     }
-    if reads.is_none() {
+    if reads_catalog(stmt)? {
         pg_catalog::register_tables(&ctx, db)?;
     }
     Ok(ctx)
 }
 
+/// Plans `stmt` after rewriting the Postgres catalog syntax in it
+/// (`pg_catalog::rewrite_statement`).
 pub async fn plan_statement(state: &SessionState, stmt: &Statement) -> SqlResult<LogicalPlan> {
+    let mut stmt = stmt.clone();
+    pg_catalog::rewrite_statement(&mut stmt);
     Ok(state
-        .statement_to_plan(DFStatement::Statement(Box::new(stmt.clone())))
+        .statement_to_plan(DFStatement::Statement(Box::new(stmt)))
         .await?)
 }
 

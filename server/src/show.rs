@@ -375,8 +375,8 @@ pub fn set_key(session: &mut Session, key: String, value: String) -> SqlResult<O
 
 fn default_variable(db: &Database, key: &str) -> Option<String> {
     Some(match key {
-        "server_version" => "16.6".into(),
-        "server_version_num" => "160006".into(),
+        "server_version" => crate::pg_catalog::SERVER_VERSION.into(),
+        "server_version_num" => crate::pg_catalog::SERVER_VERSION_NUM.into(),
         "server_encoding" | "client_encoding" => "UTF8".into(),
         "standard_conforming_strings" => "on".into(),
         "datestyle" => "ISO, MDY".into(),
