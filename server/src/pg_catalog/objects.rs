@@ -198,6 +198,7 @@ impl Objects {
             let kind = match r.kind {
                 RelationKind::Table => "r",
                 RelationKind::MaterializedView => "m",
+                RelationKind::View => "v",
                 RelationKind::Sink => continue,
             };
             let oid = RELATION_OID_BASE + r.id as u32;
@@ -208,9 +209,12 @@ impl Objects {
                 .enumerate()
                 .map(|(i, c)| {
                     let t = schema.as_ref().and_then(|s| s.fields().get(i).cloned());
+                    // A plain view holds no rows and has no schema of its own: its
+                    // columns' types are the names recorded when it was created.
+                    let named = || types::by_name(&c.pg_type).map_or(25, |t| t.oid);
                     Column {
                         name: c.name.clone(),
-                        type_oid: t.as_ref().map_or(25, |f| types::type_oid(f.data_type())),
+                        type_oid: t.as_ref().map_or_else(named, |f| types::type_oid(f.data_type())),
                         typmod: t.as_ref().map_or(-1, |f| types::typmod(f.data_type())),
                         not_null: !c.nullable,
                     }
