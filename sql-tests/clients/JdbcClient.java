@@ -80,6 +80,28 @@ public class JdbcClient {
             }
         }
         System.out.println("select-names: " + String.join(",", names));
+        // One parameter each: the shape that failed with "A result was returned when
+        // none was expected" from the 5th execution on (Describe answered an empty
+        // RowDescription instead of NoData for the named statement).
+        String[] dml = {
+            "INSERT INTO items VALUES (?, 'one')",
+            "UPDATE items SET name = 'two' WHERE id = ?",
+            "DELETE FROM items WHERE id = ? + 1000"
+        };
+        List<Integer> dmlCounts = new ArrayList<>();
+        for (String sql : dml) {
+            try (PreparedStatement p = c.prepareStatement(sql)) {
+                int total = 0;
+                for (int i = 0; i < 10; i++) {
+                    // As ORMs do: asking for the parameter metadata describes the
+                    // (server-prepared) statement.
+                    p.setInt(p.getParameterMetaData().getParameterCount(), 500 + i);
+                    total += p.executeUpdate();
+                }
+                dmlCounts.add(total);
+            }
+        }
+        System.out.println("single-parameter-dml: " + join(dmlCounts));
     }
 
     /** executeBatch reports each entry's own count. */

@@ -8,6 +8,8 @@
 //! until the test closes the socket. The server log must show no panic, and the
 //! server must still answer `SELECT 1` afterwards.
 //!
+//! A second test corrupts the SASLInitialResponse of a password-protected server.
+//!
 //! `WEIR_MALFORMED_SEED` replays a run (the seed is printed); `WEIR_MALFORMED_SESSIONS`
 //! changes the number of sessions (2,000 by default).
 
@@ -374,4 +376,47 @@ async fn malformed_sessions_are_protocol_errors() {
     let client = server.connect().await;
     let one: i64 = client.query_one("SELECT 1", &[]).await.unwrap().get(0);
     assert_eq!(one, 1);
+}
+
+/// With a password configured, the SASLInitialResponse is checked too: a data length
+/// running past the message is a protocol error, and correct clients still log in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_sasl_response_is_a_protocol_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let server =
+        WeirProcess::start_with_config(&dir.path().join("data"), 1, "[auth]\npassword = \"pw\"\n")
+            .await;
+    let mut s = TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .unwrap();
+    s.write_all(&startup_with(&[("user", "weir")]))
+        .await
+        .unwrap();
+    let (msgs, end) = read_messages(&mut s, 0).await;
+    assert_eq!(end, End::Waiting, "{msgs:?}");
+    assert_eq!(msgs.first().map(|m| m.0), Some(b'R'), "{msgs:?}");
+    let mut body = Vec::new();
+    cstr(&mut body, "SCRAM-SHA-256");
+    body.extend_from_slice(&500i32.to_be_bytes());
+    body.extend_from_slice(b"n,,n=,r=abc");
+    s.write_all(&typed(b'p', &body)).await.unwrap();
+    let (msgs, end) = read_messages(&mut s, 0).await;
+    assert_eq!(end, End::Closed, "{msgs:?}");
+    let error = error_fields(&msgs.last().expect("an error").1);
+    assert_eq!(error[&b'C'], "08P01", "{error:?}");
+    assert_eq!(error[&b'S'], "FATAL", "{error:?}");
+
+    let (client, conn) = tokio_postgres::connect(
+        &format!(
+            "host=127.0.0.1 port={} user=weir dbname=weir password=pw",
+            server.port
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let one: i64 = client.query_one("SELECT 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+    assert!(!server.log().contains("panicked at"), "{}", server.log());
 }
