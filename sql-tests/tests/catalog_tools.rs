@@ -31,7 +31,10 @@ const SCHEMA: &str = "
 
 async fn server_with_schema(dir: &Path) -> WeirProcess {
     let server = WeirProcess::start(&dir.join("data"), 1).await;
-    server.connect().await.batch_execute(SCHEMA).await.unwrap();
+    let client = server.connect().await;
+    client.batch_execute(SCHEMA).await.unwrap();
+    // Other sessions see the rows after the next barrier; FLUSH makes them visible now.
+    client.batch_execute("FLUSH").await.unwrap();
     server
 }
 
@@ -79,7 +82,7 @@ async fn pgjdbc_database_metadata() {
         "column items.id int4 jdbc=4 size=10 digits=0 nullable=NO pos=1",
         "column items.name text jdbc=12 size=2147483647 digits=0 nullable=NO pos=2",
         "column items.price numeric jdbc=2 size=8 digits=2 nullable=YES pos=3",
-        "column orders.order_id int8 jdbc=-5 size=19 digits=0 nullable=YES pos=1",
+        "column orders.order_id int8 jdbc=-5 size=19 digits=0 nullable=NO pos=1",
         "column orders.at timestamp jdbc=93 size=29 digits=6 nullable=YES pos=5",
         "column revenue.item_id int4 jdbc=4 size=10 digits=0 nullable=YES pos=1",
         "pk items.id seq=1 name=items_pkey",
@@ -125,7 +128,7 @@ with psycopg.connect(f"host=127.0.0.1 port={sys.argv[1]} user=weir dbname=weir")
     print("missing", TypeInfo.fetch(conn, "no_such_type"))
     row = conn.execute("SELECT price, name, id FROM items WHERE id = 1").fetchone()
     print("row", type(row[0]).__name__, row[0], type(row[1]).__name__, type(row[2]).__name__)
-    cur = conn.execute("SELECT quote_ident(table_name), data_type FROM information_schema.columns WHERE table_name = %s ORDER BY ordinal_position", ["items"])
+    cur = conn.execute("SELECT quote_ident(column_name), data_type FROM information_schema.columns WHERE table_name = %s ORDER BY ordinal_position", ["items"])
     print("columns", cur.fetchall())
 "#;
     let mut py = Command::new(python());
@@ -194,6 +197,9 @@ async fn proxy_connection(client: TcpStream, server_port: u16, stats: Arc<Mutex<
         stats.lock().unwrap().dropped += 1;
         return;
     };
+    // Without NODELAY every small message waits for a delayed ACK (~40 ms each).
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
     let terminated = Arc::new(std::sync::atomic::AtomicBool::new(false));
