@@ -152,6 +152,12 @@ fn undefined_relation(msg: &str) -> Option<SqlError> {
 
 impl From<DataFusionError> for SqlError {
     fn from(e: DataFusionError) -> Self {
+        // Weir's own functions raise SqlErrors with Postgres's SQLSTATE.
+        if let DataFusionError::External(inner) = e.find_root() {
+            if let Some(err) = inner.downcast_ref::<SqlError>() {
+                return err.clone();
+            }
+        }
         if let Some(err) = undefined_relation(&e.to_string()) {
             return err;
         }
