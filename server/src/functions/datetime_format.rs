@@ -24,8 +24,6 @@
 //! - Timestamps with a time zone are shown in UTC, Weir's only session time zone (`TZ`
 //!   gives `UTC`, `OF` gives `+00`).
 
-use std::fmt::Write;
-
 /// SQLSTATE 22007: a template or an input that does not fit it.
 pub const INVALID_DATETIME_FORMAT: &str = "22007";
 /// SQLSTATE 22008: a field value out of its range (month 13, hour 25, February 30).
@@ -837,8 +835,6 @@ fn format_number(m: &Moment, key: Key, fill: bool) -> FormatResult<String> {
 #[derive(Debug, Default, Clone)]
 struct Fields {
     year: Option<i64>,
-    /// Digits the year was written with (YY → 2020 rules), and the source keyword.
-    year_digits: usize,
     bc: bool,
     cc: Option<i64>,
     month: Option<i64>,
@@ -1137,16 +1133,14 @@ fn read_field(r: &mut Reader, f: &mut Fields, key: Key, fill: bool, greedy: bool
             }
             let (rest, _) = read_int(r, key, false, false)?;
             set(&mut f.year, thousands * 1000 + rest, key)?;
-            f.year_digits = 4;
         }
         Key::Yyyy | Key::Yyy | Key::Yy | Key::Y => {
             let (v, digits) = int(r)?;
-            set(&mut f.year, v, key)?;
-            f.year_digits = digits;
+            set(&mut f.year, partial_year(key, v, digits), key)?;
         }
         Key::Iyyy | Key::Iyy | Key::Iy | Key::I => {
             let (v, digits) = int(r)?;
-            set(&mut f.iso_year, partial_year(v, digits), key)?;
+            set(&mut f.iso_year, partial_year(key, v, digits), key)?;
         }
         Key::Cc => set(&mut f.cc, int(r)?.0, key)?,
         Key::Mm => set(&mut f.month, int(r)?.0, key)?,
@@ -1174,15 +1168,18 @@ fn read_field(r: &mut Reader, f: &mut Fields, key: Key, fill: bool, greedy: bool
     Ok(())
 }
 
-/// A year written with fewer than four digits, as Postgres completes it (`YY` 70-99 are
-/// 19xx, the rest 20xx).
-fn partial_year(v: i64, digits: usize) -> i64 {
-    match digits {
-        1 => v + 2000,
-        2 if v < 70 => v + 2000,
-        2 => v + 1900,
-        3 if v < 100 => v + 2000,
-        3 => v + 1000,
+/// A year read by `YYY`, `YY` or `Y` (or their ISO forms) with fewer than four digits, as
+/// Postgres completes it (`adjust_partial_year_to_2020`: 0-69 → 20xx, 70-99 → 19xx,
+/// 100-519 → 2xxx, 520-999 → 1xxx). `YYYY` takes the year as written.
+fn partial_year(key: Key, v: i64, digits: usize) -> i64 {
+    if matches!(key, Key::Yyyy | Key::Iyyy) || digits >= 4 {
+        return v;
+    }
+    match v {
+        0..=69 => v + 2000,
+        70..=99 => v + 1900,
+        100..=519 => v + 2000,
+        520..=999 => v + 1000,
         _ => v,
     }
 }
@@ -1199,7 +1196,7 @@ fn resolve_date(f: &Fields, input: &str) -> FormatResult<i64> {
     if let Some(j) = f.julian {
         return Ok(j);
     }
-    let mut year = f.year.map(|y| partial_year(y, f.year_digits));
+    let mut year = f.year;
     if year.is_none() {
         if let Some(cc) = f.cc {
             year = Some(if cc >= 0 { (cc - 1) * 100 + 1 } else { cc * 100 + 1 });
@@ -1317,9 +1314,10 @@ pub fn parse_date(input: &str, template: &Template) -> FormatResult<i64> {
     Ok(resolve_date(&f, input)? - UNIX_EPOCH_J)
 }
 
-/// For tests and messages: a template's keywords as Postgres names them.
-#[allow(dead_code)]
+/// For tests: a template's keywords as Postgres names them.
+#[cfg(test)]
 fn describe(template: &Template) -> String {
+    use std::fmt::Write;
     let mut s = String::new();
     for n in &template.nodes {
         match n {
@@ -1387,7 +1385,8 @@ mod tests {
     fn quoted_text_and_escapes_are_literal() {
         let m = ts(2024, 3, 5, 14, 7, 9, 0);
         assert_eq!(fmt(&m, "\"Year\" YYYY \"q\\\"Q\" \\\"D"), "Year 2024 q\"Q \"3");
-        assert_eq!(fmt(&m, "XYZ"), "XYZ");
+        // Letters that start no keyword are copied; Y is a keyword.
+        assert_eq!(fmt(&m, "xkz XYZ"), "xkz X4Z");
     }
 
     #[test]

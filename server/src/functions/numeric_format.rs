@@ -224,12 +224,6 @@ impl NumberTemplate {
         }
         (pre, post, shifted)
     }
-
-    fn has_explicit_sign(&self) -> bool {
-        self.items.iter().any(|i| {
-            matches!(i, Item::Sign | Item::Minus | Item::PlusMinus | Item::Brackets)
-        })
-    }
 }
 
 /// |n| rounded to `post` decimals, as integer digits and fraction digits.

@@ -38,6 +38,11 @@ fn sql_error(e: FormatError) -> DataFusionError {
     DataFusionError::External(Box::new(SqlError::new(e.code, e.message)))
 }
 
+/// SQLSTATE 42883, as Postgres answers a call with argument types it has no function for.
+fn no_such_function(message: String) -> DataFusionError {
+    DataFusionError::External(Box::new(SqlError::new("42883", message)))
+}
+
 fn is_text(t: &DataType) -> bool {
     matches!(
         t,
@@ -189,17 +194,25 @@ impl ScalarUDFImpl for ToChar {
     }
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
         let [value, template] = arg_types else {
-            return plan_err!("function to_char takes two arguments (value, text)");
+            return Err(no_such_function(
+                "function to_char takes two arguments (value, text)".into(),
+            ));
         };
         if !is_text(template) {
-            return plan_err!("function to_char({value}, {template}) does not exist: the template must be text");
+            return Err(no_such_function(format!(
+                "function to_char({value}, {template}) does not exist: the template must be text"
+            )));
         }
         let value = match value {
             v if is_datetime(v) || v.is_integer() || v.is_floating() => v.clone(),
             DataType::Decimal128(..) => value.clone(),
             DataType::Decimal256(p, s) => DataType::Decimal128((*p).min(38), *s),
             DataType::Null => DataType::Null,
-            other => return plan_err!("function to_char({other}, text) does not exist"),
+            other => {
+                return Err(no_such_function(format!(
+                    "function to_char({other}, text) does not exist"
+                )))
+            }
         };
         Ok(vec![value, DataType::Utf8])
     }
@@ -299,10 +312,10 @@ impl ScalarUDFImpl for ToTimestamp {
         match arg_types {
             [t] if t.is_numeric() || is_text(t) => Ok(vec![DataType::Float64]),
             [a, b] if is_text(a) && is_text(b) => Ok(vec![DataType::Utf8, DataType::Utf8]),
-            _ => plan_err!(
+            _ => Err(no_such_function(format!(
                 "function to_timestamp({}) does not exist: it takes (text, text) or (double precision)",
                 arg_types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
-            ),
+            ))),
         }
     }
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
@@ -418,10 +431,10 @@ impl ScalarUDFImpl for ToDate {
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
         match arg_types {
             [a, b] if is_text(a) && is_text(b) => Ok(vec![DataType::Utf8, DataType::Utf8]),
-            _ => plan_err!(
+            _ => Err(no_such_function(format!(
                 "function to_date({}) does not exist: it takes (text, text)",
                 arg_types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
-            ),
+            ))),
         }
     }
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
