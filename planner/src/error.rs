@@ -150,13 +150,23 @@ fn undefined_relation(msg: &str) -> Option<SqlError> {
     ))
 }
 
+/// A `SqlError` that one of Weir's functions raised (with Postgres's SQLSTATE) somewhere
+/// in `e`'s chain of causes (DataFusion and Arrow wrap it as it travels).
+fn raised_sql_error(e: &(dyn std::error::Error + 'static)) -> Option<SqlError> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(s) = err.downcast_ref::<SqlError>() {
+            return Some(s.clone());
+        }
+        cur = err.source();
+    }
+    None
+}
+
 impl From<DataFusionError> for SqlError {
     fn from(e: DataFusionError) -> Self {
-        // Weir's own functions raise SqlErrors with Postgres's SQLSTATE.
-        if let DataFusionError::External(inner) = e.find_root() {
-            if let Some(err) = inner.downcast_ref::<SqlError>() {
-                return err.clone();
-            }
+        if let Some(err) = raised_sql_error(&e) {
+            return err;
         }
         if let Some(err) = undefined_relation(&e.to_string()) {
             return err;
@@ -237,6 +247,9 @@ impl From<ExecError> for SqlError {
             ExecError::Rejected(code, m) => SqlError::new(code, m),
             ExecError::JobFailed(m) => SqlError::new(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, m),
             ExecError::Arrow(a) => {
+                if let Some(err) = raised_sql_error(&a) {
+                    return err;
+                }
                 let msg = a.to_string();
                 SqlError::new(classify_message(&msg), clean(&msg))
             }

@@ -759,12 +759,7 @@ fn format_number(m: &Moment, key: Key, fill: bool) -> FormatResult<String> {
         Key::Ss => padded(m.second, 2, fill, true),
         Key::Ms => padded(m.micros / 1000, 3, fill, false),
         Key::Us => padded(m.micros, 6, fill, false),
-        Key::Ff(n) => padded(
-            m.micros / 10i64.pow(6 - n as u32),
-            n as usize,
-            fill,
-            false,
-        ),
+        Key::Ff(n) => padded(m.micros / 10i64.pow(6 - n as u32), n as usize, fill, false),
         Key::Ssss | Key::Sssss => (m.hour * 3600 + m.minute * 60 + m.second).to_string(),
         Key::YCommaYyy => format!("{},{:03}", year / 1000, year - year / 1000 * 1000),
         Key::Yyyy => padded(year, 4, fill, true),
@@ -891,7 +886,7 @@ fn bad_value(value: &str, key: Key, detail: &str) -> FormatError {
         INVALID_DATETIME_FORMAT,
         format!(
             "invalid value \"{}\" for \"{}\": {detail}",
-            value.chars().take(10).collect::<String>(),
+            value.chars().take(key.width()).collect::<String>(),
             key.name()
         ),
     )
@@ -985,7 +980,11 @@ fn read_name(r: &mut Reader, key: Key, names: &[&str]) -> FormatResult<usize> {
         }
     }
     let (i, len) = best.ok_or_else(|| {
-        bad_value(rest, key, "the given value did not match any of the allowed values for this field")
+        bad_value(
+            rest,
+            key,
+            "the given value did not match any of the allowed values for this field",
+        )
     })?;
     r.pos += len;
     Ok(i)
@@ -1027,16 +1026,15 @@ fn read_fields(input: &str, template: &Template) -> FormatResult<Fields> {
         }
         match node {
             Node::Separator(_) => {
-                if r.peek().is_some_and(|c| c.is_whitespace() || is_separator(c)) {
+                if r.peek()
+                    .is_some_and(|c| c.is_whitespace() || is_separator(c))
+                {
                     r.bump();
                 }
             }
             Node::Literal(_) => r.bump(),
             Node::Field {
-                key,
-                fill,
-                ordinal,
-                ..
+                key, fill, ordinal, ..
             } => {
                 if *key != Key::Fx {
                     r.skip_spaces();
@@ -1053,7 +1051,13 @@ fn read_fields(input: &str, template: &Template) -> FormatResult<Fields> {
     Ok(f)
 }
 
-fn read_field(r: &mut Reader, f: &mut Fields, key: Key, fill: bool, greedy: bool) -> FormatResult<()> {
+fn read_field(
+    r: &mut Reader,
+    f: &mut Fields,
+    key: Key,
+    fill: bool,
+    greedy: bool,
+) -> FormatResult<()> {
     let int = |r: &mut Reader| read_int(r, key, fill, greedy);
     match key {
         Key::Fx => {
@@ -1107,12 +1111,19 @@ fn read_field(r: &mut Reader, f: &mut Fields, key: Key, fill: bool, greedy: bool
             if digits > unit_digits {
                 return Err(FormatError::new(
                     DATETIME_FIELD_OVERFLOW,
-                    format!("value for \"{}\" in source string is out of range", key.name()),
+                    format!(
+                        "value for \"{}\" in source string is out of range",
+                        key.name()
+                    ),
                 ));
             }
             // Digits are a fraction: "5" in MS is 500 ms.
             let scaled = v * 10i64.pow((unit_digits - digits) as u32);
-            let micros = if key == Key::Ms { scaled * 1000 } else { scaled };
+            let micros = if key == Key::Ms {
+                scaled * 1000
+            } else {
+                scaled
+            };
             set(&mut f.micros, micros, key)?;
         }
         Key::Tzh => {
@@ -1199,14 +1210,21 @@ fn resolve_date(f: &Fields, input: &str) -> FormatResult<i64> {
     let mut year = f.year;
     if year.is_none() {
         if let Some(cc) = f.cc {
-            year = Some(if cc >= 0 { (cc - 1) * 100 + 1 } else { cc * 100 + 1 });
+            year = Some(if cc >= 0 {
+                (cc - 1) * 100 + 1
+            } else {
+                cc * 100 + 1
+            });
         }
     }
-    if let Some(iy) = f.iso_year.or(if f.iso_week.is_some() || f.iso_yday.is_some() {
-        year
-    } else {
-        None
-    }) {
+    if let Some(iy) = f
+        .iso_year
+        .or(if f.iso_week.is_some() || f.iso_yday.is_some() {
+            year
+        } else {
+            None
+        })
+    {
         if f.iso_week.is_some() || f.iso_yday.is_some() {
             let j = match (f.iso_yday, f.iso_week) {
                 (Some(d), _) => isoweek2j(iy, 1) + d - 1,
@@ -1364,8 +1382,14 @@ mod tests {
             "2024-03-05 14:07:09.123456 Tuesday   TUE Mar MARCH     March 065 3 2460375 1 10 10 PM p.m. TH"
         );
         assert_eq!(fmt(&m, "YYYY-MM-DD HH24:MI"), "2024-03-05 14:07");
-        assert_eq!(fmt(&m, "HH12 HH FF1 FF3 MS SSSS CC Y,YYY YYY YY Y"), "02 02 1 123 123 50829 21 2,024 024 24 4");
-        assert_eq!(fmt(&m, "RM rm IDDD ID IYYY IYY IY I W"), "III  iii  065 2 2024 024 24 4 1");
+        assert_eq!(
+            fmt(&m, "HH12 HH FF1 FF3 MS SSSS CC Y,YYY YYY YY Y"),
+            "02 02 1 123 123 50829 21 2,024 024 24 4"
+        );
+        assert_eq!(
+            fmt(&m, "RM rm IDDD ID IYYY IYY IY I W"),
+            "III  iii  065 2 2024 024 24 4 1"
+        );
         assert_eq!(fmt(&m, "DDTH ddth FMDDth DDSP"), "05TH 05th 5th 05");
         assert_eq!(fmt(&m, "TZ|OF|TZH:TZM"), "|+00|+00:00");
         assert_eq!(fmt(&m, "TMMonth TMDay"), "March Tuesday");
@@ -1374,9 +1398,24 @@ mod tests {
             ..m
         };
         assert_eq!(fmt(&tz, "TZ tz OF"), "UTC utc +00");
-        assert_eq!(fmt(&ts(2024, 1, 1, 0, 0, 0, 0), "HH12 AM D ID IW IYYY IDDD WW W"), "12 AM 2 1 01 2024 001 01 1");
-        assert_eq!(fmt(&ts(2021, 1, 1, 0, 0, 0, 0), "IYYY-IW-ID DDTH MMth FMDDTH FMYYYY"), "2020-53-5 01ST 01st 1ST 2021");
-        assert_eq!(fmt(&ts(2024, 3, 5, 0, 0, 0, 0), "FMHH12:MI AM DDth"), "12:00 AM 05th");
+        assert_eq!(
+            fmt(
+                &ts(2024, 1, 1, 0, 0, 0, 0),
+                "HH12 AM D ID IW IYYY IDDD WW W"
+            ),
+            "12 AM 2 1 01 2024 001 01 1"
+        );
+        assert_eq!(
+            fmt(
+                &ts(2021, 1, 1, 0, 0, 0, 0),
+                "IYYY-IW-ID DDTH MMth FMDDTH FMYYYY"
+            ),
+            "2020-53-5 01ST 01st 1ST 2021"
+        );
+        assert_eq!(
+            fmt(&ts(2024, 3, 5, 0, 0, 0, 0), "FMHH12:MI AM DDth"),
+            "12:00 AM 05th"
+        );
         assert_eq!(fmt(&ts(2024, 3, 11, 0, 0, 0, 0), "DDth DDTH"), "11th 11TH");
         assert_eq!(fmt(&ts(2024, 3, 22, 0, 0, 0, 0), "FMDDth"), "22nd");
     }
@@ -1384,7 +1423,10 @@ mod tests {
     #[test]
     fn quoted_text_and_escapes_are_literal() {
         let m = ts(2024, 3, 5, 14, 7, 9, 0);
-        assert_eq!(fmt(&m, "\"Year\" YYYY \"q\\\"Q\" \\\"D"), "Year 2024 q\"Q \"3");
+        assert_eq!(
+            fmt(&m, "\"Year\" YYYY \"q\\\"Q\" \\\"D"),
+            "Year 2024 q\"Q \"3"
+        );
         // Letters that start no keyword are copied; Y is a keyword.
         assert_eq!(fmt(&m, "xkz XYZ"), "xkz X4Z");
     }
@@ -1403,7 +1445,10 @@ mod tests {
         // interval '1 year 14 months 40 days 27:07:09.5'
         let m = Moment::from_interval(26, 40, (27 * 3600 + 7 * 60 + 9) * 1_000_000 + 500_000);
         assert_eq!(
-            fmt(&m, "CC DDD DD HH24 HH12 IDDD IW IYYY J MM MS Q RM SSSS WW W Y,YYY YYYY AM"),
+            fmt(
+                &m,
+                "CC DDD DD HH24 HH12 IDDD IW IYYY J MM MS Q RM SSSS WW W Y,YYY YYYY AM"
+            ),
             "00 820 40 27 03 072 11 0002 1721861 02 500 1 II   97629 118 6 0,002 0002 AM"
         );
         let neg = Moment::from_interval(0, 0, -(3 * 3600 + 5 * 60) * 1_000_000);
@@ -1428,24 +1473,52 @@ mod tests {
     #[test]
     fn parses_timestamps_like_postgres() {
         let cases = [
-            ("2024-03-05 14:07:09", "YYYY-MM-DD HH24:MI:SS", "2024-03-05 14:07:09.000000"),
+            (
+                "2024-03-05 14:07:09",
+                "YYYY-MM-DD HH24:MI:SS",
+                "2024-03-05 14:07:09.000000",
+            ),
             ("20240305", "YYYYMMDD", "2024-03-05 00:00:00.000000"),
             ("05 Mar 2024", "DD Mon YYYY", "2024-03-05 00:00:00.000000"),
-            ("5 march 2024 2:07 pm", "DD Month YYYY HH:MI AM", "2024-03-05 14:07:00.000000"),
+            (
+                "5 march 2024 2:07 pm",
+                "DD Month YYYY HH:MI AM",
+                "2024-03-05 14:07:00.000000",
+            ),
             ("12:30 AM", "HH12:MI AM", "0001-01-01 00:30:00.000000 BC"),
-            ("2024-03-05 14:07:09.5", "YYYY-MM-DD HH24:MI:SS.MS", "2024-03-05 14:07:09.500000"),
-            ("2024-03-05 14:07:09.123456", "YYYY-MM-DD HH24:MI:SS.US", "2024-03-05 14:07:09.123456"),
+            (
+                "2024-03-05 14:07:09.5",
+                "YYYY-MM-DD HH24:MI:SS.MS",
+                "2024-03-05 14:07:09.500000",
+            ),
+            (
+                "2024-03-05 14:07:09.123456",
+                "YYYY-MM-DD HH24:MI:SS.US",
+                "2024-03-05 14:07:09.123456",
+            ),
             ("24-3-5", "YY-MM-DD", "2024-03-05 00:00:00.000000"),
             ("99-3-5", "YY-MM-DD", "1999-03-05 00:00:00.000000"),
             ("2024 065", "YYYY DDD", "2024-03-05 00:00:00.000000"),
             ("2460375", "J", "2024-03-05 00:00:00.000000"),
-            ("2024-03-05 14:00 +02", "YYYY-MM-DD HH24:MI TZH", "2024-03-05 12:00:00.000000"),
+            (
+                "2024-03-05 14:00 +02",
+                "YYYY-MM-DD HH24:MI TZH",
+                "2024-03-05 12:00:00.000000",
+            ),
             ("2020-53-5", "IYYY-IW-ID", "2021-01-01 00:00:00.000000"),
             ("2024", "YYYY-MM-DD", "2024-01-01 00:00:00.000000"),
             ("  2024-03-05", "YYYY-MM-DD", "2024-03-05 00:00:00.000000"),
             ("2024/03/05", "YYYY-MM-DD", "2024-03-05 00:00:00.000000"),
-            ("Tuesday 2024-03-05", "Day YYYY-MM-DD", "2024-03-05 00:00:00.000000"),
-            ("5th March 2024", "DDth Month YYYY", "2024-03-05 00:00:00.000000"),
+            (
+                "Tuesday 2024-03-05",
+                "Day YYYY-MM-DD",
+                "2024-03-05 00:00:00.000000",
+            ),
+            (
+                "5th March 2024",
+                "DDth Month YYYY",
+                "2024-03-05 00:00:00.000000",
+            ),
             ("44 BC", "YYYY BC", "0044-01-01 00:00:00.000000 BC"),
         ];
         for (input, t, want) in cases {
@@ -1468,7 +1541,11 @@ mod tests {
             ("2024-03-05 UTC", "YYYY-MM-DD TZ", FEATURE_NOT_SUPPORTED),
             ("2024", "FXYYYY", FEATURE_NOT_SUPPORTED),
             ("202", "YYYYMM", INVALID_DATETIME_FORMAT),
-            ("2024-03-05 2024-04-05", "YYYY-MM-DD YYYY-MM-DD", INVALID_DATETIME_FORMAT),
+            (
+                "2024-03-05 2024-04-05",
+                "YYYY-MM-DD YYYY-MM-DD",
+                INVALID_DATETIME_FORMAT,
+            ),
         ];
         for (input, t, code) in cases {
             let e = parse_ts(input, t).unwrap_err();

@@ -137,9 +137,9 @@ pub fn register(ctx: &SessionContext) {
         signature: Signature::user_defined(Volatility::Immutable),
     }));
     // Same names as DataFusion's: registering replaces them.
-    ctx.register_udf(ScalarUDF::new_from_impl(pg_format::ToChar::new()));
-    ctx.register_udf(ScalarUDF::new_from_impl(pg_format::ToTimestamp::new()));
-    ctx.register_udf(ScalarUDF::new_from_impl(pg_format::ToDate::new()));
+    ctx.register_udf(ScalarUDF::new_from_impl(pg_format::ToChar::default()));
+    ctx.register_udf(ScalarUDF::new_from_impl(pg_format::ToTimestamp::default()));
+    ctx.register_udf(ScalarUDF::new_from_impl(pg_format::ToDate::default()));
     for f in numeric_aggregates::udafs() {
         ctx.register_udaf(f);
     }

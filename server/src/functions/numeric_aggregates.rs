@@ -320,12 +320,21 @@ mod tests {
         };
         assert_eq!(t(sum, DataType::Int32), DataType::Int64);
         assert_eq!(t(sum, DataType::Int16), DataType::Int64);
-        assert!(matches!(t(sum, DataType::Int64), DataType::Decimal128(_, 0)));
-        assert_eq!(t(sum, DataType::Decimal128(10, 2)), DataType::Decimal128(20, 2));
+        assert!(matches!(
+            t(sum, DataType::Int64),
+            DataType::Decimal128(_, 0)
+        ));
+        assert_eq!(
+            t(sum, DataType::Decimal128(10, 2)),
+            DataType::Decimal128(20, 2)
+        );
         assert_eq!(t(sum, DataType::Float32), DataType::Float64);
         assert_eq!(t(avg, DataType::Int32), DataType::Decimal128(38, 16));
         assert_eq!(t(avg, DataType::Int64), DataType::Decimal128(38, 16));
-        assert_eq!(t(avg, DataType::Decimal128(38, 20)), DataType::Decimal128(38, 20));
+        assert_eq!(
+            t(avg, DataType::Decimal128(38, 20)),
+            DataType::Decimal128(38, 20)
+        );
         assert_eq!(t(avg, DataType::Float64), DataType::Float64);
     }
 }

@@ -35,7 +35,12 @@ pub fn numbers(a: &ArrayRef) -> Result<Vec<Option<Number>>> {
         t if t.is_integer() => cast(a, &DataType::Int64)?
             .as_primitive::<Int64Type>()
             .iter()
-            .map(|v| v.map(|v| Number::Exact { unscaled: v as i128, scale: 0 }))
+            .map(|v| {
+                v.map(|v| Number::Exact {
+                    unscaled: v as i128,
+                    scale: 0,
+                })
+            })
             .collect(),
         t if t.is_floating() => cast(a, &DataType::Float64)?
             .as_primitive::<Float64Type>()
@@ -49,7 +54,10 @@ pub fn numbers(a: &ArrayRef) -> Result<Vec<Option<Number>>> {
                 .map(|v| {
                     v.map(|v| {
                         if s >= 0 {
-                            Number::Exact { unscaled: v, scale: s as u32 }
+                            Number::Exact {
+                                unscaled: v,
+                                scale: s as u32,
+                            }
                         } else {
                             Number::Exact {
                                 unscaled: v * 10i128.pow((-s) as u32),
@@ -187,7 +195,9 @@ impl NumberTemplate {
         }
         let signs = self.count(Item::Sign) + self.count(Item::Minus) + self.count(Item::PlusMinus);
         if self.count(Item::Sign) > 1 || (self.count(Item::Sign) == 1 && signs > 1) {
-            return Err(syntax("cannot use \"S\" twice or together with \"MI\" / \"SG\""));
+            return Err(syntax(
+                "cannot use \"S\" twice or together with \"MI\" / \"SG\"",
+            ));
         }
         if self.count(Item::Brackets) > 0 && signs > 0 {
             return Err(syntax("cannot use \"PR\" and \"S\"/\"MI\"/\"SG\" together"));
@@ -195,9 +205,14 @@ impl NumberTemplate {
         if self.count(Item::Shift) > 0 && self.count(Item::Point) > 0 {
             return Err(syntax("cannot use \"V\" and decimal point together"));
         }
-        if self.count(Item::Exponent) > 0 && self.items.iter().any(|i| {
-            matches!(i, Item::Group | Item::Shift | Item::Roman(_) | Item::Ordinal(_))
-        }) {
+        if self.count(Item::Exponent) > 0
+            && self.items.iter().any(|i| {
+                matches!(
+                    i,
+                    Item::Group | Item::Shift | Item::Roman(_) | Item::Ordinal(_)
+                )
+            })
+        {
             return Err(syntax("\"EEEE\" is incompatible with other formats"));
         }
         Ok(())
@@ -232,7 +247,11 @@ fn fixed(n: Number, post: usize) -> (bool, String, String) {
         Number::Float(f) => {
             let s = format!("{:.*}", post, f.abs());
             let (i, fr) = s.split_once('.').unwrap_or((&s, ""));
-            (f.is_sign_negative() && f != 0.0, i.to_string(), fr.to_string())
+            (
+                f.is_sign_negative() && f != 0.0,
+                i.to_string(),
+                fr.to_string(),
+            )
         }
         Number::Exact { unscaled, scale } => {
             let negative = unscaled < 0;
@@ -259,7 +278,10 @@ fn shifted(n: Number, by: usize) -> Number {
         Number::Exact { unscaled, scale } => {
             let by = by as u32;
             if scale >= by {
-                Number::Exact { unscaled, scale: scale - by }
+                Number::Exact {
+                    unscaled,
+                    scale: scale - by,
+                }
             } else {
                 Number::Exact {
                     unscaled: unscaled.saturating_mul(10i128.pow(by - scale)),
@@ -282,8 +304,19 @@ fn roman(mut v: i128) -> Option<String> {
         return None;
     }
     let table = [
-        (1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"),
-        (50, "L"), (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I"),
+        (1000, "M"),
+        (900, "CM"),
+        (500, "D"),
+        (400, "CD"),
+        (100, "C"),
+        (90, "XC"),
+        (50, "L"),
+        (40, "XL"),
+        (10, "X"),
+        (9, "IX"),
+        (5, "V"),
+        (4, "IV"),
+        (1, "I"),
     ];
     let mut s = String::new();
     for (n, r) in table {
@@ -332,8 +365,7 @@ pub fn format(n: &Number, t: &NumberTemplate) -> FormatResult<String> {
     let n = if shift > 0 { shifted(*n, shift) } else { *n };
     let (negative, int, frac) = fixed(n, post);
     let significant = int.trim_start_matches('0');
-    let overflow = significant.len() > pre
-        || matches!(n, Number::Float(f) if !f.is_finite());
+    let overflow = significant.len() > pre || matches!(n, Number::Float(f) if !f.is_finite());
     let first_zero = t
         .items
         .iter()
@@ -451,10 +483,28 @@ pub fn format(n: &Number, t: &NumberTemplate) -> FormatResult<String> {
                     out.push(if negative { '-' } else { '+' });
                 }
             }
-            Item::Minus => out.push_str(if negative { "-" } else if t.fill { "" } else { " " }),
-            Item::Plus => out.push_str(if !negative { "+" } else if t.fill { "" } else { " " }),
+            Item::Minus => out.push_str(if negative {
+                "-"
+            } else if t.fill {
+                ""
+            } else {
+                " "
+            }),
+            Item::Plus => out.push_str(if !negative {
+                "+"
+            } else if t.fill {
+                ""
+            } else {
+                " "
+            }),
             Item::PlusMinus => out.push(if negative { '-' } else { '+' }),
-            Item::Brackets => out.push_str(if negative { ">" } else if t.fill { "" } else { " " }),
+            Item::Brackets => out.push_str(if negative {
+                ">"
+            } else if t.fill {
+                ""
+            } else {
+                " "
+            }),
             Item::Currency => {
                 if !t.fill {
                     out.push(' ')
@@ -472,7 +522,11 @@ pub fn format(n: &Number, t: &NumberTemplate) -> FormatResult<String> {
     // The anchored sign goes just before the first shown character of the number.
     if slot && !overflow {
         let mark = if t.count(Item::Brackets) > 0 {
-            if negative { Some('<') } else { None }
+            if negative {
+                Some('<')
+            } else {
+                None
+            }
         } else if t.count(Item::Sign) > 0 {
             Some(if negative { '-' } else { '+' })
         } else if negative {
@@ -601,7 +655,11 @@ mod tests {
     #[test]
     fn bad_templates_are_syntax_errors() {
         for t in ["9.9.9", "S9S", "PR9S", "9V9.9"] {
-            assert_eq!(NumberTemplate::parse(t).unwrap_err().code, SYNTAX_ERROR, "{t}");
+            assert_eq!(
+                NumberTemplate::parse(t).unwrap_err().code,
+                SYNTAX_ERROR,
+                "{t}"
+            );
         }
     }
 }

@@ -19,10 +19,9 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Date32Array, StringArray, TimestampNanosecondArray,
 };
 use datafusion::arrow::datatypes::{
-    DataType, Date32Type, Date64Type, DurationMicrosecondType,
-    DurationMillisecondType, DurationNanosecondType, DurationSecondType, Float64Type,
-    Int64Type, IntervalDayTimeType, IntervalMonthDayNanoType, IntervalUnit,
-    IntervalYearMonthType, TimeUnit,
+    DataType, Date32Type, Date64Type, DurationMicrosecondType, DurationMillisecondType,
+    DurationNanosecondType, DurationSecondType, Float64Type, Int64Type, IntervalDayTimeType,
+    IntervalMonthDayNanoType, IntervalUnit, IntervalYearMonthType, TimeUnit,
 };
 use datafusion::common::{plan_err, DataFusionError, Result};
 use datafusion::logical_expr::{
@@ -38,9 +37,10 @@ fn sql_error(e: FormatError) -> DataFusionError {
     DataFusionError::External(Box::new(SqlError::new(e.code, e.message)))
 }
 
-/// SQLSTATE 42883, as Postgres answers a call with argument types it has no function for.
+/// A call with argument types the function does not take. (DataFusion rewraps errors
+/// from `coerce_types` as planning errors, so no SQLSTATE of ours survives here.)
 fn no_such_function(message: String) -> DataFusionError {
-    DataFusionError::External(Box::new(SqlError::new("42883", message)))
+    DataFusionError::Plan(message)
 }
 
 fn is_text(t: &DataType) -> bool {
@@ -119,7 +119,9 @@ fn moments(a: &ArrayRef) -> Result<Vec<Option<Moment>>> {
             .as_primitive::<IntervalMonthDayNanoType>()
             .iter()
             .map(|v| {
-                v.map(|v| Moment::from_interval(v.months as i64, v.days as i64, v.nanoseconds / 1000))
+                v.map(|v| {
+                    Moment::from_interval(v.months as i64, v.days as i64, v.nanoseconds / 1000)
+                })
             })
             .collect(),
         DataType::Interval(IntervalUnit::YearMonth) => a
@@ -130,7 +132,9 @@ fn moments(a: &ArrayRef) -> Result<Vec<Option<Moment>>> {
         DataType::Interval(IntervalUnit::DayTime) => a
             .as_primitive::<IntervalDayTimeType>()
             .iter()
-            .map(|v| v.map(|v| Moment::from_interval(0, v.days as i64, v.milliseconds as i64 * 1000)))
+            .map(|v| {
+                v.map(|v| Moment::from_interval(0, v.days as i64, v.milliseconds as i64 * 1000))
+            })
             .collect(),
         DataType::Duration(unit) => {
             let values: Vec<Option<i64>> = match unit {
@@ -166,8 +170,8 @@ pub struct ToChar {
     signature: Signature,
 }
 
-impl ToChar {
-    pub fn new() -> Self {
+impl Default for ToChar {
+    fn default() -> Self {
         Self {
             signature: Signature::user_defined(Volatility::Immutable),
         }
@@ -231,11 +235,12 @@ impl ScalarUDFImpl for ToChar {
         let rows = if scalar { 1 } else { rows };
         let values = value.to_array(rows)?;
         let templates = text_column(template, rows)?;
-        let out: StringArray = if is_datetime(values.data_type()) || *values.data_type() == DataType::Null {
-            format_datetimes(&values, &templates)?
-        } else {
-            format_numbers(&values, &templates)?
-        };
+        let out: StringArray =
+            if is_datetime(values.data_type()) || *values.data_type() == DataType::Null {
+                format_datetimes(&values, &templates)?
+            } else {
+                format_numbers(&values, &templates)?
+            };
         let out: ArrayRef = Arc::new(out);
         Ok(if scalar {
             ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&out, 0)?)
@@ -293,8 +298,8 @@ pub struct ToTimestamp {
     signature: Signature,
 }
 
-impl ToTimestamp {
-    pub fn new() -> Self {
+impl Default for ToTimestamp {
+    fn default() -> Self {
         Self {
             signature: Signature::user_defined(Volatility::Immutable),
         }
@@ -342,8 +347,7 @@ impl ScalarUDFImpl for ToTimestamp {
             }
             _ => return plan_err!("to_timestamp takes one or two arguments"),
         };
-        let out: ArrayRef =
-            Arc::new(TimestampNanosecondArray::from(nanos).with_timezone(UTC));
+        let out: ArrayRef = Arc::new(TimestampNanosecondArray::from(nanos).with_timezone(UTC));
         Ok(if scalar {
             ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&out, 0)?)
         } else {
@@ -354,13 +358,12 @@ impl ScalarUDFImpl for ToTimestamp {
 
 /// Seconds since the epoch (fractions kept to the microsecond, as Postgres rounds).
 fn epoch_nanos(seconds: &ArrayRef) -> Result<Vec<Option<i64>>> {
-    let f = datafusion::arrow::compute::cast(seconds, &DataType::Float64)
-        .map_err(|_| {
-            sql_error(FormatError {
-                code: "22P02",
-                message: "invalid input syntax for type double precision".into(),
-            })
-        })?;
+    let f = datafusion::arrow::compute::cast(seconds, &DataType::Float64).map_err(|_| {
+        sql_error(FormatError {
+            code: "22P02",
+            message: "invalid input syntax for type double precision".into(),
+        })
+    })?;
     if f.null_count() > seconds.null_count() {
         return Err(sql_error(FormatError {
             code: "22P02",
@@ -413,8 +416,8 @@ pub struct ToDate {
     signature: Signature,
 }
 
-impl ToDate {
-    pub fn new() -> Self {
+impl Default for ToDate {
+    fn default() -> Self {
         Self {
             signature: Signature::user_defined(Volatility::Immutable),
         }
@@ -433,7 +436,11 @@ impl ScalarUDFImpl for ToDate {
             [a, b] if is_text(a) && is_text(b) => Ok(vec![DataType::Utf8, DataType::Utf8]),
             _ => Err(no_such_function(format!(
                 "function to_date({}) does not exist: it takes (text, text)",
-                arg_types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+                arg_types
+                    .iter()
+                    .map(|t| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))),
         }
     }
@@ -452,12 +459,10 @@ impl ScalarUDFImpl for ToDate {
         let (inputs, templates) = (text_column(input, rows)?, text_column(template, rows)?);
         let days = parse_each(&inputs, &templates, |s, t| {
             let d = dt::parse_date(s, t)?;
-            i32::try_from(d)
-                .map(|d| d as i64)
-                .map_err(|_| FormatError {
-                    code: dt::DATETIME_FIELD_OVERFLOW,
-                    message: format!("date out of range: \"{s}\""),
-                })
+            i32::try_from(d).map(|d| d as i64).map_err(|_| FormatError {
+                code: dt::DATETIME_FIELD_OVERFLOW,
+                message: format!("date out of range: \"{s}\""),
+            })
         })?;
         let out: ArrayRef = Arc::new(Date32Array::from(
             days.into_iter()

@@ -244,13 +244,15 @@ fn encode_value(
                 // widens the scale): Postgres shows such a value with its own digits,
                 // not 10 or 20 trailing zeros. Declared scales below 10 print as declared,
                 // and so does avg's scale: Postgres shows an average with its 16 digits.
-                Some(if *s >= UNCONSTRAINED_NUMERIC_SCALE
-                    && *s != crate::functions::numeric_aggregates::AVG_SCALE
-                {
-                    d.normalize()
-                } else {
-                    d
-                })
+                Some(
+                    if *s >= UNCONSTRAINED_NUMERIC_SCALE
+                        && *s != crate::functions::numeric_aggregates::AVG_SCALE
+                    {
+                        d.normalize()
+                    } else {
+                        d
+                    },
+                )
             };
             enc.encode_field(&v)
         }
