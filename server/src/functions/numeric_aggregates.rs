@@ -162,8 +162,8 @@ impl AggregateUDFImpl for PgAvg {
     }
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
         Ok(match &arg_types[0] {
-            DataType::Decimal128(_, s) => DataType::Decimal128(38, (*s).max(AVG_SCALE).min(37)),
-            other => inner_avg().return_type(&[other.clone()])?,
+            DataType::Decimal128(_, s) => DataType::Decimal128(38, (*s).clamp(AVG_SCALE, 37)),
+            other => inner_avg().return_type(std::slice::from_ref(other))?,
         })
     }
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {

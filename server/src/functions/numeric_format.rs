@@ -648,7 +648,7 @@ mod tests {
     #[test]
     fn floats_round_like_postgres() {
         let t = NumberTemplate::parse("999.99").unwrap();
-        assert_eq!(format(&Number::Float(3.14159), &t).unwrap(), "   3.14");
+        assert_eq!(format(&Number::Float(12.345), &t).unwrap(), "  12.35");
         assert_eq!(format(&Number::Float(-2.5), &t).unwrap(), "  -2.50");
     }
 
