@@ -269,6 +269,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn keeps_the_sqlstate_a_function_raised() {
+        let raised = SqlError::new("22007", "invalid value \"x\" for \"YYYY\"");
+        let external = DataFusionError::External(Box::new(raised.clone()));
+        let wrapped = DataFusionError::ArrowError(
+            Box::new(arrow::error::ArrowError::ExternalError(Box::new(external))),
+            None,
+        );
+        assert_eq!(SqlError::from(wrapped), raised);
+    }
+
+    #[test]
     fn classifies_common_errors() {
         let e: SqlError = DataFusionError::Plan("table 'x' not found".into()).into();
         assert_eq!(e.code, sqlstate::UNDEFINED_TABLE);
