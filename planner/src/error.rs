@@ -157,16 +157,23 @@ fn undefined_relation(msg: &str) -> Option<SqlError> {
     ))
 }
 
+/// A `SqlError` that one of Weir's functions raised (with Postgres's SQLSTATE) somewhere
+/// in `e`'s chain of causes (DataFusion and Arrow wrap it as it travels).
+fn raised_sql_error(e: &(dyn std::error::Error + 'static)) -> Option<SqlError> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(s) = err.downcast_ref::<SqlError>() {
+            return Some(s.clone());
+        }
+        cur = err.source();
+    }
+    None
+}
+
 impl From<DataFusionError> for SqlError {
     fn from(e: DataFusionError) -> Self {
-        // A function of Weir's own (e.g. the pg_catalog functions) that fails with a
-        // Postgres error wraps it as External: keep its SQLSTATE.
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-        while let Some(s) = source {
-            if let Some(err) = s.downcast_ref::<SqlError>() {
-                return err.clone();
-            }
-            source = s.source();
+        if let Some(err) = raised_sql_error(&e) {
+            return err;
         }
         if let Some(err) = undefined_relation(&e.to_string()) {
             return err;
@@ -247,6 +254,9 @@ impl From<ExecError> for SqlError {
             ExecError::Rejected(code, m) => SqlError::new(code, m),
             ExecError::JobFailed(m) => SqlError::new(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, m),
             ExecError::Arrow(a) => {
+                if let Some(err) = raised_sql_error(&a) {
+                    return err;
+                }
                 let msg = a.to_string();
                 SqlError::new(classify_message(&msg), clean(&msg))
             }
@@ -264,6 +274,17 @@ impl From<arrow::error::ArrowError> for SqlError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keeps_the_sqlstate_a_function_raised() {
+        let raised = SqlError::new("22007", "invalid value \"x\" for \"YYYY\"");
+        let external = DataFusionError::External(Box::new(raised.clone()));
+        let wrapped = DataFusionError::ArrowError(
+            Box::new(arrow::error::ArrowError::ExternalError(Box::new(external))),
+            None,
+        );
+        assert_eq!(SqlError::from(wrapped), raised);
+    }
 
     #[test]
     fn classifies_common_errors() {

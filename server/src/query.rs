@@ -32,6 +32,8 @@ pub fn session_config() -> SessionConfig {
     // Plain Utf8 strings (not views) keep every operator and encoder on one type.
     opts.sql_parser.map_string_types_to_utf8view = false;
     opts.sql_parser.dialect = datafusion::common::config::Dialect::PostgreSQL;
+    // `0.908` is numeric, as in Postgres (not double precision).
+    opts.sql_parser.parse_float_as_decimal = true;
     // timestamptz columns are stored in UTC.
     opts.execution.time_zone = Some("+00:00".to_string());
     cfg

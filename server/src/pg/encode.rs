@@ -242,12 +242,17 @@ fn encode_value(
                 let d = decimal(col.as_primitive::<Decimal128Type>().value(r), *s)?;
                 // Unconstrained NUMERIC is stored with scale 10 (and arithmetic on it
                 // widens the scale): Postgres shows such a value with its own digits,
-                // not 10 or 20 trailing zeros. Declared scales below 10 print as declared.
-                Some(if *s >= UNCONSTRAINED_NUMERIC_SCALE {
-                    d.normalize()
-                } else {
-                    d
-                })
+                // not 10 or 20 trailing zeros. Declared scales below 10 print as declared,
+                // and so does avg's scale: Postgres shows an average with its 16 digits.
+                Some(
+                    if *s >= UNCONSTRAINED_NUMERIC_SCALE
+                        && *s != crate::functions::numeric_aggregates::AVG_SCALE
+                    {
+                        d.normalize()
+                    } else {
+                        d
+                    },
+                )
             };
             enc.encode_field(&v)
         }

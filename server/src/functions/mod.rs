@@ -1,4 +1,13 @@
-//! Scalar functions Flink SQL and RisingWave users write that DataFusion lacks.
+//! Functions Weir adds to DataFusion's, or replaces because Postgres defines them
+//! differently.
+//!
+//! - `to_char` / `to_timestamp` / `to_date` with Postgres's template patterns
+//!   ([`pg_format`], over [`datetime_format`] and [`numeric_format`]).
+//! - `sum` / `avg` with Postgres's result types ([`numeric_aggregates`]).
+//!
+//! They are registered in every DataFusion context Weir plans with ([`register`], from
+//! `query::new_context`), which is also where materialized views are planned: the
+//! streaming graph holds the same function objects, so views compute them alike.
 //!
 //! - `MOD(a, b)`: the remainder of `a / b` (Nexmark q2 is written with it), the sign of
 //!   `a` as in Postgres' `%`; both arguments coerced to one numeric type.
@@ -18,6 +27,11 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::SessionContext;
 use std::sync::Arc;
+
+pub mod datetime_format;
+pub mod numeric_aggregates;
+pub mod numeric_format;
+mod pg_format;
 
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Mod {
@@ -122,4 +136,11 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::new_from_impl(Mod {
         signature: Signature::user_defined(Volatility::Immutable),
     }));
+    // Same names as DataFusion's: registering replaces them.
+    ctx.register_udf(ScalarUDF::new_from_impl(pg_format::ToChar::default()));
+    ctx.register_udf(ScalarUDF::new_from_impl(pg_format::ToTimestamp::default()));
+    ctx.register_udf(ScalarUDF::new_from_impl(pg_format::ToDate::default()));
+    for f in numeric_aggregates::udafs() {
+        ctx.register_udaf(f);
+    }
 }
