@@ -47,12 +47,10 @@ pub fn rewrite_statement(stmt: &mut Statement) -> bool {
     let mut reads_catalog = false;
     let _ = visit_relations_mut(stmt, |name| {
         match name.0.len() {
-            1 => {
-                if ident_value(name, 0).is_some_and(|n| is_catalog_table(&n)) {
-                    name.0
-                        .insert(0, ObjectNamePart::Identifier(Ident::new("pg_catalog")));
-                    reads_catalog = true;
-                }
+            1 if ident_value(name, 0).is_some_and(|n| is_catalog_table(&n)) => {
+                name.0
+                    .insert(0, ObjectNamePart::Identifier(Ident::new("pg_catalog")));
+                reads_catalog = true;
             }
             2 => {
                 let schema = ident_value(name, 0).unwrap_or_default();
