@@ -401,7 +401,7 @@ mod tests {
         assert_eq!(
             rewritten("SELECT typname FROM pg_type t JOIN items i ON true"),
             (
-                "SELECT typname FROM pg_catalog.pg_type AS t JOIN items AS i ON true".into(),
+                "SELECT typname FROM pg_catalog.pg_type t JOIN items i ON true".into(),
                 true
             )
         );
@@ -416,7 +416,7 @@ mod tests {
         );
         assert_eq!(
             s,
-            "SELECT 1 FROM pg_catalog.pg_class AS c WHERE c.relname ~ '^(t)$' AND pg_table_is_visible(c.oid)"
+            "SELECT 1 FROM pg_catalog.pg_class c WHERE c.relname ~ '^(t)$' AND pg_table_is_visible(c.oid)"
         );
     }
 
