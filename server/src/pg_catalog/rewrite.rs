@@ -47,12 +47,10 @@ pub fn rewrite_statement(stmt: &mut Statement) -> bool {
     let mut reads_catalog = false;
     let _ = visit_relations_mut(stmt, |name| {
         match name.0.len() {
-            1 => {
-                if ident_value(name, 0).is_some_and(|n| is_catalog_table(&n)) {
-                    name.0
-                        .insert(0, ObjectNamePart::Identifier(Ident::new("pg_catalog")));
-                    reads_catalog = true;
-                }
+            1 if ident_value(name, 0).is_some_and(|n| is_catalog_table(&n)) => {
+                name.0
+                    .insert(0, ObjectNamePart::Identifier(Ident::new("pg_catalog")));
+                reads_catalog = true;
             }
             2 => {
                 let schema = ident_value(name, 0).unwrap_or_default();
@@ -403,7 +401,7 @@ mod tests {
         assert_eq!(
             rewritten("SELECT typname FROM pg_type t JOIN items i ON true"),
             (
-                "SELECT typname FROM pg_catalog.pg_type AS t JOIN items AS i ON true".into(),
+                "SELECT typname FROM pg_catalog.pg_type t JOIN items i ON true".into(),
                 true
             )
         );
@@ -418,7 +416,7 @@ mod tests {
         );
         assert_eq!(
             s,
-            "SELECT 1 FROM pg_catalog.pg_class AS c WHERE c.relname ~ '^(t)$' AND pg_table_is_visible(c.oid)"
+            "SELECT 1 FROM pg_catalog.pg_class c WHERE c.relname ~ '^(t)$' AND pg_table_is_visible(c.oid)"
         );
     }
 
