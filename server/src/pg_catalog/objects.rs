@@ -214,7 +214,9 @@ impl Objects {
                     let named = || types::by_name(&c.pg_type).map_or(25, |t| t.oid);
                     Column {
                         name: c.name.clone(),
-                        type_oid: t.as_ref().map_or_else(named, |f| types::type_oid(f.data_type())),
+                        type_oid: t
+                            .as_ref()
+                            .map_or_else(named, |f| types::type_oid(f.data_type())),
                         typmod: t.as_ref().map_or(-1, |f| types::typmod(f.data_type())),
                         not_null: !c.nullable,
                     }
