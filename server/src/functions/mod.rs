@@ -4,6 +4,8 @@
 //! - `to_char` / `to_timestamp` / `to_date` with Postgres's template patterns
 //!   ([`pg_format`], over [`datetime_format`] and [`numeric_format`]).
 //! - `sum` / `avg` with Postgres's result types ([`numeric_aggregates`]).
+//! - `lpad` / `rpad` / `repeat` refusing lengths past Postgres's limit (54000) instead
+//!   of aborting on the allocation (`bounded_length`).
 //!
 //! They are registered in every DataFusion context Weir plans with ([`register`], from
 //! `query::new_context`), which is also where materialized views are planned: the
@@ -28,6 +30,7 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 use std::sync::Arc;
 
+mod bounded_length;
 pub mod datetime_format;
 pub mod numeric_aggregates;
 pub mod numeric_format;
@@ -142,5 +145,8 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::new_from_impl(pg_format::ToDate::default()));
     for f in numeric_aggregates::udafs() {
         ctx.register_udaf(f);
+    }
+    for f in bounded_length::udfs() {
+        ctx.register_udf(f);
     }
 }
