@@ -396,7 +396,7 @@ pub fn text_values(
 ) -> PgWireResult<Vec<Vec<Option<String>>>> {
     let fields = Arc::new(field_infos(schema, |_| FieldFormat::Text));
     let rows = encode_rows(batches, fields)?;
-    rows.iter().map(|r| decode_text_row(r)).collect()
+    rows.iter().map(decode_text_row).collect()
 }
 
 /// The fields of an encoded row: each is a 4-byte length (-1 for NULL) and its bytes.

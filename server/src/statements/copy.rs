@@ -609,7 +609,7 @@ fn format_line(values: &[Option<String>], f: &CopyFormat) -> Vec<u8> {
 fn csv_field(v: &str, f: &CopyFormat) -> String {
     let needs_quotes = v.is_empty() && f.null.is_empty()
         || v == f.null
-        || v.contains(|c| c == f.delimiter || c == f.quote || c == '\n' || c == '\r')
+        || v.contains([f.delimiter, f.quote, '\n', '\r'])
         || v == "\\.";
     if !needs_quotes {
         return v.to_string();
