@@ -2,11 +2,12 @@
 # Installs what building and testing Weir needs when it is missing. Sourced by
 # scripts/start.sh (`need_build_tools`) and scripts/test.sh (`need_test_tools`).
 #
-# RocksDB is compiled from source and bindgen loads libclang at build time. clang-sys
-# looks for `libclang.so`, `libclang-<version>.so` and their `.so.N` forms; an image
-# may carry only `libclang-cpp.so.N` (a different library), so that name must not
-# count. We look for the names clang-sys loads, then ask dpkg, then install
-# Debian's libclang-dev.
+# RocksDB is compiled from source and bindgen links libclang at build time (clang-sys
+# without its `runtime` feature). clang-sys then accepts exactly `libclang.so` or
+# `libclang-<version>.so` in its search directories (or $LIBCLANG_PATH): not the `.so.N`
+# files Debian's libclang1-N alone installs, and not `libclang-cpp.so*`, another
+# library many images carry. So those names, in those directories, are what we look for;
+# when none is there we install Debian's libclang-dev.
 
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 APT_UPDATED=""
@@ -16,15 +17,20 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "$@"
 }
 
-# True when a libclang that clang-sys can load is present.
+# True when a libclang that clang-sys can link is present (its DIRECTORIES_LINUX).
 have_libclang() {
-  local dir f
-  for dir in /usr/lib/llvm-*/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib /usr/local/lib ${LIBCLANG_PATH:-}; do
-    for f in "$dir"/libclang.so "$dir"/libclang.so.* "$dir"/libclang-[0-9]*.so "$dir"/libclang-[0-9]*.so.*; do
-      [ -e "$f" ] && return 0
-    done
+  local f
+  for f in ${LIBCLANG_PATH:+"$LIBCLANG_PATH"/libclang.so "$LIBCLANG_PATH"/libclang-[0-9]*.so} \
+    /usr/local/llvm*/lib*/libclang.so /usr/local/llvm*/lib*/libclang-[0-9]*.so \
+    /usr/local/lib*/libclang.so /usr/local/lib*/libclang-[0-9]*.so \
+    /usr/local/lib*/*/libclang.so /usr/local/lib*/*/libclang-[0-9]*.so \
+    /usr/local/lib*/*/*/libclang.so /usr/local/lib*/*/*/libclang-[0-9]*.so \
+    /usr/lib*/libclang.so /usr/lib*/libclang-[0-9]*.so \
+    /usr/lib*/*/libclang.so /usr/lib*/*/libclang-[0-9]*.so \
+    /usr/lib*/*/*/libclang.so /usr/lib*/*/*/libclang-[0-9]*.so; do
+    [ -e "$f" ] && return 0
   done
-  dpkg-query -W -f='${Status}\n' 'libclang1-*' 2>/dev/null | grep -q 'install ok installed'
+  return 1
 }
 
 need_build_tools() {

@@ -286,12 +286,7 @@ pub fn files(dir: &Path, base: &Path, out: &mut Vec<(PathBuf, String)>) {
 
 /// The conformance folder next to the project (`../shared/conformance`).
 pub fn default_dir() -> PathBuf {
-    PathBuf::from(
-        // Run-time first: a shared target folder may hold a binary built in another
-        // clone (see tests/slt.rs).
-        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
-    )
-    .join("../../shared/conformance")
+    crate::clients::manifest_dir().join("../../shared/conformance")
 }
 
 /// Runs every file under `dir` whose path contains `filter`.

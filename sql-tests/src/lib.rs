@@ -1,6 +1,7 @@
 //! Test harness that drives a real `weir` server over the Postgres wire protocol.
 //!
 //! Module map:
+//! - [`clients`]: psql, the pgjdbc programs in `clients/`, the venv's Python.
 //! - [`process`]: `WeirProcess`: start a `weir` binary on a free port with its own
 //!   data dir, connect, kill it with SIGKILL, restart it.
 //! - [`kafka`]: the test Kafka broker: topics, producing, reading a partition.
@@ -16,6 +17,7 @@
 //! Tests live in `tests/` (sqllogictest files in `slt/`, differential and crash tests);
 //! the conformance report over `../shared/conformance/` is `src/bin/conformance.rs`.
 
+pub mod clients;
 pub mod conformance;
 pub mod kafka;
 pub mod process;

@@ -10,11 +10,12 @@
 //! the psycopg venv); a missing tool fails the test with the install hint.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use weir_sql_tests::clients::{self, output_of, python};
 use weir_sql_tests::WeirProcess;
 
 const SCHEMA: &str = "
@@ -38,22 +39,6 @@ async fn server_with_schema(dir: &Path) -> WeirProcess {
     server
 }
 
-fn clients_dir() -> PathBuf {
-    let manifest =
-        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
-    PathBuf::from(manifest).join("clients")
-}
-
-fn run(mut cmd: Command, hint: &str) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?} ({hint}): {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "{cmd:?} failed:\n{stdout}\n{stderr}");
-    stdout
-}
-
 fn has_line(out: &str, line: &str) -> bool {
     out.lines().any(|l| l.trim() == line)
 }
@@ -62,12 +47,8 @@ fn has_line(out: &str, line: &str) -> bool {
 async fn pgjdbc_database_metadata() {
     let dir = tempfile::tempdir().unwrap();
     let server = server_with_schema(dir.path()).await;
-    let mut java = Command::new("java");
-    java.arg("-cp")
-        .arg("/usr/share/java/postgresql.jar")
-        .arg(clients_dir().join("Meta.java"))
-        .arg(server.port.to_string());
-    let out = run(
+    let java = clients::java("Meta.java", &[server.port.to_string()]);
+    let out = output_of(
         java,
         "Debian packages default-jre-headless, libpostgresql-jdbc-java",
     );
@@ -108,11 +89,6 @@ async fn pgjdbc_database_metadata() {
     assert!(!out.contains("pk items.name"), "{out}");
 }
 
-fn python() -> PathBuf {
-    let home = std::env::var("HOME").expect("HOME");
-    PathBuf::from(home).join(".cache/weir-venv/bin/python")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psycopg_type_introspection() {
     let dir = tempfile::tempdir().unwrap();
@@ -133,7 +109,7 @@ with psycopg.connect(f"host=127.0.0.1 port={sys.argv[1]} user=weir dbname=weir")
 "#;
     let mut py = Command::new(python());
     py.arg("-c").arg(script).arg(server.port.to_string());
-    let out = run(
+    let out = output_of(
         py,
         "pip install 'psycopg[binary]==3.2.*' into ~/.cache/weir-venv",
     );

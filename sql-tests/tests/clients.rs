@@ -1,34 +1,8 @@
 //! Real clients: psql's backslash commands, and tokio-postgres's extended protocol
 //! (prepared statements, typed binary parameters and binary results).
 
-use std::process::Command;
+use weir_sql_tests::clients::psql;
 use weir_sql_tests::WeirProcess;
-
-fn psql(port: u16, command: &str) -> String {
-    let out = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "weir",
-            "-d",
-            "weir",
-            "-X",
-            "-c",
-            command,
-        ])
-        .output()
-        .expect("psql must be installed (Debian package postgresql-client)");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(
-        out.status.success() && !stderr.contains("ERROR"),
-        "psql {command}: {stdout}{stderr}"
-    );
-    format!("{stdout}{stderr}")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_catalog_commands() {

@@ -3,7 +3,7 @@
 //! nothing of its COPY.
 
 use futures::{SinkExt, TryStreamExt};
-use std::process::Command;
+use weir_sql_tests::clients::psql;
 use weir_sql_tests::WeirProcess;
 
 async fn copy_in(
@@ -143,34 +143,6 @@ async fn copy_from_stdin_and_to_stdout_in_text_and_csv() {
         .await
         .unwrap_err();
     assert_eq!(err.as_db_error().unwrap().code().code(), "0A000");
-}
-
-fn psql(port: u16, command: &str) -> String {
-    let out = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "weir",
-            "-d",
-            "weir",
-            "-X",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            command,
-        ])
-        .output()
-        .expect("psql must be installed (Debian package postgresql-client)");
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "psql {command}: {all}");
-    all
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

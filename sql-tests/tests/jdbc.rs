@@ -8,22 +8,15 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
+use weir_sql_tests::clients::{self, output_of};
 use weir_sql_tests::WeirProcess;
 
 fn run_client(port: u16, mode: &str) -> String {
-    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/JdbcClient.java");
-    let out = Command::new("java")
-        .args(["-cp", "/usr/share/java/postgresql.jar"])
-        .arg(program)
-        .arg(port.to_string())
-        .arg(mode)
-        .output()
-        .expect("java must be installed (scripts/prereqs.sh: default-jdk-headless)");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "JdbcClient {mode} failed:\n{text}");
-    text
+    let cmd = clients::java("JdbcClient.java", &[port.to_string(), mode.to_string()]);
+    output_of(
+        cmd,
+        "scripts/prereqs.sh: default-jdk-headless, libpostgresql-jdbc-java",
+    )
 }
 
 /// Each `key: value` line; a key printed several times keeps every value.

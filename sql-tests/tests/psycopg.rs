@@ -4,22 +4,14 @@
 //! client program is `sql-tests/clients/psycopg_client.py`.
 
 use std::process::Command;
+use weir_sql_tests::clients::{client_program, python};
 use weir_sql_tests::WeirProcess;
-
-fn python() -> String {
-    std::env::var("WEIR_PYTHON").unwrap_or_else(|_| {
-        let home = std::env::var("HOME").unwrap_or_default();
-        format!("{home}/.cache/weir-venv/bin/python")
-    })
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psycopg_prepares_pipelines_copies_and_closes() {
     let dir = tempfile::tempdir().unwrap();
     let server = WeirProcess::start(&dir.path().join("data"), 2).await;
-    let manifest =
-        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
-    let script = std::path::Path::new(&manifest).join("clients/psycopg_client.py");
+    let script = client_program("psycopg_client.py");
     let out = Command::new(python())
         .arg(&script)
         .arg(server.port.to_string())

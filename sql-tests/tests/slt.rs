@@ -30,9 +30,7 @@ fn slt_files() -> Vec<PathBuf> {
     // The run-time variable (cargo sets it for `cargo test`), not the compile-time one:
     // clones that share a target folder (CI's fresh clone and this one) share test
     // binaries, and a baked-in path would point into whichever clone built them.
-    let manifest =
-        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
-    let dir = PathBuf::from(manifest).join("slt");
+    let dir = weir_sql_tests::clients::manifest_dir().join("slt");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use weir_sql_tests::clients::{self, python};
 use weir_sql_tests::{process::weir_binary, WeirProcess};
 
 /// A self-signed certificate and key for `localhost` in `dir`.
@@ -68,13 +69,6 @@ async fn ssl_answer(port: u16) -> u8 {
     answer[0]
 }
 
-fn python() -> PathBuf {
-    match std::env::var_os("WEIR_PYTHON") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/weir-venv/bin/python"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sslmode_require_works_from_psql_psycopg_and_pgjdbc() {
     let dir = tempfile::tempdir().unwrap();
@@ -120,18 +114,11 @@ async fn sslmode_require_works_from_psql_psycopg_and_pgjdbc() {
 
 /// Runs sql-tests/clients/JdbcClient.java in `mode` against `port`.
 fn jdbc_client(port: u16, mode: &str) -> String {
-    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/JdbcClient.java");
-    let out = Command::new("java")
-        .args(["-cp", "/usr/share/java/postgresql.jar"])
-        .arg(program)
-        .arg(port.to_string())
-        .arg(mode)
-        .output()
-        .expect("java must be installed (scripts/prereqs.sh: default-jdk-headless)");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "JdbcClient {mode}: {text}");
-    text
+    let cmd = clients::java("JdbcClient.java", &[port.to_string(), mode.to_string()]);
+    clients::output_of(
+        cmd,
+        "scripts/prereqs.sh: default-jdk-headless, libpostgresql-jdbc-java",
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
