@@ -298,13 +298,12 @@ type Record = (usize, Vec<Option<String>>);
 /// NULL string) for NULL, backslash escapes; a line `\.` ends the data.
 fn parse_text(text: &str, f: &CopyFormat) -> Result<Vec<Record>, (usize, String)> {
     let mut out = Vec::new();
+    // The newline after the last row ends it; it does not start an empty one.
+    let text = text.strip_suffix('\n').unwrap_or(text);
     for (i, line) in text.split('\n').enumerate() {
         let line = line.strip_suffix('\r').unwrap_or(line);
         if line == "\\." {
             break;
-        }
-        if line.is_empty() && i + 1 == text.split('\n').count() {
-            break; // the newline after the last row
         }
         let fields = line
             .split(f.delimiter)
@@ -395,7 +394,6 @@ fn parse_csv(text: &str, f: &CopyFormat) -> Result<Vec<Record>, (usize, String)>
         let mut field = String::new();
         let mut quoted = false;
         let mut any_quote = false;
-        let mut at_line_start = true;
         loop {
             let Some(c) = chars.next() else {
                 if quoted {
@@ -437,9 +435,7 @@ fn parse_csv(text: &str, f: &CopyFormat) -> Result<Vec<Record>, (usize, String)>
                 }
                 c => field.push(c),
             }
-            at_line_start = false;
         }
-        let _ = at_line_start;
         if fields.is_empty() && field == "\\." && !any_quote {
             break;
         }

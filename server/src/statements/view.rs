@@ -26,19 +26,18 @@ use weir_planner::{sqlstate, SqlError, SqlResult, WeirStatement};
 /// Nesting deeper than this is a definition loop (views referring to each other).
 const MAX_DEPTH: usize = 64;
 
-/// The stored query of each plain view, by name.
-fn view_queries(db: &Database) -> SqlResult<Vec<(String, Query, Vec<String>)>> {
+/// Each plain view's name, stored SQL and column names; the SQL is parsed only when a
+/// statement refers to the view.
+fn plain_views(db: &Database) -> Vec<(String, String, Vec<String>)> {
     let cat = db.catalog.read();
-    let mut out = Vec::new();
-    for r in cat
-        .relations
+    cat.relations
         .iter()
         .filter(|r| r.kind == RelationKind::View)
-    {
-        let columns = r.columns.iter().map(|c| c.name.clone()).collect();
-        out.push((r.name.clone(), stored_query(&r.sql)?, columns));
-    }
-    Ok(out)
+        .map(|r| {
+            let columns = r.columns.iter().map(|c| c.name.clone()).collect();
+            (r.name.clone(), r.sql.clone(), columns)
+        })
+        .collect()
 }
 
 /// The query of a stored `CREATE VIEW` statement.
@@ -55,17 +54,11 @@ fn stored_query(sql: &str) -> SqlResult<Query> {
 /// Replaces every reference to a plain view in `stmt` by the view's query; returns the
 /// views replaced (directly or through other views).
 pub fn expand_views(db: &Database, stmt: &mut Statement) -> SqlResult<Vec<String>> {
-    let has_views = db
-        .catalog
-        .read()
-        .relations
-        .iter()
-        .any(|r| r.kind == RelationKind::View);
-    if !has_views {
+    let views = plain_views(db);
+    if views.is_empty() {
         return Ok(vec![]);
     }
     refuse_view_targets(db, stmt)?;
-    let views = view_queries(db)?;
     let mut expander = Expander {
         views: &views,
         ctes: HashSet::new(),
@@ -135,14 +128,14 @@ fn normalized(i: &Ident) -> String {
 }
 
 struct Expander<'a> {
-    views: &'a [(String, Query, Vec<String>)],
+    views: &'a [(String, String, Vec<String>)],
     ctes: HashSet<String>,
     used: Vec<String>,
     error: Option<SqlError>,
 }
 
 impl Expander<'_> {
-    fn view_of(&self, name: &ObjectName) -> Option<&(String, Query, Vec<String>)> {
+    fn view_of(&self, name: &ObjectName) -> Option<&(String, String, Vec<String>)> {
         let n = relation_name(name).ok()?;
         if name.0.len() == 1 && self.ctes.contains(&n) {
             return None;
@@ -163,8 +156,15 @@ impl VisitorMut for Expander<'_> {
         else {
             return ControlFlow::Continue(());
         };
-        let Some((view, query, columns)) = self.view_of(name).cloned() else {
+        let Some((view, sql, columns)) = self.view_of(name).cloned() else {
             return ControlFlow::Continue(());
+        };
+        let query = match stored_query(&sql) {
+            Ok(q) => q,
+            Err(e) => {
+                self.error = Some(e);
+                return ControlFlow::Break(());
+            }
         };
         // The derived table keeps the name it was referred to by, and the view's
         // column names (a view may rename its query's columns).
@@ -221,7 +221,11 @@ pub async fn create(
     let original = stored_query(sql)?;
     let mut depends_on =
         query::relations_read(&Statement::Query(Box::new(original)))?.unwrap_or_default();
-    depends_on.retain(|d| db.catalog.read().get(d).is_some());
+    {
+        let cat = db.catalog.read();
+        depends_on.retain(|d| cat.get(d).is_some());
+    }
+    depends_on.sort();
     depends_on.dedup();
     if views.contains(&name) || depends_on.contains(&name) {
         return Err(SqlError::new(
