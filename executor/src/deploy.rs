@@ -199,6 +199,7 @@ pub(crate) async fn deploy_view(
     }
     let max_p = rt.config.max_parallelism;
     let store = Arc::new(RelationStore::new(name, spec.schema.clone())?);
+    rt.index_store(name, &store)?;
     let health = Arc::new(JobHealth::new(job, store.clone(), rt.failures_tx.clone()));
     // Whatever a previous run of this job left in the backend is stale.
     for uid in state_uids(graph) {

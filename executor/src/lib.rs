@@ -8,6 +8,7 @@
 //! - [`exchange`]: hash / round-robin / single exchanges between fragments.
 //! - [`hub`]: `RelationHub`, where views subscribe to a table's or view's changes.
 //! - [`store`]: `RelationStore`, the committed, readable contents of tables and views.
+//! - [`store_index`]: indexes over a store's committed rows (point and range reads).
 //! - [`coordinator`]: `BarrierCoordinator`: acks, epoch commit, consistent reads.
 //! - [`table_writer`]: constraint checks, the durable table log, the table's source.
 //! - [`graph`]: `StreamGraph`, the plan the planner hands over.
@@ -46,6 +47,7 @@ pub mod runtime;
 pub mod savepoint;
 pub mod source;
 pub mod store;
+pub mod store_index;
 pub mod supervisor;
 pub mod table_writer;
 pub mod watermark;

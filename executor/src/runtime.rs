@@ -172,6 +172,13 @@ pub struct Runtime {
     bad_records: Mutex<std::collections::VecDeque<crate::source::BadRecord>>,
     /// Tables fed by a connector: `SHOW JOBS` lists them with the views.
     connector_tables: Mutex<std::collections::BTreeSet<String>>,
+    /// `WriteState::next_epoch`, readable without the write lock: a reader that needs
+    /// epoch `e` only injects a barrier when none covering `e` was injected yet.
+    open_epoch: AtomicU64,
+    /// The newest epoch holding an acknowledged write (read-after-write waits for it).
+    acknowledged_epoch: AtomicU64,
+    /// Secondary indexes each relation's readable store keeps (`serving`).
+    pub(crate) indexes: Mutex<HashMap<String, Vec<crate::store_index::IndexSpec>>>,
 }
 
 impl Runtime {
@@ -219,6 +226,22 @@ impl Runtime {
     }
 }
 
+/// Makes every table log's unsynced tail durable (one fsync per log).
+async fn sync_logs(w: &WriteState) -> Result<()> {
+    let pending: Vec<_> = w.tables.values().filter_map(|t| t.unsynced_log()).collect();
+    if pending.is_empty() {
+        return Ok(());
+    }
+    tokio::task::spawn_blocking(move || {
+        pending
+            .iter()
+            .try_for_each(|(sync, end)| sync.sync_to(*end))
+    })
+    .await
+    .map_err(|e| ExecError::Internal(format!("log sync task failed: {e}")))??;
+    Ok(())
+}
+
 impl Runtime {
     pub fn start(config: RuntimeConfig, last_epoch: Epoch) -> Arc<Runtime> {
         let (failures_tx, failures_rx) = mpsc::unbounded_channel();
@@ -245,6 +268,9 @@ impl Runtime {
             last_replayed: Mutex::new(HashMap::new()),
             bad_records: Mutex::new(std::collections::VecDeque::new()),
             connector_tables: Mutex::new(std::collections::BTreeSet::new()),
+            open_epoch: AtomicU64::new(last_epoch + 1),
+            acknowledged_epoch: AtomicU64::new(0),
+            indexes: Mutex::new(HashMap::new()),
             config,
         });
         crate::supervisor::spawn(&rt, failures_rx, ckpt_failures_rx);
@@ -324,8 +350,12 @@ impl Runtime {
 
     /// Injects the barrier that closes the current epoch into every table source.
     pub async fn inject_barrier(&self, w: &mut WriteState) -> Result<Epoch> {
+        // Group-committed writes may not be on disk yet: no barrier may make them
+        // readable or record them in a checkpoint before they are.
+        sync_logs(w).await?;
         let epoch = w.next_epoch;
         w.next_epoch += 1;
+        self.open_epoch.store(w.next_epoch, Ordering::Release);
         self.coordinator.begin_epoch(epoch);
         let mut positions: BTreeMap<String, u64> = BTreeMap::new();
         for (n, t) in &w.tables {
@@ -380,6 +410,11 @@ impl Runtime {
         if self.coordinator.committed_epoch() >= epoch {
             return Ok(());
         }
+        // A barrier covering `epoch` is on its way already: share it.
+        if self.open_epoch.load(Ordering::Acquire) > epoch {
+            self.coordinator.wait_committed(epoch).await;
+            return Ok(());
+        }
         {
             let mut w = self.writes.lock().await;
             if w.next_epoch <= epoch {
@@ -388,6 +423,19 @@ impl Runtime {
         }
         self.coordinator.wait_committed(epoch).await;
         Ok(())
+    }
+
+    /// A write of `epoch` was acknowledged (durable): read-after-write readers wait
+    /// until it is committed.
+    pub fn note_acknowledged(&self, epoch: Epoch) {
+        self.acknowledged_epoch.fetch_max(epoch, Ordering::AcqRel);
+    }
+
+    /// Waits until every write acknowledged so far, by any session, is readable
+    /// (read-after-write): one barrier serves every reader waiting at once.
+    pub async fn ensure_acknowledged_visible(&self) -> Result<()> {
+        let epoch = self.acknowledged_epoch.load(Ordering::Acquire);
+        self.ensure_committed(epoch).await
     }
 
     /// Creates a table's pipeline (writer → source actor → materialize → hub), restored
@@ -447,6 +495,7 @@ impl Runtime {
             }
             None => RelationStore::new(name, schema)?,
         });
+        self.index_store(name, &store)?;
         let uid = materialize_uid(name);
         let start = match &restored {
             Some(r) => {
@@ -594,6 +643,7 @@ impl Runtime {
     fn remove_relation(&self, name: &str) {
         let removed = self.relations.lock().remove(name);
         self.lives.lock().remove(name);
+        self.indexes.lock().remove(name);
         if let Some(rel) = removed {
             self.teardown(&rel);
             // A dropped job's checkpoints are of no further use.
@@ -630,6 +680,64 @@ impl Runtime {
         self.coordinator.remove_actors(actors);
         self.coordinator.unregister_store(store);
         self.checkpoints.unregister_job(job)
+    }
+
+    /// Registers index `spec` on `relation` and builds it in the relation's stores;
+    /// stores made later (a restarted job) get it too.
+    pub fn add_index(&self, relation: &str, spec: crate::store_index::IndexSpec) -> Result<()> {
+        {
+            let mut indexes = self.indexes.lock();
+            let specs = indexes.entry(relation.to_string()).or_default();
+            specs.retain(|s| s.name != spec.name);
+            specs.push(spec.clone());
+        }
+        for store in self.stores_of(relation) {
+            store.add_index(spec.clone())?;
+        }
+        Ok(())
+    }
+
+    pub fn drop_index(&self, relation: &str, name: &str) {
+        if let Some(specs) = self.indexes.lock().get_mut(relation) {
+            specs.retain(|s| s.name != name);
+        }
+        for store in self.stores_of(relation) {
+            store.drop_index(name);
+        }
+    }
+
+    /// Builds the indexes registered for `name` in its new store.
+    pub(crate) fn index_store(&self, name: &str, store: &RelationStore) -> Result<()> {
+        let specs = self.indexes.lock().get(name).cloned().unwrap_or_default();
+        specs.into_iter().try_for_each(|s| store.add_index(s))
+    }
+
+    /// A relation's store and, while a restarted job catches up, the one serving.
+    fn stores_of(&self, relation: &str) -> Vec<Arc<RelationStore>> {
+        let relations = self.relations.lock();
+        relations
+            .get(relation)
+            .map(|r| std::iter::once(&r.store).chain(&r.serving).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The committed rows of `relation` that `range` selects through `index`, with
+    /// their epoch: a point read without a snapshot. `None` when the relation is not
+    /// running or has no such index.
+    pub fn lookup(
+        &self,
+        relation: &str,
+        index: &str,
+        range: &crate::store_index::KeyRange,
+    ) -> Result<Option<(Epoch, RecordBatch)>> {
+        let store = {
+            let relations = self.relations.lock();
+            let Some(r) = relations.get(relation) else {
+                return Ok(None);
+            };
+            r.serving.as_ref().unwrap_or(&r.store).clone()
+        };
+        store.lookup(index, range)
     }
 
     /// Committed contents of the named relations, all at one epoch.

@@ -12,6 +12,7 @@
 use crate::barrier::Epoch;
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
+use crate::store_index::{decode_rows, IndexSpec, KeyRange, StoreIndex};
 use ahash::AHashMap as HashMap;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -214,6 +215,10 @@ impl RowMultiset {
 
 struct StoreInner {
     committed: RowMultiset,
+    /// Indexes over `committed` (see [`crate::store_index`]), with the codec that
+    /// encodes whole rows for them.
+    indexes: Vec<StoreIndex>,
+    row_codec: Option<RowConverter>,
     committed_epoch: Epoch,
     staged: BTreeMap<Epoch, Vec<StreamChunk>>,
     cached: Option<RecordBatch>,
@@ -236,6 +241,8 @@ impl RelationStore {
             name: name.to_string(),
             inner: Mutex::new(StoreInner {
                 committed: RowMultiset::new(schema)?,
+                indexes: Vec::new(),
+                row_codec: None,
                 committed_epoch: 0,
                 staged: BTreeMap::new(),
                 cached: None,
@@ -295,6 +302,7 @@ impl RelationStore {
             .reserve(changes.iter().map(|c| c.len()).sum());
         for chunk in changes {
             inner.committed.apply(chunk)?;
+            inner.apply_indexes(chunk)?;
         }
         inner.cached = None;
         Ok(())
@@ -326,6 +334,7 @@ impl RelationStore {
         let ready = std::mem::replace(&mut inner.staged, later);
         for chunk in ready.into_values().flatten() {
             inner.committed.apply(&chunk)?;
+            inner.apply_indexes(&chunk)?;
             inner.cached = None;
         }
         inner.committed_epoch = epoch;
@@ -354,6 +363,73 @@ impl RelationStore {
 
     pub fn row_count(&self) -> usize {
         self.inner.lock().committed.len()
+    }
+
+    /// Builds an index over the committed rows; commits keep it current from now on.
+    /// Replaces an index of the same name.
+    pub fn add_index(&self, spec: IndexSpec) -> Result<()> {
+        if !self.keeps_rows {
+            return Ok(());
+        }
+        let mut inner = self.inner.lock();
+        let schema = inner.committed.schema().clone();
+        let mut index = StoreIndex::new(spec, &schema)?;
+        let current = inner.committed.to_batch()?;
+        let codec = inner.row_codec()?;
+        let rows = codec.convert_columns(current.columns())?;
+        index.apply(&StreamChunk::inserts(current), &rows)?;
+        inner.indexes.retain(|i| i.spec.name != index.spec.name);
+        inner.indexes.push(index);
+        Ok(())
+    }
+
+    pub fn drop_index(&self, name: &str) {
+        self.inner.lock().indexes.retain(|i| i.spec.name != name);
+    }
+
+    /// The committed rows `range` selects through index `index`, with their epoch;
+    /// `None` when the store has no such index.
+    pub fn lookup(&self, index: &str, range: &KeyRange) -> Result<Option<(Epoch, RecordBatch)>> {
+        let inner = self.inner.lock();
+        let Some(idx) = inner.indexes.iter().find(|i| i.spec.name == index) else {
+            return Ok(None);
+        };
+        let rows = idx.lookup(range)?;
+        let codec = inner
+            .row_codec
+            .as_ref()
+            .ok_or_else(|| ExecError::Internal("index without a row codec".into()))?;
+        let batch = decode_rows(codec, inner.committed.schema(), &rows)?;
+        Ok(Some((inner.committed_epoch, batch)))
+    }
+}
+
+impl StoreInner {
+    /// The whole-row codec indexes share (made with the first index).
+    fn row_codec(&mut self) -> Result<&RowConverter> {
+        if self.row_codec.is_none() {
+            let fields = self
+                .committed
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect();
+            self.row_codec = Some(RowConverter::new(fields)?);
+        }
+        Ok(self.row_codec.as_ref().expect("made above"))
+    }
+
+    fn apply_indexes(&mut self, chunk: &StreamChunk) -> Result<()> {
+        if self.indexes.is_empty() || chunk.is_empty() {
+            return Ok(());
+        }
+        let chunk = chunk.clone().with_schema(self.committed.schema().clone())?;
+        let rows = self.row_codec()?.convert_columns(chunk.columns())?;
+        for index in &mut self.indexes {
+            index.apply(&chunk, &rows)?;
+        }
+        Ok(())
     }
 }
 

@@ -1,9 +1,14 @@
 //! `TableWriter`: the write path of a table: constraint checks, the durable log, the
 //! latest contents (for DML), and the table's source channel into the dataflow.
 //!
-//! Order matters for durability: a change is appended and fsynced to the table log
-//! before it is applied or sent, so anything a client was told succeeded can be
-//! replayed after a crash.
+//! Order matters for durability: a change is appended to the table log before it is
+//! applied or sent, and acknowledged only once fsynced, so anything a client was told
+//! succeeded can be replayed after a crash. SQL statements are group-committed
+//! ([`TableWriter::write_statement`] returns a [`Durable`] to wait on outside the write
+//! lock, so concurrent statements share one fsync); connector batches and replays sync
+//! before they are applied. An unsynced entry may flow into the dataflow, but no
+//! barrier passes it before it is durable (`Runtime::inject_barrier` syncs first), so
+//! nothing unsynced is ever readable or checkpointed.
 
 use crate::barrier::Message;
 use crate::chunk::{Op, StreamChunk};
@@ -21,6 +26,27 @@ use weir_storage::TableLog;
 pub const SOURCE_CHUNK_ROWS: usize = 8192;
 /// Generator indexes made per chunk when an unstored source backfills a new view.
 const BACKFILL_INDEXES: i64 = 50_000;
+
+/// A statement's log entry on its way to disk: wait on it before acknowledging.
+#[must_use = "a write is durable only once waited for"]
+pub struct Durable {
+    sync: std::sync::Arc<weir_storage::LogSync>,
+    end: u64,
+}
+
+impl Durable {
+    /// Returns once the entry is on disk (sharing the fsync with concurrent waiters).
+    pub async fn wait(self) -> Result<()> {
+        let Durable { sync, end } = self;
+        if sync.covers(end) {
+            return Ok(());
+        }
+        tokio::task::spawn_blocking(move || sync.sync_to(end))
+            .await
+            .map_err(|e| ExecError::Internal(format!("log sync task failed: {e}")))??;
+        Ok(())
+    }
+}
 
 pub struct PrimaryKey {
     pub columns: Vec<usize>,
@@ -240,11 +266,10 @@ impl TableWriter {
         if positions == self.source_positions && chunk.is_empty() {
             return Ok(());
         }
-        let result = self.write_inner(chunk, false, Some(&positions)).await;
-        if result.is_ok() {
-            self.source_positions = positions;
-        }
-        result
+        self.write_inner(chunk, false, Some(&positions), true)
+            .await?;
+        self.source_positions = positions;
+        Ok(())
     }
 
     /// Writes the rows a generator made for indexes `from..to`. A stored table logs
@@ -287,7 +312,31 @@ impl TableWriter {
             // lost to every view that backfills later.
             return Err(self.unchangeable());
         }
-        self.write_inner(chunk, replaying, None).await
+        self.write_inner(chunk, replaying, None, true).await.map(|_| ())
+    }
+
+    /// Validates, logs, applies and sends one statement's changes; the caller
+    /// acknowledges the statement after waiting on the returned [`Durable`] (with the
+    /// write lock released, so that concurrent statements share one fsync).
+    pub async fn write_statement(&mut self, chunk: StreamChunk) -> Result<Durable> {
+        if self.generated.is_some() {
+            return Err(self.unchangeable());
+        }
+        let end = self.write_inner(chunk, false, None, false).await?;
+        Ok(Durable {
+            sync: self.log.sync_handle(),
+            end,
+        })
+    }
+
+    /// The log's unsynced tail, if any: `Runtime::inject_barrier` makes it durable
+    /// before a barrier can expose or checkpoint it.
+    pub fn unsynced_log(&self) -> Option<(std::sync::Arc<weir_storage::LogSync>, u64)> {
+        let sync = self.log.sync_handle();
+        (!sync.is_synced()).then(|| {
+            let end = sync.written();
+            (sync, end)
+        })
     }
 
     fn unchangeable(&self) -> ExecError {
@@ -300,12 +349,14 @@ impl TableWriter {
         )
     }
 
+    /// Returns the log's end after the change (unsynced unless `sync_now`).
     async fn write_inner(
         &mut self,
         chunk: StreamChunk,
         replaying: bool,
         positions: Option<&SourcePositions>,
-    ) -> Result<()> {
+        sync_now: bool,
+    ) -> Result<u64> {
         if chunk.is_empty() {
             if let Some(p) = positions {
                 // Only the positions moved: log them with an empty change batch.
@@ -314,7 +365,7 @@ impl TableWriter {
                 self.log
                     .append(&weir_storage::source_positions::encode(p, &bytes)?)?;
             }
-            return Ok(());
+            return Ok(self.log.end_offset());
         }
         self.check_not_null(&chunk)?;
         // From here on the rows carry the table's own schema (callers may build them
@@ -323,12 +374,14 @@ impl TableWriter {
         let pk_delta = self.check_primary_key(&chunk)?;
         if !replaying {
             let bytes = weir_storage::codec::encode_changes(&chunk.op_codes(), &chunk.batch)?;
-            match positions {
-                Some(p) => self
-                    .log
-                    .append(&weir_storage::source_positions::encode(p, &bytes)?)?,
-                None => self.log.append(&bytes)?,
+            let entry = match positions {
+                Some(p) => weir_storage::source_positions::encode(p, &bytes)?,
+                None => bytes,
             };
+            let end = self.log.append_unsynced(&entry)?;
+            if sync_now {
+                self.log.sync_handle().sync_to(end)?;
+            }
         }
         self.latest.apply(&chunk)?;
         if let Some(mut index) = self.upsert_index.take() {
@@ -341,7 +394,8 @@ impl TableWriter {
             }
             pk.keys.extend(added);
         }
-        self.send_changes(chunk).await
+        self.send_changes(chunk).await?;
+        Ok(self.log.end_offset())
     }
 
     /// Sends one logged change chunk into the dataflow, then the watermark it moves.

@@ -82,6 +82,27 @@ fn pk_columns(w: &TableWriter, batch: &RecordBatch) -> Vec<ArrayRef> {
 }
 
 impl TableWriter {
+    /// The latest row with primary key `key` (one-element arrays, in key order),
+    /// including writes not committed to any epoch yet: a point UPDATE / DELETE reads
+    /// it instead of the whole table. `None` for no such row or no primary key.
+    pub fn row_by_key(&mut self, key: &[ArrayRef]) -> Result<Option<RecordBatch>> {
+        let Some(pk) = &self.pk else { return Ok(None) };
+        if key.len() != pk.columns.len() {
+            return Err(ExecError::Internal("primary key arity".into()));
+        }
+        let encoded = pk.converter.convert_columns(key)?;
+        if self.upsert_index.is_none() {
+            self.upsert_index = Some(UpsertIndex::build(self)?);
+        }
+        let index = self.upsert_index.as_ref().expect("built above");
+        let Some(row) = index.by_key.get(encoded.row(0).as_ref()) else {
+            return Ok(None);
+        };
+        let parser = index.rows.parser();
+        let columns = index.rows.convert_rows([parser.parse(row)])?;
+        Ok(Some(RecordBatch::try_new(self.schema.clone(), columns)?))
+    }
+
     /// Applies a connector's upserts and tombstones (`rows`: whole rows; `keys`: the
     /// primary-key columns of deleted rows; `order`: the records in arrival order, the
     /// last one per key wins), logged with `positions` in one entry.

@@ -75,6 +75,9 @@ pub struct Catalog {
     pub indexes: Vec<IndexEntry>,
     #[serde(default)]
     pub functions: Vec<FunctionEntry>,
+    /// Bumped by every save: cached serving plans of an older generation are stale.
+    #[serde(skip)]
+    pub(crate) generation: std::sync::atomic::AtomicU64,
 }
 
 const CATALOG_FILE: &str = "catalog.json";
@@ -93,8 +96,15 @@ impl Catalog {
     }
 
     pub fn save(&self, meta: &MetaStore) -> Result<(), String> {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
         meta.write(CATALOG_FILE, &bytes).map_err(|e| e.to_string())
+    }
+
+    /// See the field: changes with every change to the catalog.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn get(&self, name: &str) -> Option<&RelationEntry> {

@@ -33,7 +33,13 @@ pub struct Config {
     pub settings: BTreeMap<String, String>,
     /// `metrics.reporter.prom.port` (0 disables the endpoint).
     pub metrics_port: u16,
+    /// `serving.read-after-write`: every session's reads see every write acknowledged
+    /// before them (sessions override it with `SET read_after_write`).
+    pub read_after_write: bool,
 }
+
+/// See `docs/serving.md` for the measurements behind this default.
+pub const READ_AFTER_WRITE_DEFAULT: bool = false;
 
 impl Default for Config {
     fn default() -> Self {
@@ -49,6 +55,7 @@ impl Default for Config {
             barrier_interval: Duration::from_secs(1),
             settings: BTreeMap::new(),
             metrics_port: 9249,
+            read_after_write: READ_AFTER_WRITE_DEFAULT,
         }
     }
 }
@@ -246,6 +253,11 @@ impl Config {
                     return Err("barrier.interval must be milliseconds or a duration string".into())
                 }
             };
+        }
+        if let Some(x) = lookup(&v, "serving.read-after-write") {
+            cfg.read_after_write = x
+                .as_bool()
+                .ok_or("serving.read-after-write must be true or false")?;
         }
         for (key, _) in crate::settings::JOB_KEYS
             .iter()

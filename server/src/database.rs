@@ -42,6 +42,8 @@ pub struct Database {
     pub(crate) meta: MetaStore,
     /// Relation name → schema of what it holds (tables and views).
     pub(crate) schemas: RwLock<Vec<(String, SchemaRef)>>,
+    /// Plans of served statements, by shape (see `serving`).
+    pub(crate) serving: crate::serving::PlanCache,
 }
 
 impl Database {
@@ -90,10 +92,12 @@ impl Database {
                 indexes: stored.indexes.clone(),
                 // Functions come first: views restored below may call them.
                 functions: stored.functions.clone(),
+                ..Default::default()
             }),
             ddl_lock: tokio::sync::Mutex::new(()),
             meta,
             schemas: RwLock::new(Vec::new()),
+            serving: Default::default(),
         });
         db.recover(stored).await?;
         Ok(db)
@@ -149,6 +153,10 @@ impl Database {
             .await
             .map_err(|e| format!("cannot read savepoints: {e}"))?;
         self.runtime.recovery_done();
+        for entry in &stored.relations {
+            crate::serving::indexes::register(self, &entry.name)
+                .map_err(|e| format!("cannot index {}: {}", entry.name, e.message))?;
+        }
         // Keep the catalog in creation order (restore_* appended tables first).
         {
             let mut cat = self.catalog.write();

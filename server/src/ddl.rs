@@ -181,6 +181,7 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
         set_watermark(&mut w, &name, watermark)?;
     }
     commit_entry(db, entry, schema)?;
+    crate::serving::indexes::register(db, &name)?;
     if let Some(spec) = connector {
         weir_executor::source::spawn(db.runtime(), spec).map_err(SqlError::from)?;
     }
@@ -681,6 +682,7 @@ pub async fn create_view(
         settings: plan.settings.clone(),
     };
     commit_entry(db, entry, plan.schema.clone())?;
+    crate::serving::indexes::register(db, &name)?;
     if let (Some(sp), Some(mut r)) = (&plan.restore_from, report) {
         r.replayed_rows = rt.replayed_rows(&name);
         session.notices.push(crate::show::restore_notice(sp, &r));

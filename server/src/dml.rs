@@ -1,9 +1,10 @@
 //! INSERT, UPDATE and DELETE.
 //!
 //! Each statement computes its change chunk with DataFusion, then hands it to the
-//! table's writer, which checks constraints and makes it durable (one fsynced log entry
-//! per statement, so a statement is all-or-nothing across a crash) before it is
-//! acknowledged. UPDATE and DELETE evaluate against the table's latest contents under
+//! table's writer, which checks constraints and logs it (one log entry per statement,
+//! so a statement is all-or-nothing across a crash); it is acknowledged once the entry
+//! is on disk, waited for outside the write lock so that concurrent statements share
+//! one fsync (group commit, see [`commit`]). UPDATE and DELETE evaluate against the table's latest contents under
 //! the write lock, so concurrent statements see each other's effects.
 
 use crate::catalog::RelationKind;
@@ -46,32 +47,34 @@ pub(crate) fn check_target(db: &Database, name: &str, verb: &str) -> SqlResult<S
 /// Casts query output to the table's types, erroring (not truncating) on values that
 /// do not fit, as Postgres does.
 fn conform(batch: &RecordBatch, schema: &SchemaRef, offset: usize) -> SqlResult<Vec<ArrayRef>> {
-    let opts = CastOptions {
-        safe: false,
-        ..Default::default()
-    };
     schema
         .fields()
         .iter()
         .enumerate()
-        .map(|(i, f)| {
-            let col = batch.column(offset + i);
-            if col.data_type() == f.data_type() {
-                Ok(col.clone())
-            } else {
-                cast_with_options(col, f.data_type(), &opts).map_err(|e| {
-                    SqlError::new(
-                        sqlstate::DATATYPE_MISMATCH,
-                        format!(
-                            "column \"{}\" is of type {} but the value cannot be converted: {e}",
-                            f.name(),
-                            crate::ddl::pg_type_name(f.data_type())
-                        ),
-                    )
-                })
-            }
-        })
+        .map(|(i, f)| conform_column(batch.column(offset + i), f))
         .collect()
+}
+
+/// One column cast to its table column's type (an error, not truncation, when a
+/// value does not fit).
+pub(crate) fn conform_column(col: &ArrayRef, f: &arrow::datatypes::Field) -> SqlResult<ArrayRef> {
+    if col.data_type() == f.data_type() {
+        return Ok(col.clone());
+    }
+    let opts = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    cast_with_options(col, f.data_type(), &opts).map_err(|e| {
+        SqlError::new(
+            sqlstate::DATATYPE_MISMATCH,
+            format!(
+                "column \"{}\" is of type {} but the value cannot be converted: {e}",
+                f.name(),
+                crate::ddl::pg_type_name(f.data_type())
+            ),
+        )
+    })
 }
 
 fn concat_rows(
@@ -105,13 +108,30 @@ pub(crate) async fn write(
     table: &str,
     chunk: StreamChunk,
 ) -> SqlResult<()> {
-    let mut w = db.runtime().lock_writes().await;
+    let w = db.runtime().lock_writes().await;
+    commit(db, session, w, table, chunk).await
+}
+
+/// Writes one statement's change under the write lock `w`, releases the lock, and
+/// returns once the change is durable (sharing the fsync with whatever else was
+/// written meanwhile): only then is the statement acknowledged.
+pub(crate) async fn commit(
+    db: &Database,
+    session: &mut Session,
+    mut w: tokio::sync::MutexGuard<'_, weir_executor::WriteState>,
+    table: &str,
+    chunk: StreamChunk,
+) -> SqlResult<()> {
     let writer = w
         .table(table)
         .ok_or_else(|| SqlError::internal(format!("table {table} has no writer")))?;
-    writer.write(chunk, false).await.map_err(SqlError::from)?;
-    session.last_write_epoch = w.write_epoch();
+    let durable = writer.write_statement(chunk).await.map_err(SqlError::from)?;
+    let epoch = w.write_epoch();
+    drop(w);
+    durable.wait().await.map_err(SqlError::from)?;
+    session.last_write_epoch = epoch;
     session.writes += 1;
+    db.runtime().note_acknowledged(epoch);
     Ok(())
 }
 
@@ -231,17 +251,12 @@ async fn rewrite_rows(
         weir_planner::WeirStatement::Sql(s) => s,
         _ => return Err(SqlError::internal("rewritten DML is not a query")),
     };
-    let (mut w, ctx) = latest_context(db, session, table, &stmt).await?;
+    let (w, ctx) = latest_context(db, session, table, &stmt).await?;
     let plan = query::plan_statement(&ctx.state(), &stmt).await?;
     let batches: Vec<RecordBatch> = ctx.execute_logical_plan(plan).await?.collect().await?;
     let (n, chunk) = build(batches)?;
     if n > 0 {
-        let writer = w
-            .table(table)
-            .ok_or_else(|| SqlError::internal(format!("table {table} has no writer")))?;
-        writer.write(chunk, false).await.map_err(SqlError::from)?;
-        session.last_write_epoch = w.write_epoch();
-        session.writes += 1;
+        commit(db, session, w, table, chunk).await?;
     }
     Ok(n)
 }

@@ -1,11 +1,12 @@
 //! CREATE INDEX / DROP INDEX.
 //!
-//! An index is recorded in the catalog (so tools, migrations and the SQLite
-//! conformance files that create one work, and DROP INDEX finds it again after a
-//! restart), with its table and columns checked. Weir does not build or use secondary
-//! indexes yet: a SELECT scans its consistent snapshot, so results are the same with or
-//! without one. UNIQUE and expression indexes are refused (0A000): they would change
-//! what the table accepts or need evaluation Weir does not do.
+//! An index is recorded in the catalog (so DROP INDEX finds it again after a restart)
+//! and built in the relation's readable store, which keeps it current at every
+//! committed epoch (see `weir_executor::store_index`). Point and range reads on its
+//! columns are then answered through it (see `serving`); any other query scans its
+//! consistent snapshot, so results are the same with or without one. UNIQUE and
+//! expression indexes are refused (0A000): they would change what the table accepts
+//! or need evaluation Weir does not do.
 
 use crate::catalog::{IndexEntry, RelationKind};
 use crate::database::{relation_name, Database};
@@ -64,12 +65,24 @@ pub async fn create_index(db: &Database, ci: &CreateIndex) -> SqlResult<Output> 
             format!("relation \"{name}\" already exists"),
         ));
     }
+    let positions = columns
+        .iter()
+        .filter_map(|c| entry.columns.iter().position(|k| &k.name == c))
+        .collect();
     cat.indexes.push(IndexEntry {
-        name,
-        table,
+        name: name.clone(),
+        table: table.clone(),
         columns,
     });
     cat.save(&db.meta).map_err(SqlError::internal)?;
+    drop(cat);
+    let spec = weir_executor::store_index::IndexSpec {
+        name,
+        columns: positions,
+    };
+    db.runtime()
+        .add_index(&table, spec)
+        .map_err(SqlError::from)?;
     Ok(Output::command("CREATE INDEX"))
 }
 
@@ -86,6 +99,9 @@ pub async fn drop_index(db: &Database, names: &[ObjectName], if_exists: bool) ->
                 sqlstate::UNDEFINED_OBJECT,
                 format!("index \"{name}\" does not exist"),
             ));
+        }
+        if let Some(i) = cat.indexes.iter().find(|i| i.name == name) {
+            db.runtime().drop_index(&i.table, &name);
         }
         cat.indexes.retain(|i| i.name != name);
     }

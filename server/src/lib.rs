@@ -10,7 +10,9 @@
 //! - [`catalog`]: the persisted catalog of tables and views.
 //! - [`ddl`], [`dml`], [`query`], [`show`]: statement execution by kind.
 //! - [`pg_catalog`]: the system tables psql and drivers query.
-//! - [`index`]: CREATE / DROP INDEX (recorded in the catalog, not used by queries).
+//! - [`index`]: CREATE / DROP INDEX (maintained in the stores, used by [`serving`]).
+//! - [`serving`]: statements answered without planning (point reads and writes by
+//!   key through indexes), the shared plan cache, read-after-write.
 //! - [`subplan`]: correlated subqueries run per outer row in SELECTs (Postgres' SubPlan).
 //! - [`functions`]: scalar functions DataFusion lacks (`MOD`).
 //! - [`pg`]: the Postgres wire protocol (pgwire): auth, handlers, encoding.
@@ -37,6 +39,7 @@ pub mod pg;
 pub mod pg_catalog;
 pub mod query;
 pub mod server;
+pub mod serving;
 pub mod session;
 pub mod settings;
 pub mod show;

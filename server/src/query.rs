@@ -111,10 +111,7 @@ pub async fn snapshot_context(
     stmt: &Statement,
     overrides: HashMap<String, RecordBatch>,
 ) -> SqlResult<SessionContext> {
-    db.runtime()
-        .ensure_committed(session.last_write_epoch)
-        .await
-        .map_err(SqlError::from)?;
+    crate::serving::visibility::wait_visible(db, session).await?;
     snapshot_context_nowait(db, stmt, overrides)
 }
 

@@ -362,6 +362,14 @@ pub fn set_key(session: &mut Session, key: String, value: String) -> SqlResult<O
         crate::settings::validate(&key, &value)
             .map_err(|e| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, e))?;
     }
+    if key == crate::serving::visibility::READ_AFTER_WRITE
+        && crate::serving::visibility::parse_bool(&value).is_none()
+    {
+        return Err(SqlError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("parameter \"{key}\" requires a Boolean value"),
+        ));
+    }
     let is_parallelism = key == "parallelism.default" || key == "streaming_parallelism";
     if is_parallelism && value.parse::<u32>().ok().filter(|p| *p >= 1).is_none() {
         return Err(SqlError::new(
@@ -388,6 +396,9 @@ fn default_variable(db: &Database, key: &str) -> Option<String> {
         "parallelism.default" | "streaming_parallelism" => db.config.parallelism.to_string(),
         "pipeline.max-parallelism" => db.config.max_parallelism.to_string(),
         "barrier.interval" => format!("{}ms", db.config.barrier_interval.as_millis()),
+        crate::serving::visibility::READ_AFTER_WRITE => {
+            if db.config.read_after_write { "on" } else { "off" }.into()
+        }
         _ => return None,
     })
 }

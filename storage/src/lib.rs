@@ -38,7 +38,7 @@ pub mod table_log;
 pub use key_group::{KeyGroup, KeyGroupRange};
 pub use state_backend::{MemoryStateBackend, StateBackend, StateKey, WriteBatch};
 pub use state_table::StateTable;
-pub use table_log::{LogOffset, TableLog};
+pub use table_log::{LogOffset, LogSync, TableLog};
 
 /// Errors of the storage layer. I/O and corruption are kept apart because recovery
 /// treats a torn tail (expected after `kill -9`) differently from an I/O failure.

@@ -4,6 +4,12 @@
 //! dataflow is fed afterwards. On recovery each job restores its latest checkpoint and
 //! replays the log from the offset that checkpoint recorded.
 //!
+//! Group commit: [`TableLog::append_unsynced`] writes an entry without waiting for
+//! the disk; whoever needs it durable calls [`LogSync::sync_to`] with the entry's end.
+//! One fsync covers every entry written before it started, so concurrent statements
+//! that wait together share it (the first waiter syncs, the others find their entry
+//! already covered). [`TableLog::append`] is append plus that wait.
+//!
 //! Offsets are logical: they stay valid when the log is truncated. A truncated log
 //! starts with a header `WEIRLOG1 | base: u64 LE`, and an entry's logical offset is
 //! `base + its position after the header`. [`TableLog::truncate_below`] drops entries
@@ -17,6 +23,8 @@ use crate::{Result, StorageError};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Byte offset of an entry in the log: the position a source rewinds to.
 pub type LogOffset = u64;
@@ -24,8 +32,70 @@ pub type LogOffset = u64;
 /// One valid entry read back from the log: its offset and payload.
 pub type LogEntry = (LogOffset, Vec<u8>);
 
+/// The durable end of a log, shared with the statements waiting for it.
+pub struct LogSync {
+    /// A handle on the log file; held while an fsync runs, so concurrent waiters queue
+    /// behind one fsync instead of issuing their own.
+    file: Mutex<File>,
+    /// Logical end of everything written (synced or not).
+    written: AtomicU64,
+    /// Logical end of what is known to be on disk.
+    synced: AtomicU64,
+}
+
+impl LogSync {
+    fn new(file: &File, end: LogOffset) -> Result<Arc<LogSync>> {
+        Ok(Arc::new(LogSync {
+            file: Mutex::new(file.try_clone()?),
+            written: AtomicU64::new(end),
+            synced: AtomicU64::new(end),
+        }))
+    }
+
+    /// Returns once every byte before logical offset `end` is on disk. Blocking.
+    pub fn sync_to(&self, end: LogOffset) -> Result<()> {
+        if self.synced.load(Ordering::Acquire) >= end {
+            return Ok(());
+        }
+        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if self.synced.load(Ordering::Acquire) >= end {
+            return Ok(());
+        }
+        // Everything written so far rides on this fsync, not only `end`.
+        let covered = self.written.load(Ordering::Acquire);
+        file.sync_data()?;
+        self.synced.fetch_max(covered, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Whether every byte before logical offset `end` is on disk.
+    pub fn covers(&self, end: LogOffset) -> bool {
+        self.synced.load(Ordering::Acquire) >= end
+    }
+
+    /// Whether everything written is on disk.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire) >= self.written.load(Ordering::Acquire)
+    }
+
+    /// Logical end of everything written.
+    pub fn written(&self) -> LogOffset {
+        self.written.load(Ordering::Acquire)
+    }
+
+    /// A rewritten (fully synced) file replaces the old one.
+    fn replace(&self, file: &File, end: LogOffset) -> Result<()> {
+        let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        *f = file.try_clone()?;
+        self.written.store(end, Ordering::Release);
+        self.synced.store(end, Ordering::Release);
+        Ok(())
+    }
+}
+
 pub struct TableLog {
     file: File,
+    sync: Arc<LogSync>,
     path: std::path::PathBuf,
     /// Logical offset of the first byte after the file header.
     base: LogOffset,
@@ -84,13 +154,15 @@ impl TableLog {
             file.sync_data()?;
         }
         file.seek(SeekFrom::End(0))?;
+        let end = base + (pos - header_len) as LogOffset;
         Ok((
             TableLog {
+                sync: LogSync::new(&file, end)?,
                 file,
                 path: path.to_path_buf(),
                 base,
                 header_len: header_len as u64,
-                end: base + (pos - header_len) as LogOffset,
+                end,
             },
             entries,
         ))
@@ -132,9 +204,8 @@ impl TableLog {
                 self.path.display()
             )));
         }
-        self.rewrite(base, &[])?;
         self.end = base;
-        Ok(())
+        self.rewrite(base, &[])
     }
 
     /// Replaces the file with a header for logical offset `base` followed by
@@ -158,6 +229,8 @@ impl TableLog {
             .append(true)
             .open(&self.path)?;
         file.seek(SeekFrom::End(0))?;
+        // The rewrite was synced whole: every entry it holds is durable.
+        self.sync.replace(&file, self.end)?;
         self.file = file;
         self.base = base;
         self.header_len = 16;
@@ -171,6 +244,16 @@ impl TableLog {
 
     /// Appends one entry and fsyncs it. Returns the entry's offset.
     pub fn append(&mut self, payload: &[u8]) -> Result<LogOffset> {
+        let offset = self.end;
+        let end = self.append_unsynced(payload)?;
+        self.sync.sync_to(end)?;
+        Ok(offset)
+    }
+
+    /// Appends one entry without waiting for the disk; returns the logical end after
+    /// it, which [`LogSync::sync_to`] takes. Not durable (and not to be acknowledged)
+    /// until then.
+    pub fn append_unsynced(&mut self, payload: &[u8]) -> Result<LogOffset> {
         let len: u32 = payload
             .len()
             .try_into()
@@ -179,11 +262,15 @@ impl TableLog {
         buf.extend_from_slice(&len.to_le_bytes());
         buf.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
         buf.extend_from_slice(payload);
-        let offset = self.end;
         self.file.write_all(&buf)?;
-        self.file.sync_data()?;
         self.end += buf.len() as u64;
-        Ok(offset)
+        self.sync.written.store(self.end, Ordering::Release);
+        Ok(self.end)
+    }
+
+    /// The log's durable end, for waiting on a group commit without the log itself.
+    pub fn sync_handle(&self) -> Arc<LogSync> {
+        self.sync.clone()
     }
 
     pub fn end_offset(&self) -> LogOffset {
@@ -241,6 +328,31 @@ mod tests {
         let (log, entries) = TableLog::open(&path).unwrap();
         assert_eq!(entries.first().unwrap().0, second);
         assert_eq!(log.end_offset(), fourth + 8 + 4);
+    }
+
+    #[test]
+    fn one_sync_covers_every_entry_written_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.log");
+        let (mut log, _) = TableLog::open(&path).unwrap();
+        let sync = log.sync_handle();
+        let first = log.append_unsynced(b"one").unwrap();
+        let second = log.append_unsynced(b"two").unwrap();
+        assert!(!sync.is_synced());
+        sync.sync_to(first).unwrap();
+        // The fsync for the first entry covered the second, written before it.
+        assert!(sync.is_synced());
+        assert_eq!(sync.written(), second);
+        // A rewrite leaves the log synced, and later appends still count.
+        log.truncate_below(first).unwrap();
+        assert!(sync.is_synced());
+        let third = log.append_unsynced(b"three").unwrap();
+        assert!(!sync.is_synced());
+        sync.sync_to(third).unwrap();
+        assert!(sync.is_synced());
+        drop(log);
+        let (_, entries) = TableLog::open(&path).unwrap();
+        assert_eq!(entries.len(), 2);
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub fn expand(db: &Database, stmt: &mut Statement) -> SqlResult<Vec<String>> {
 
 /// Parses and runs one statement.
 pub async fn execute(db: &Database, session: &mut Session, sql: &str) -> SqlResult<Output> {
+    if let Some(served) = crate::serving::try_serve(db, session, sql).await {
+        return served;
+    }
     match parse_statement(sql)? {
         WeirStatement::Sql(mut stmt) => {
             let views = expand(db, &mut stmt)?;

@@ -1,0 +1,91 @@
+//! Serving: statements answered without planning, and the plan cache behind them.
+//!
+//! A statement's text is reduced to its shape (literals become placeholders, see
+//! [`shape`]); plans are cached per shape, shared by every session, and checked
+//! against the catalog's generation, so `SELECT ... WHERE id = 1` and `... = 2`, in
+//! the simple or the extended protocol, are planned once. A plan is either a point
+//! read through an index of a store ([`read`]), a point UPDATE / DELETE by primary
+//! key ([`write`]), or "not served": the ordinary path (DataFusion) runs it.
+//!
+//! Module map:
+//! - [`shape`]: the lexer that finds literals.
+//! - [`plan`]: which statements are served, and how.
+//! - [`values`]: literals as key values and DataFusion scalars.
+//! - [`indexes`]: the indexes each relation's store keeps.
+//! - [`read`], [`write`]: running a served plan.
+//! - [`visibility`]: what a read waits for (read-your-writes, read-after-write).
+
+pub mod indexes;
+pub mod plan;
+pub mod read;
+pub mod shape;
+pub mod values;
+pub mod visibility;
+pub mod write;
+
+use crate::database::Database;
+use crate::output::Output;
+use crate::session::Session;
+use parking_lot::RwLock;
+use plan::Plan;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+use weir_planner::SqlResult;
+
+/// Shapes kept before the cache starts over (a workload of ad-hoc statements must not
+/// grow it without bound).
+const CACHED_SHAPES: usize = 10_000;
+
+#[derive(Default)]
+pub struct PlanCache {
+    plans: RwLock<HashMap<String, (u64, Arc<Plan>)>>,
+}
+
+impl PlanCache {
+    /// The plan of `shape`, made now if the cache has none for this catalog generation.
+    fn plan_for(&self, db: &Database, shape: &str) -> Arc<Plan> {
+        let generation = db.catalog.read().generation();
+        if let Some((g, plan)) = self.plans.read().get(shape) {
+            if *g == generation {
+                return plan.clone();
+            }
+        }
+        let plan = Arc::new(match weir_planner::parse_statement(shape) {
+            Ok(weir_planner::WeirStatement::Sql(stmt)) => plan::plan(db, &stmt),
+            _ => Plan::Other,
+        });
+        let mut plans = self.plans.write();
+        if plans.len() >= CACHED_SHAPES {
+            plans.clear();
+        }
+        plans.insert(shape.to_string(), (generation, plan.clone()));
+        plan
+    }
+}
+
+/// DataFusion's expression planner, shared: SET expressions of point UPDATEs are
+/// planned and coerced with it, as the ordinary path would.
+pub(crate) fn expression_context() -> &'static datafusion::prelude::SessionContext {
+    static CONTEXT: LazyLock<datafusion::prelude::SessionContext> =
+        LazyLock::new(crate::query::new_context);
+    &CONTEXT
+}
+
+/// Runs `sql` if it is a served statement; `None` sends it down the ordinary path.
+pub async fn try_serve(
+    db: &Database,
+    session: &mut Session,
+    sql: &str,
+) -> Option<SqlResult<Output>> {
+    if session.transaction.is_some() {
+        // Inside BEGIN ... COMMIT the ordinary path keeps the block's bookkeeping.
+        return None;
+    }
+    let shape = shape::shape_of(sql)?;
+    let plan = db.serving.plan_for(db, &shape.text);
+    match plan.as_ref() {
+        Plan::Read(p) => read::execute(db, session, p, &shape.literals).await,
+        Plan::Write(p) => write::execute(db, session, p, &shape.literals).await,
+        Plan::Other => None,
+    }
+}
