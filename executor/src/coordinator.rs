@@ -5,6 +5,11 @@
 //! existed at injection time have acknowledged epoch `n` (and every earlier epoch is
 //! committed), the coordinator commits `n` into every relation store under the commit
 //! lock and publishes it on a watch channel that `FLUSH` and reads wait on.
+//!
+//! An epoch whose barrier passed table-log entries not yet on disk (group commit)
+//! also waits for them: [`BarrierCoordinator::begin_epoch`] counts the log sync as one
+//! more acknowledgement, given by [`BarrierCoordinator::ack_durable`], so nothing
+//! readable is ever lost in a crash.
 
 use crate::actor::BarrierAck;
 use crate::barrier::Epoch;
@@ -73,12 +78,28 @@ impl BarrierCoordinator {
 
     /// Records that barrier `epoch` is being injected now. Must be called before the
     /// barrier is sent, while the graph cannot change (under the write lock).
-    pub fn begin_epoch(&self, epoch: Epoch) {
-        let n = *self.actor_count.lock();
+    /// `awaits_sync`: the epoch also waits for [`BarrierCoordinator::ack_durable`].
+    pub fn begin_epoch(&self, epoch: Epoch, awaits_sync: bool) {
+        let n = *self.actor_count.lock() + usize::from(awaits_sync);
         self.pending.lock().outstanding.insert(epoch, n);
         if n == 0 {
             self.try_commit();
         }
+    }
+
+    /// The table-log entries barrier `epoch` passed are on disk.
+    pub fn ack_durable(&self, epoch: Epoch) {
+        {
+            let mut p = self.pending.lock();
+            match p.outstanding.get_mut(&epoch) {
+                Some(n) if *n > 0 => *n -= 1,
+                _ => {
+                    tracing::warn!(epoch, "unexpected durability ack");
+                    return;
+                }
+            }
+        }
+        self.try_commit();
     }
 
     fn on_ack(&self, ack: BarrierAck) {

@@ -177,6 +177,9 @@ pub struct Runtime {
     open_epoch: AtomicU64,
     /// The newest epoch holding an acknowledged write (read-after-write waits for it).
     acknowledged_epoch: AtomicU64,
+    /// The newest epoch whose table-log entries are all on disk: checkpoints record
+    /// log positions, so one completes only once its epoch is durable.
+    durable_tx: tokio::sync::watch::Sender<Epoch>,
     /// Secondary indexes each relation's readable store keeps (`serving`).
     pub(crate) indexes: Mutex<HashMap<String, Vec<crate::store_index::IndexSpec>>>,
 }
@@ -226,32 +229,28 @@ impl Runtime {
     }
 }
 
-/// Makes every table log's unsynced tail durable (one fsync per log).
-async fn sync_logs(w: &WriteState) -> Result<()> {
-    let pending: Vec<_> = w.tables.values().filter_map(|t| t.unsynced_log()).collect();
-    if pending.is_empty() {
-        return Ok(());
-    }
-    tokio::task::spawn_blocking(move || {
-        pending
-            .iter()
-            .try_for_each(|(sync, end)| sync.sync_to(*end))
-    })
-    .await
-    .map_err(|e| ExecError::Internal(format!("log sync task failed: {e}")))??;
-    Ok(())
+/// Moves the durable epoch forward (never back).
+fn advance(durable: &mut Epoch, epoch: Epoch) -> bool {
+    let moved = epoch > *durable;
+    *durable = (*durable).max(epoch);
+    moved
 }
+
+type UnsyncedLog = (Arc<weir_storage::LogSync>, u64);
 
 impl Runtime {
     pub fn start(config: RuntimeConfig, last_epoch: Epoch) -> Arc<Runtime> {
         let (failures_tx, failures_rx) = mpsc::unbounded_channel();
         let (ckpt_failures_tx, ckpt_failures_rx) = mpsc::unbounded_channel();
+        // Every log is synced when opened: all earlier epochs are durable.
+        let (durable_tx, durable_rx) = tokio::sync::watch::channel(last_epoch);
         let rt = Arc::new(Runtime {
             coordinator: BarrierCoordinator::start(last_epoch),
             checkpoints: CheckpointCoordinator::start(
                 config.checkpoint_storage.clone(),
                 ckpt_failures_tx,
                 config.max_parallelism,
+                durable_rx,
             ),
             writes: tokio::sync::Mutex::new(WriteState {
                 next_epoch: last_epoch + 1,
@@ -269,6 +268,7 @@ impl Runtime {
             bad_records: Mutex::new(std::collections::VecDeque::new()),
             connector_tables: Mutex::new(std::collections::BTreeSet::new()),
             open_epoch: AtomicU64::new(last_epoch + 1),
+            durable_tx,
             acknowledged_epoch: AtomicU64::new(0),
             indexes: Mutex::new(HashMap::new()),
             config,
@@ -350,13 +350,20 @@ impl Runtime {
 
     /// Injects the barrier that closes the current epoch into every table source.
     pub async fn inject_barrier(&self, w: &mut WriteState) -> Result<Epoch> {
-        // Group-committed writes may not be on disk yet: no barrier may make them
-        // readable or record them in a checkpoint before they are.
-        sync_logs(w).await?;
         let epoch = w.next_epoch;
         w.next_epoch += 1;
         self.open_epoch.store(w.next_epoch, Ordering::Release);
-        self.coordinator.begin_epoch(epoch);
+        // Group-committed writes may not be on disk yet: the epoch commits (becomes
+        // readable) and its checkpoints complete only once they are. The fsync runs
+        // beside the barrier's trip through the dataflow, not under the write lock.
+        let unsynced: Vec<_> = w.tables.values().filter_map(|t| t.unsynced_log()).collect();
+        self.coordinator.begin_epoch(epoch, !unsynced.is_empty());
+        if unsynced.is_empty() {
+            // Everything logged so far is on disk: this epoch and every earlier one.
+            self.durable_tx.send_if_modified(|d| advance(d, epoch));
+        } else {
+            self.spawn_log_sync(epoch, unsynced);
+        }
         let mut positions: BTreeMap<String, u64> = BTreeMap::new();
         for (n, t) in &w.tables {
             positions.insert(n.clone(), t.log_position());
@@ -407,22 +414,61 @@ impl Runtime {
     /// Waits until `epoch` is readable, injecting a barrier if none covers it yet
     /// (read-your-writes without waiting for the next periodic barrier).
     pub async fn ensure_committed(&self, epoch: Epoch) -> Result<()> {
-        if self.coordinator.committed_epoch() >= epoch {
-            return Ok(());
-        }
-        // A barrier covering `epoch` is on its way already: share it.
-        if self.open_epoch.load(Ordering::Acquire) > epoch {
+        loop {
+            if self.coordinator.committed_epoch() >= epoch {
+                return Ok(());
+            }
+            let open = self.open_epoch.load(Ordering::Acquire);
+            // A barrier covering `epoch` is on its way already: share it.
+            if open > epoch {
+                self.coordinator.wait_committed(epoch).await;
+                return Ok(());
+            }
+            // One on-demand barrier in flight at a time: readers that arrive while one
+            // travels share the next, so the barrier rate stays bounded under load.
+            let in_flight = open - 1;
+            if self.coordinator.committed_epoch() < in_flight {
+                self.coordinator.wait_committed(in_flight).await;
+                continue;
+            }
+            {
+                let mut w = self.writes.lock().await;
+                if w.next_epoch <= epoch {
+                    self.inject_barrier(&mut w).await?;
+                }
+            }
             self.coordinator.wait_committed(epoch).await;
             return Ok(());
         }
-        {
-            let mut w = self.writes.lock().await;
-            if w.next_epoch <= epoch {
-                self.inject_barrier(&mut w).await?;
+    }
+
+    /// Syncs the logs barrier `epoch` passed, then lets the epoch commit. An fsync
+    /// error is retried: the epoch stays unreadable rather than exposing writes that
+    /// may be lost.
+    fn spawn_log_sync(&self, epoch: Epoch, unsynced: Vec<UnsyncedLog>) {
+        let coordinator = self.coordinator.clone();
+        let durable = self.durable_tx.clone();
+        tokio::spawn(async move {
+            loop {
+                let logs = unsynced.clone();
+                let synced = tokio::task::spawn_blocking(move || {
+                    logs.iter().try_for_each(|(sync, end)| sync.sync_to(*end))
+                })
+                .await;
+                match synced {
+                    Ok(Ok(())) => break,
+                    Ok(Err(e)) => {
+                        tracing::error!(epoch, error = %e, "table log fsync failed; retrying")
+                    }
+                    Err(e) => {
+                        tracing::error!(epoch, error = %e, "table log fsync task failed; retrying")
+                    }
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
-        }
-        self.coordinator.wait_committed(epoch).await;
-        Ok(())
+            durable.send_if_modified(|d| advance(d, epoch));
+            coordinator.ack_durable(epoch);
+        });
     }
 
     /// A write of `epoch` was acknowledged (durable): read-after-write readers wait
@@ -717,7 +763,12 @@ impl Runtime {
         let relations = self.relations.lock();
         relations
             .get(relation)
-            .map(|r| std::iter::once(&r.store).chain(&r.serving).cloned().collect())
+            .map(|r| {
+                std::iter::once(&r.store)
+                    .chain(&r.serving)
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default()
     }
 

@@ -118,8 +118,7 @@ impl StoreIndex {
         };
         match range {
             KeyRange::Point(values) => {
-                if values.len() != self.spec.columns.len() || values.iter().any(|v| v.is_null(0))
-                {
+                if values.len() != self.spec.columns.len() || values.iter().any(|v| v.is_null(0)) {
                     return Ok(vec![]);
                 }
                 let key = self.keys.convert_columns(values)?;
@@ -289,7 +288,11 @@ mod tests {
         assert_eq!(keys_of(&index, inverted), vec![]);
         apply(
             &mut index,
-            &chunk(vec![Op::Delete, Op::Delete], vec![Some(1), Some(7)], vec!["b", "c"]),
+            &chunk(
+                vec![Op::Delete, Op::Delete],
+                vec![Some(1), Some(7)],
+                vec!["b", "c"],
+            ),
         );
         assert_eq!(keys_of(&index, KeyRange::Point(vec![int(1)])), vec![1]);
         assert_eq!(keys_of(&index, from_1), vec![1]);

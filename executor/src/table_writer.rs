@@ -312,7 +312,9 @@ impl TableWriter {
             // lost to every view that backfills later.
             return Err(self.unchangeable());
         }
-        self.write_inner(chunk, replaying, None, true).await.map(|_| ())
+        self.write_inner(chunk, replaying, None, true)
+            .await
+            .map(|_| ())
     }
 
     /// Validates, logs, applies and sends one statement's changes; the caller

@@ -125,7 +125,10 @@ pub(crate) async fn commit(
     let writer = w
         .table(table)
         .ok_or_else(|| SqlError::internal(format!("table {table} has no writer")))?;
-    let durable = writer.write_statement(chunk).await.map_err(SqlError::from)?;
+    let durable = writer
+        .write_statement(chunk)
+        .await
+        .map_err(SqlError::from)?;
     let epoch = w.write_epoch();
     drop(w);
     durable.wait().await.map_err(SqlError::from)?;

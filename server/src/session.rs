@@ -22,6 +22,8 @@ pub struct Session {
     pub released: Vec<Released>,
     /// Names of the prepared statements the client created (Parse with a name).
     pub prepared: std::collections::BTreeSet<String>,
+    /// The startup packet's `options` were applied (see `pg::handler`).
+    pub started: bool,
     /// A `COPY ... FROM STDIN` waiting for its data (see `statements::copy`).
     pub copy_in: Option<crate::statements::copy::CopyIn>,
 }

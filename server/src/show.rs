@@ -396,9 +396,12 @@ fn default_variable(db: &Database, key: &str) -> Option<String> {
         "parallelism.default" | "streaming_parallelism" => db.config.parallelism.to_string(),
         "pipeline.max-parallelism" => db.config.max_parallelism.to_string(),
         "barrier.interval" => format!("{}ms", db.config.barrier_interval.as_millis()),
-        crate::serving::visibility::READ_AFTER_WRITE => {
-            if db.config.read_after_write { "on" } else { "off" }.into()
+        crate::serving::visibility::READ_AFTER_WRITE => if db.config.read_after_write {
+            "on"
+        } else {
+            "off"
         }
+        .into(),
         _ => return None,
     })
 }

@@ -27,8 +27,8 @@ const QUERY_VIEWS: &[(&str, &str)] = &[
 pub struct Acked {
     /// id → g for rows whose INSERT (or last UPDATE) was acknowledged.
     pub rows: BTreeMap<i64, i64>,
-    /// The statement that was in flight when the server died, if any.
-    pub in_flight: Option<(i64, i64)>,
+    /// The statements in flight (one per writer at most) when the server died.
+    pub in_flight: std::collections::BTreeSet<(i64, i64)>,
 }
 
 impl Acked {
@@ -37,7 +37,7 @@ impl Acked {
         let a = acked.lock().unwrap();
         Acked {
             rows: a.rows.clone(),
-            in_flight: a.in_flight,
+            in_flight: a.in_flight.clone(),
         }
     }
 }
@@ -47,17 +47,21 @@ pub async fn settle(server: &WeirProcess, acked: &Mutex<Acked>) {
     let table = table_state(&server.connect().await).await;
     let mut a = acked.lock().unwrap();
     a.rows = table;
-    a.in_flight = None;
+    a.in_flight.clear();
 }
 
-pub async fn stream_writes(port: u16, start_id: i64, acked: Arc<Mutex<Acked>>) {
-    let Ok(client) = crate::process::connect_port(port).await else {
-        return;
-    };
+/// Streams writes from `start_id` on until the server goes away; returns how many were
+/// acknowledged. A writer that cannot connect panics: a round whose writer never
+/// wrote must not pass.
+pub async fn stream_writes(port: u16, start_id: i64, acked: Arc<Mutex<Acked>>) -> u64 {
+    let client = crate::process::connect_port(port)
+        .await
+        .unwrap_or_else(|e| panic!("writer from {start_id} cannot connect: {e}"));
     let mut id = start_id;
+    let mut acknowledged = 0;
     loop {
         let g = id % 7;
-        acked.lock().unwrap().in_flight = Some((id, g));
+        acked.lock().unwrap().in_flight.insert((id, g));
         let sql = if id % 10 == 9 {
             // Move an earlier row to another group: an update that views must retract.
             format!("UPDATE t SET g = {} WHERE id = {}", (g + 1) % 7, id - 5)
@@ -65,8 +69,9 @@ pub async fn stream_writes(port: u16, start_id: i64, acked: Arc<Mutex<Acked>>) {
             format!("INSERT INTO t VALUES ({id}, {g})")
         };
         if client.batch_execute(&sql).await.is_err() {
-            return;
+            return acknowledged;
         }
+        acknowledged += 1;
         let mut a = acked.lock().unwrap();
         if id % 10 == 9 {
             if let Some(v) = a.rows.get_mut(&(id - 5)) {
@@ -75,7 +80,7 @@ pub async fn stream_writes(port: u16, start_id: i64, acked: Arc<Mutex<Acked>>) {
         } else {
             a.rows.insert(id, g);
         }
-        a.in_flight = None;
+        a.in_flight.remove(&(id, g));
         drop(a);
         id += 1;
     }
@@ -100,7 +105,8 @@ pub async fn check(server: &WeirProcess, acked: &Acked) {
                 // Only the in-flight UPDATE may have landed without its acknowledgement.
                 let in_flight_update = acked
                     .in_flight
-                    .is_some_and(|(f, _)| f % 10 == 9 && f - 5 == *id);
+                    .iter()
+                    .any(|(f, _)| f % 10 == 9 && f - 5 == *id);
                 assert!(
                     in_flight_update,
                     "row {id}: acknowledged g={g}, recovered g={got}"
@@ -110,7 +116,7 @@ pub async fn check(server: &WeirProcess, acked: &Acked) {
         }
     }
     for id in table.keys() {
-        let known = acked.rows.contains_key(id) || acked.in_flight.is_some_and(|(f, _)| f == *id);
+        let known = acked.rows.contains_key(id) || acked.in_flight.iter().any(|(f, _)| f == id);
         assert!(known, "row {id} appeared without being written");
     }
     // Views equal the answer computed from the recovered table.

@@ -101,6 +101,8 @@ pub struct CheckpointCoordinator {
     /// transactional sinks (Flink's `notifyCheckpointComplete`).
     completed: broadcast::Sender<(u64, Epoch)>,
     max_parallelism: u32,
+    /// The newest epoch whose table-log entries are on disk (see `Runtime`).
+    durable: watch::Receiver<Epoch>,
     /// Handle to ourselves for timers.
     me: Weak<Self>,
 }
@@ -121,6 +123,7 @@ impl CheckpointCoordinator {
         storage: ObjectStorage,
         failures_tx: mpsc::UnboundedSender<(u64, String)>,
         max_parallelism: u32,
+        durable: watch::Receiver<Epoch>,
     ) -> Arc<Self> {
         let (parts_tx, mut parts_rx) = mpsc::unbounded_channel::<CheckpointPart>();
         let (progress, _) = watch::channel(0);
@@ -135,6 +138,7 @@ impl CheckpointCoordinator {
             progress,
             completed: broadcast::channel(256).0,
             max_parallelism,
+            durable,
             me: me.clone(),
         });
         let weak = Arc::downgrade(&c);
@@ -184,6 +188,7 @@ impl CheckpointCoordinator {
             parallelism,
             self.max_parallelism,
             start,
+            self.durable.clone(),
         );
         let weak: Weak<Self> = Arc::downgrade(self);
         let uploader = tokio::spawn(uploader.run(rx, move |done| {

@@ -81,6 +81,9 @@ pub struct JobUploader {
     chain: BTreeMap<String, UidState>,
     carry: Vec<StateDelta>,
     retained: VecDeque<CheckpointMetadata>,
+    /// The newest epoch whose table-log entries are on disk: `_metadata` records log
+    /// positions, so it is written only once they are durable.
+    durable: tokio::sync::watch::Receiver<Epoch>,
 }
 
 impl JobUploader {
@@ -92,6 +95,7 @@ impl JobUploader {
         parallelism: u32,
         max_parallelism: u32,
         start: JobStart,
+        durable: tokio::sync::watch::Receiver<Epoch>,
     ) -> Self {
         Self {
             job,
@@ -107,6 +111,7 @@ impl JobUploader {
                 .collect(),
             carry: start.carry,
             retained: start.retained.into_iter().collect(),
+            durable,
         }
     }
 
@@ -275,7 +280,11 @@ impl JobUploader {
             parallelism: self.parallelism,
             max_parallelism: self.max_parallelism,
         };
-        // `_metadata` last: its presence marks the checkpoint complete.
+        // `_metadata` last: its presence marks the checkpoint complete. The log
+        // positions it records must be on disk first.
+        if self.durable.wait_for(|d| *d >= epoch).await.is_err() {
+            return Err(crate::ExecError::Internal("runtime stopped".into()));
+        }
         let key = metadata_key(self.job, epoch);
         written.push(key.clone());
         self.storage

@@ -50,6 +50,40 @@ where
     Ok(())
 }
 
+/// Applies the `-c name=value` settings of the startup packet's `options` (libpq's
+/// `PGOPTIONS`), as Postgres does, before the session's first statement.
+fn apply_startup_options(
+    metadata: &std::collections::HashMap<String, String>,
+    session: &mut Session,
+) -> PgWireResult<()> {
+    if std::mem::replace(&mut session.started, true) {
+        return Ok(());
+    }
+    let Some(options) = metadata.get("options") else {
+        return Ok(());
+    };
+    for (key, value) in startup_settings(options) {
+        crate::show::set_key(session, key, value).map_err(to_pg_error)?;
+    }
+    Ok(())
+}
+
+/// `-c a=b --c=d -cx=y` as `(a, b), (c, d), (x, y)`.
+fn startup_settings(options: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut words = options.split_whitespace();
+    while let Some(w) = words.next() {
+        let setting = match w {
+            "-c" => words.next(),
+            w => w.strip_prefix("--").or_else(|| w.strip_prefix("-c")),
+        };
+        if let Some((k, v)) = setting.and_then(|s| s.split_once('=')) {
+            out.push((k.to_ascii_lowercase(), v.to_string()));
+        }
+    }
+    out
+}
+
 /// Removes the prepared statements DEALLOCATE / DISCARD ALL released (see
 /// `statements::session_reset`) from the client's statement store.
 fn release_statements<C>(client: &mut C, session: &mut Session)
@@ -297,6 +331,7 @@ impl SimpleQueryHandler for Connection {
     {
         let sql = crate::pg_catalog::rewrite_psql_syntax(query);
         let mut session = self.session.lock().await;
+        apply_startup_options(client.metadata(), &mut session)?;
         let results = self.db.execute(&mut session, &sql).await;
         send_notices(client, &mut session).await?;
         release_statements(client, &mut session);
@@ -366,6 +401,7 @@ impl ExtendedQueryHandler for Connection {
         }
         let sql = params::bind(&stmt.sql, portal, &stmt.param_types)?;
         let mut session = self.session.lock().await;
+        apply_startup_options(client.metadata(), &mut session)?;
         let out = self.db.execute_one(&mut session, &sql).await;
         send_notices(client, &mut session).await?;
         release_statements(client, &mut session);
@@ -486,5 +522,20 @@ fn statement_name(id: &str) -> &str {
         ""
     } else {
         id
+    }
+}
+
+#[cfg(test)]
+mod startup_tests {
+    #[test]
+    fn startup_options_are_read_like_postgres() {
+        assert_eq!(
+            super::startup_settings("-c read_after_write=on --search_path=public -cA=b junk"),
+            vec![
+                ("read_after_write".to_string(), "on".to_string()),
+                ("search_path".to_string(), "public".to_string()),
+                ("a".to_string(), "b".to_string()),
+            ]
+        );
     }
 }

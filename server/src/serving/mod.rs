@@ -71,6 +71,27 @@ pub(crate) fn expression_context() -> &'static datafusion::prelude::SessionConte
     &CONTEXT
 }
 
+/// `EXPLAIN` of a served statement, in the columns DataFusion's EXPLAIN has.
+fn explain(text: &str) -> SqlResult<Output> {
+    use arrow::array::StringArray;
+    use arrow::datatypes::{DataType, Field, Schema};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("plan_type", DataType::Utf8, true),
+        Field::new("plan", DataType::Utf8, true),
+    ]));
+    let batch = arrow::array::RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(vec!["serving_plan"])),
+            Arc::new(StringArray::from(vec![text])),
+        ],
+    )?;
+    Ok(Output::Rows {
+        schema,
+        batches: vec![batch],
+    })
+}
+
 /// Runs `sql` if it is a served statement; `None` sends it down the ordinary path.
 pub async fn try_serve(
     db: &Database,
@@ -86,6 +107,7 @@ pub async fn try_serve(
     match plan.as_ref() {
         Plan::Read(p) => read::execute(db, session, p, &shape.literals).await,
         Plan::Write(p) => write::execute(db, session, p, &shape.literals).await,
+        Plan::Explain(text) => Some(explain(text)),
         Plan::Other => None,
     }
 }

@@ -18,15 +18,16 @@ use crate::database::{relation_name, Database};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::logical_expr::Expr as DfExpr;
 use datafusion::sql::sqlparser::ast::{
-    AssignmentTarget, BinaryOperator, Delete, Expr, FromTable, GroupByExpr, Ident, Query,
-    Select, SelectItem, SetExpr, Statement, TableFactor, TableWithJoins, UnaryOperator, Update,
-    Value,
+    AssignmentTarget, BinaryOperator, Delete, Expr, FromTable, GroupByExpr, Ident, Query, Select,
+    SelectItem, SetExpr, Statement, TableFactor, TableWithJoins, UnaryOperator, Update, Value,
 };
 use std::sync::Arc;
 
 pub enum Plan {
     Read(PointRead),
     Write(PointWrite),
+    /// `EXPLAIN` of a served statement: how it is served.
+    Explain(String),
     Other,
 }
 
@@ -99,9 +100,98 @@ pub fn plan(db: &Database, stmt: &Statement) -> Plan {
         Statement::Query(q) => plan_read(db, q).map(Plan::Read),
         Statement::Update(u) => plan_update(db, u).map(Plan::Write),
         Statement::Delete(d) => plan_delete(db, d).map(Plan::Write),
+        Statement::Explain {
+            statement,
+            analyze: false,
+            verbose: false,
+            query_plan: false,
+            estimate: false,
+            format: None,
+            options: None,
+            ..
+        } => match plan(db, statement) {
+            Plan::Read(r) => Some(Plan::Explain(r.describe())),
+            Plan::Write(w) => Some(Plan::Explain(w.describe())),
+            _ => None,
+        },
         _ => None,
     };
     planned.unwrap_or(Plan::Other)
+}
+
+impl Lookup {
+    fn describe(&self, schema: &SchemaRef) -> String {
+        let name = |c: &usize| schema.field(*c).name().clone();
+        match self {
+            Lookup::Point(key) => key
+                .iter()
+                .map(|(c, o)| format!("{} = {}", name(c), o.describe()))
+                .collect::<Vec<_>>()
+                .join(" AND "),
+            Lookup::Range {
+                column,
+                lower,
+                upper,
+            } => {
+                let mut parts = Vec::new();
+                if let Some((o, inclusive)) = lower {
+                    parts.push(format!(
+                        "{} {} {}",
+                        name(column),
+                        if *inclusive { ">=" } else { ">" },
+                        o.describe()
+                    ));
+                }
+                if let Some((o, inclusive)) = upper {
+                    parts.push(format!(
+                        "{} {} {}",
+                        name(column),
+                        if *inclusive { "<=" } else { "<" },
+                        o.describe()
+                    ));
+                }
+                parts.join(" AND ")
+            }
+        }
+    }
+}
+
+impl Operand {
+    fn describe(&self) -> String {
+        format!(
+            "{}${}",
+            if self.negated { "-" } else { "" },
+            self.literal + 1
+        )
+    }
+}
+
+impl PointRead {
+    /// What `EXPLAIN` shows for a served read.
+    pub fn describe(&self) -> String {
+        format!(
+            "Index lookup on {} using {} ({}), {} condition(s) rechecked, no planning",
+            self.relation,
+            self.index,
+            self.lookup.describe(&self.schema),
+            self.conditions.len()
+        )
+    }
+}
+
+impl PointWrite {
+    /// What `EXPLAIN` shows for a served UPDATE / DELETE.
+    pub fn describe(&self) -> String {
+        let key = Lookup::Point(self.key.clone()).describe(&self.schema);
+        let verb = match self.action {
+            WriteAction::Delete => "Delete",
+            WriteAction::Update(_) => "Update",
+        };
+        format!(
+            "{verb} by primary key on {} ({key}), latest row, group commit, no planning",
+            self.table
+        )
+    }
 }
 
 fn plan_read(db: &Database, q: &Query) -> Option<PointRead> {
@@ -123,7 +213,11 @@ fn plan_read(db: &Database, q: &Query) -> Option<PointRead> {
     let [from] = select.from.as_slice() else {
         return None;
     };
-    let target = Target::of(db, from, &[RelationKind::Table, RelationKind::MaterializedView])?;
+    let target = Target::of(
+        db,
+        from,
+        &[RelationKind::Table, RelationKind::MaterializedView],
+    )?;
     let conditions = target.conditions(select.selection.as_ref()?)?;
     let projection = target.projection(&select.projection)?;
     let (index, lookup) = choose_index(db, &target.name, &conditions)?;
@@ -164,7 +258,11 @@ fn plain_select(s: &Select) -> bool {
 }
 
 /// An index whose columns the conditions fix (`=`), else a one-column index they bound.
-fn choose_index(db: &Database, relation: &str, conditions: &[Condition]) -> Option<(String, Lookup)> {
+fn choose_index(
+    db: &Database,
+    relation: &str,
+    conditions: &[Condition],
+) -> Option<(String, Lookup)> {
     let specs = indexes::specs(db, relation);
     let equal = |c: usize| {
         conditions
@@ -410,7 +508,12 @@ impl Target {
         Some(out)
     }
 
-    fn point_write(self, db: &Database, selection: &Expr, action: WriteAction) -> Option<PointWrite> {
+    fn point_write(
+        self,
+        db: &Database,
+        selection: &Expr,
+        action: WriteAction,
+    ) -> Option<PointWrite> {
         let conditions = self.conditions(selection)?;
         let pk = db.catalog.read().get(&self.name)?.primary_key.clone();
         if pk.is_empty() {

@@ -62,7 +62,11 @@ pub async fn execute(
 
 fn answer(p: &PointRead, found: &RecordBatch, checks: &[Check]) -> SqlResult<Output> {
     let rows = filter(found, checks)?;
-    let columns = p.projection.iter().map(|&i| rows.column(i).clone()).collect();
+    let columns = p
+        .projection
+        .iter()
+        .map(|&i| rows.column(i).clone())
+        .collect();
     let batch = RecordBatch::try_new_with_options(
         p.output.clone(),
         columns,

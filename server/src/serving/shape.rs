@@ -164,10 +164,7 @@ mod tests {
         assert_eq!(a.text, b.text);
         assert_eq!(a.literals, vec![Literal::Number("42".into())]);
         let c = shape_of("UPDATE t SET s = 'it''s', x = x + 1.5e3 WHERE id = -3").unwrap();
-        assert_eq!(
-            c.text,
-            "update t set s = $1, x = x + $2 where id = -$3"
-        );
+        assert_eq!(c.text, "update t set s = $1, x = x + $2 where id = -$3");
         assert_eq!(
             c.literals,
             vec![

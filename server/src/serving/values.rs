@@ -36,8 +36,10 @@ pub fn key_value(literal: &Literal, negated: bool, data_type: &DataType) -> Opti
         (Literal::Text(_), _) if negated => return None,
         (Literal::Text(t), _) => t.clone(),
     };
-    if matches!(data_type, DataType::Int16 | DataType::Int32 | DataType::Int64)
-        && !is_integer(&text)
+    if matches!(
+        data_type,
+        DataType::Int16 | DataType::Int32 | DataType::Int64
+    ) && !is_integer(&text)
     {
         return None;
     }
@@ -61,7 +63,9 @@ fn is_integer(s: &str) -> bool {
 pub fn scalar(literal: &Literal) -> Option<ScalarValue> {
     match literal {
         Literal::Text(t) => Some(ScalarValue::Utf8(Some(t.clone()))),
-        Literal::Number(n) if is_integer(n) => n.parse::<i64>().ok().map(|v| ScalarValue::Int64(Some(v))),
+        Literal::Number(n) if is_integer(n) => {
+            n.parse::<i64>().ok().map(|v| ScalarValue::Int64(Some(v)))
+        }
         Literal::Number(n) if n.contains(['e', 'E']) => {
             n.parse::<f64>().ok().map(|v| ScalarValue::Float64(Some(v)))
         }
@@ -90,9 +94,8 @@ mod tests {
     #[test]
     fn only_postgres_conversions_are_made() {
         let int = |l: Literal, neg: bool| {
-            key_value(&l, neg, &DataType::Int32).map(|a| {
-                a.as_any().downcast_ref::<Int32Array>().unwrap().value(0)
-            })
+            key_value(&l, neg, &DataType::Int32)
+                .map(|a| a.as_any().downcast_ref::<Int32Array>().unwrap().value(0))
         };
         assert_eq!(int(Literal::Number("42".into()), false), Some(42));
         assert_eq!(int(Literal::Number("42".into()), true), Some(-42));
@@ -107,6 +110,9 @@ mod tests {
             scalar(&Literal::Number("1.50".into())),
             Some(ScalarValue::Decimal128(Some(150), 3, 2))
         );
-        assert_eq!(scalar(&Literal::Number("2".into())), Some(ScalarValue::Int64(Some(2))));
+        assert_eq!(
+            scalar(&Literal::Number("2".into())),
+            Some(ScalarValue::Int64(Some(2)))
+        );
     }
 }

@@ -33,7 +33,13 @@ pub async fn execute(
     let key: Vec<ArrayRef> = p
         .key
         .iter()
-        .map(|(c, o)| key_value(literals.get(o.literal)?, o.negated, p.schema.field(*c).data_type()))
+        .map(|(c, o)| {
+            key_value(
+                literals.get(o.literal)?,
+                o.negated,
+                p.schema.field(*c).data_type(),
+            )
+        })
         .collect::<Option<_>>()?;
     let checks = checks(&p.schema, &p.conditions, literals)?;
     let (tag, sets) = match &p.action {
@@ -64,7 +70,11 @@ pub async fn execute(
 }
 
 /// The SET expressions with this statement's literals, ready to evaluate.
-fn new_values(p: &PointWrite, sets: &[(usize, Expr)], literals: &[Literal]) -> Option<Vec<NewValue>> {
+fn new_values(
+    p: &PointWrite,
+    sets: &[(usize, Expr)],
+    literals: &[Literal],
+) -> Option<Vec<NewValue>> {
     let values: Vec<ScalarValue> = literals.iter().map(scalar).collect::<Option<_>>()?;
     let schema = DFSchema::try_from(p.schema.as_ref().clone()).ok()?;
     let state = super::expression_context().state();
@@ -81,7 +91,10 @@ fn new_values(p: &PointWrite, sets: &[(usize, Expr)], literals: &[Literal]) -> O
 fn bind(expr: Expr, values: &[ScalarValue]) -> Option<Expr> {
     expr.transform_up(|e| match e {
         Expr::Placeholder(Placeholder { id, .. }) => {
-            let n: usize = id.strip_prefix('$').and_then(|n| n.parse().ok()).unwrap_or(0);
+            let n: usize = id
+                .strip_prefix('$')
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
             match n.checked_sub(1).and_then(|i| values.get(i)) {
                 Some(v) => Ok(Transformed::yes(Expr::Literal(v.clone(), None))),
                 None => Err(datafusion::error::DataFusionError::Plan(format!(
