@@ -294,7 +294,7 @@ pub(crate) async fn deploy_view(
                 }
                 FragmentInput::Relation(rel_name) => {
                     let (publishers, snapshot) = {
-                        let relations = rt.relations.lock();
+                        let relations = rt.relations.write();
                         let rel = relations.get(rel_name).ok_or_else(|| {
                             ExecError::Internal(format!("relation {rel_name} is not running"))
                         })?;
@@ -470,7 +470,7 @@ pub(crate) async fn deploy_view(
         }
     }
     {
-        let relations = rt.relations.lock();
+        let relations = rt.relations.write();
         for (rel, sub) in subscriptions {
             if let Some(r) = relations.get(&rel) {
                 r.hub.subscribe(sub);

@@ -152,7 +152,7 @@ pub struct Runtime {
     pub coordinator: Arc<BarrierCoordinator>,
     pub checkpoints: Arc<CheckpointCoordinator>,
     writes: tokio::sync::Mutex<WriteState>,
-    pub(crate) relations: Mutex<HashMap<String, RelationRuntime>>,
+    pub(crate) relations: parking_lot::RwLock<HashMap<String, RelationRuntime>>,
     pub(crate) backend: Arc<dyn StateBackend>,
     next_actor: AtomicU64,
     /// Where actors report failures (see [`crate::supervisor`]).
@@ -256,7 +256,7 @@ impl Runtime {
                 next_epoch: last_epoch + 1,
                 tables: BTreeMap::new(),
             }),
-            relations: Mutex::new(HashMap::new()),
+            relations: parking_lot::RwLock::new(HashMap::new()),
             backend: config.state_backend.clone(),
             next_actor: AtomicU64::new(1),
             failures_tx,
@@ -381,7 +381,7 @@ impl Runtime {
         };
         if matches!(barrier.kind, BarrierKind::Checkpoint(_)) {
             // Unaligned subscribers take their snapshot now, ahead of queued rows.
-            let relations = self.relations.lock();
+            let relations = self.relations.write();
             for name in w.tables.keys() {
                 if let Some(r) = relations.get(name) {
                     r.hub.overtake(&barrier);
@@ -597,7 +597,7 @@ impl Runtime {
         );
         tokio::spawn(actor.run(None, Vec::new()));
         w.tables.insert(name.to_string(), writer);
-        self.relations.lock().insert(
+        self.relations.write().insert(
             name.to_string(),
             RelationRuntime {
                 hub,
@@ -658,7 +658,7 @@ impl Runtime {
     ) -> Result<()> {
         let strategy = spec.config.restart.clone();
         let rel = crate::deploy::deploy_view(self, w, job, name, spec, from).await?;
-        self.relations.lock().insert(name.to_string(), rel);
+        self.relations.write().insert(name.to_string(), rel);
         self.lives.lock().insert(
             name.to_string(),
             JobLife {
@@ -674,7 +674,12 @@ impl Runtime {
     /// Stops a view's job and forgets its state. Caller holds the write lock and has
     /// checked dependencies.
     pub fn drop_view(&self, _w: &mut WriteState, name: &str) {
-        if let Some(view) = self.relations.lock().get(name).and_then(|r| r.view.clone()) {
+        if let Some(view) = self
+            .relations
+            .write()
+            .get(name)
+            .and_then(|r| r.view.clone())
+        {
             for uid in crate::deploy::state_uids(&view.graph) {
                 // The view is gone either way; leftover entries are dropped again
                 // before any job with the uid deploys.
@@ -687,7 +692,7 @@ impl Runtime {
     }
 
     fn remove_relation(&self, name: &str) {
-        let removed = self.relations.lock().remove(name);
+        let removed = self.relations.write().remove(name);
         self.lives.lock().remove(name);
         self.indexes.lock().remove(name);
         if let Some(rel) = removed {
@@ -716,7 +721,7 @@ impl Runtime {
         upstream: &[String],
         store: &Arc<RelationStore>,
     ) -> Option<tokio::task::JoinHandle<()>> {
-        let relations = self.relations.lock();
+        let relations = self.relations.write();
         for up in upstream {
             if let Some(u) = relations.get(up) {
                 u.hub.unsubscribe(job);
@@ -760,7 +765,7 @@ impl Runtime {
 
     /// A relation's store and, while a restarted job catches up, the one serving.
     fn stores_of(&self, relation: &str) -> Vec<Arc<RelationStore>> {
-        let relations = self.relations.lock();
+        let relations = self.relations.read();
         relations
             .get(relation)
             .map(|r| {
@@ -782,7 +787,7 @@ impl Runtime {
         range: &crate::store_index::KeyRange,
     ) -> Result<Option<(Epoch, RecordBatch)>> {
         let store = {
-            let relations = self.relations.lock();
+            let relations = self.relations.read();
             let Some(r) = relations.get(relation) else {
                 return Ok(None);
             };
@@ -793,7 +798,7 @@ impl Runtime {
 
     /// Committed contents of the named relations, all at one epoch.
     pub fn snapshot(&self, names: &[String]) -> Result<(Epoch, Vec<(String, RecordBatch)>)> {
-        let relations = self.relations.lock();
+        let relations = self.relations.read();
         let _consistent = self.coordinator.read_lock();
         let epoch = self.coordinator.committed_epoch();
         let mut out = Vec::with_capacity(names.len());
@@ -811,7 +816,7 @@ impl Runtime {
 
     /// Every job's status, for `SHOW JOBS`.
     pub fn jobs(&self) -> Vec<JobInfo> {
-        let relations = self.relations.lock();
+        let relations = self.relations.write();
         let lives = self.lives.lock();
         relations
             .iter()

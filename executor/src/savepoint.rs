@@ -67,7 +67,7 @@ pub struct RestoreReport {
 
 /// The view names (all running views when `only` is `None`) with their job ids.
 fn chosen_views(rt: &Runtime, only: Option<&[String]>) -> Result<Vec<(String, u64)>> {
-    let relations = rt.relations.lock();
+    let relations = rt.relations.write();
     match only {
         None => {
             let mut all: Vec<_> = relations
@@ -103,7 +103,7 @@ struct Saved {
 /// view and every table (so that a fresh server can be filled from it).
 fn chosen_jobs(rt: &Runtime, only: Option<&[String]>) -> Result<Vec<Saved>> {
     let views = chosen_views(rt, only)?;
-    let relations = rt.relations.lock();
+    let relations = rt.relations.write();
     let mut out = Vec::new();
     if only.is_none() {
         let mut tables: Vec<_> = relations.iter().filter(|(_, r)| r.view.is_none()).collect();
@@ -656,7 +656,7 @@ pub async fn explain_restore(
     for saved in targets(&sp, only)? {
         let spec = rt
             .relations
-            .lock()
+            .write()
             .get(&saved.name)
             .and_then(|r| r.view.clone())
             .ok_or_else(|| {
@@ -677,7 +677,7 @@ pub async fn explain_restore(
         out.push((saved.name.clone(), match_uids(saved, &spec)));
     }
     for t in fillable(rt, &w, &sp, only) {
-        let schema = rt.relations.lock().get(&t.name).map(|r| r.store.schema());
+        let schema = rt.relations.write().get(&t.name).map(|r| r.store.schema());
         if let Some(schema) = schema {
             out.push((t.name.clone(), match_table(t, &schema)));
         }
@@ -688,7 +688,7 @@ pub async fn explain_restore(
 /// The relations `view` reads that are not tables here (other views).
 fn views_read(rt: &Runtime, w: &WriteState, view: &str) -> Vec<String> {
     rt.relations
-        .lock()
+        .write()
         .get(view)
         .map(|r| r.upstream.clone())
         .unwrap_or_default()
@@ -724,7 +724,7 @@ fn fillable<'a>(
         .iter()
         .filter(|t| t.table)
         .filter(|t| w.table_ref(&t.name).is_some_and(|tw| tw.never_written()))
-        .filter(|t| rt.relations.lock().contains_key(&t.name))
+        .filter(|t| rt.relations.write().contains_key(&t.name))
         .collect()
 }
 
@@ -748,7 +748,7 @@ pub async fn restore(
     let filled: Vec<&SavepointView> = {
         let w = rt.lock_writes().await;
         let filled = fillable(rt, &w, &sp, only);
-        let relations = rt.relations.lock();
+        let relations = rt.relations.write();
         for t in &filled {
             if let Some((reader, _)) = relations
                 .iter()
@@ -772,7 +772,7 @@ pub async fn restore(
             }
             let upstream = rt
                 .relations
-                .lock()
+                .write()
                 .get(&saved.name)
                 .map(|r| r.upstream.clone())
                 .unwrap_or_default();
@@ -798,7 +798,7 @@ pub async fn restore(
         }
         let spec = rt
             .relations
-            .lock()
+            .write()
             .get(&saved.name)
             .and_then(|r| r.view.clone())
             .ok_or_else(|| ExecError::Internal(format!("{} is not running", saved.name)))?;
@@ -811,7 +811,7 @@ pub async fn restore(
     let mut fills = Vec::new();
     for t in filled {
         let (schema, job) = {
-            let relations = rt.relations.lock();
+            let relations = rt.relations.write();
             let r = relations
                 .get(&t.name)
                 .ok_or_else(|| ExecError::Internal(format!("{} is not running", t.name)))?;
@@ -846,7 +846,7 @@ impl Runtime {
         restored: RestoredJob,
     ) -> Result<Option<tokio::task::JoinHandle<()>>> {
         let (job, store) = {
-            let relations = self.relations.lock();
+            let relations = self.relations.write();
             let r = relations
                 .get(name)
                 .ok_or_else(|| ExecError::Internal(format!("{name} is not running")))?;

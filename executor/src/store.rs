@@ -17,7 +17,6 @@ use ahash::AHashMap as HashMap;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
-use parking_lot::Mutex;
 use std::collections::BTreeMap;
 
 /// Appended batches kept before small ones are merged.
@@ -228,7 +227,7 @@ struct StoreInner {
 
 pub struct RelationStore {
     name: String,
-    inner: Mutex<StoreInner>,
+    inner: parking_lot::RwLock<StoreInner>,
     /// False for an unstored source (`CREATE SOURCE` over a generator): its rows are a
     /// function of their index and are regenerated where needed, never kept here, so
     /// reading its contents is refused instead of answering with nothing.
@@ -239,7 +238,7 @@ impl RelationStore {
     pub fn new(name: &str, schema: SchemaRef) -> Result<Self> {
         Ok(Self {
             name: name.to_string(),
-            inner: Mutex::new(StoreInner {
+            inner: parking_lot::RwLock::new(StoreInner {
                 committed: RowMultiset::new(schema)?,
                 indexes: Vec::new(),
                 row_codec: None,
@@ -271,7 +270,7 @@ impl RelationStore {
     }
 
     pub fn schema(&self) -> SchemaRef {
-        self.inner.lock().committed.schema().clone()
+        self.inner.read().committed.schema().clone()
     }
 
     /// Called by a materialize actor at barrier `epoch` with its changes of that epoch.
@@ -279,7 +278,7 @@ impl RelationStore {
         if chunks.is_empty() || !self.keeps_rows {
             return;
         }
-        let mut inner = self.inner.lock();
+        let mut inner = self.inner.write();
         if inner.frozen {
             return;
         }
@@ -289,14 +288,14 @@ impl RelationStore {
     /// The job failed: drop changes of epochs not yet committed (they may be partial)
     /// and stop accepting new ones, so readers keep the last consistent contents.
     pub fn freeze(&self) {
-        let mut inner = self.inner.lock();
+        let mut inner = self.inner.write();
         inner.frozen = true;
         inner.staged.clear();
     }
 
     /// Loads restored rows (from a checkpoint) as committed contents.
     pub fn restore(&self, changes: &[StreamChunk]) -> Result<()> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.inner.write();
         inner
             .committed
             .reserve(changes.iter().map(|c| c.len()).sum());
@@ -310,7 +309,7 @@ impl RelationStore {
 
     /// The committed rows as a separate multiset sharing their bytes.
     pub fn committed_rows(&self) -> Result<RowMultiset> {
-        self.inner.lock().committed.share()
+        self.inner.write().committed.share()
     }
 
     /// Stored change batches (a checkpoint's rows) as chunks of this store's schema.
@@ -326,7 +325,7 @@ impl RelationStore {
 
     /// Applies every staged change up to and including `epoch`.
     pub fn commit(&self, epoch: Epoch) -> Result<()> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.inner.write();
         if inner.frozen {
             return Ok(());
         }
@@ -352,7 +351,7 @@ impl RelationStore {
                 ),
             ));
         }
-        let mut inner = self.inner.lock();
+        let mut inner = self.inner.write();
         if let Some(b) = &inner.cached {
             return Ok(b.clone());
         }
@@ -362,7 +361,7 @@ impl RelationStore {
     }
 
     pub fn row_count(&self) -> usize {
-        self.inner.lock().committed.len()
+        self.inner.read().committed.len()
     }
 
     /// Builds an index over the committed rows; commits keep it current from now on.
@@ -371,7 +370,7 @@ impl RelationStore {
         if !self.keeps_rows {
             return Ok(());
         }
-        let mut inner = self.inner.lock();
+        let mut inner = self.inner.write();
         let schema = inner.committed.schema().clone();
         let mut index = StoreIndex::new(spec, &schema)?;
         let current = inner.committed.to_batch()?;
@@ -384,13 +383,14 @@ impl RelationStore {
     }
 
     pub fn drop_index(&self, name: &str) {
-        self.inner.lock().indexes.retain(|i| i.spec.name != name);
+        self.inner.write().indexes.retain(|i| i.spec.name != name);
     }
 
     /// The committed rows `range` selects through index `index`, with their epoch;
     /// `None` when the store has no such index.
     pub fn lookup(&self, index: &str, range: &KeyRange) -> Result<Option<(Epoch, RecordBatch)>> {
-        let inner = self.inner.lock();
+        // A read lock: concurrent lookups do not exclude each other.
+        let inner = self.inner.read();
         let Some(idx) = inner.indexes.iter().find(|i| i.spec.name == index) else {
             return Ok(None);
         };

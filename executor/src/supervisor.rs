@@ -36,7 +36,7 @@ pub(crate) fn spawn(
             // Failing the job's health freezes its store and reports to `on_failure`.
             let found = rt
                 .relations
-                .lock()
+                .write()
                 .iter()
                 .find(|(_, r)| r.job == job)
                 .map(|(n, r)| (n.clone(), r.health.clone(), r.view.is_some()));
@@ -56,7 +56,7 @@ pub(crate) fn spawn(
 fn on_failure(rt: &Arc<Runtime>, job: u64, reason: String) {
     let Some((name, is_view)) = rt
         .relations
-        .lock()
+        .write()
         .iter()
         .find(|(_, r)| r.job == job)
         .map(|(n, r)| (n.clone(), r.view.is_some()))
@@ -108,7 +108,7 @@ fn on_failure(rt: &Arc<Runtime>, job: u64, reason: String) {
 
 /// The views to restart with `name`, upstream first.
 fn region(rt: &Runtime, name: &str) -> Vec<String> {
-    let relations = rt.relations.lock();
+    let relations = rt.relations.write();
     let full = rt.config.failover == FailoverStrategy::Full;
     // Creation order is not kept here; order by dependency instead.
     let mut chosen: Vec<String> = if full {
@@ -137,7 +137,7 @@ fn region(rt: &Runtime, name: &str) -> Vec<String> {
 
 /// Topological order: a view after every other listed view it reads.
 fn order_by_dependency(rt: &Runtime, mut chosen: Vec<String>) -> Vec<String> {
-    let relations = rt.relations.lock();
+    let relations = rt.relations.write();
     let mut ordered = Vec::with_capacity(chosen.len());
     while !chosen.is_empty() {
         let before = chosen.len();
@@ -195,7 +195,7 @@ pub(crate) async fn restart_with(
     let mut stopped = Vec::new();
     let mut uploaders = Vec::new();
     for v in &views {
-        let old = rt.relations.lock().get(v).and_then(|r| {
+        let old = rt.relations.write().get(v).and_then(|r| {
             r.view.clone().map(|s| {
                 (
                     s,
@@ -232,11 +232,11 @@ pub(crate) async fn restart_with(
         };
         let mut rel = crate::deploy::deploy_view(rt, &mut w, job, &v, spec, from).await?;
         rel.serving = Some(old_store);
-        rt.relations.lock().insert(v.clone(), rel);
+        rt.relations.write().insert(v.clone(), rel);
         rt.flush_locked(&mut w).await?;
         // Swap reads over to the restarted job only if it caught up healthy; one that
         // failed again keeps serving the contents it had when it first failed.
-        let healthy = match rt.relations.lock().get_mut(&v) {
+        let healthy = match rt.relations.write().get_mut(&v) {
             Some(r) if r.health.failure().is_none() => {
                 r.serving = None;
                 true

@@ -64,11 +64,18 @@ impl PlanCache {
 }
 
 /// DataFusion's expression planner, shared: SET expressions of point UPDATEs are
-/// planned and coerced with it, as the ordinary path would.
+/// parsed and coerced with it, as the ordinary path would. (A state is made once:
+/// `SessionContext::state` copies every function registry.)
 pub(crate) fn expression_context() -> &'static datafusion::prelude::SessionContext {
     static CONTEXT: LazyLock<datafusion::prelude::SessionContext> =
         LazyLock::new(crate::query::new_context);
     &CONTEXT
+}
+
+pub(crate) fn expression_state() -> &'static datafusion::execution::SessionState {
+    static STATE: LazyLock<datafusion::execution::SessionState> =
+        LazyLock::new(|| expression_context().state());
+    &STATE
 }
 
 /// `EXPLAIN` of a served statement, in the columns DataFusion's EXPLAIN has.

@@ -82,7 +82,7 @@ pub enum WriteAction {
     Delete,
     /// `(column, new value)`, the value a DataFusion expression over the old row
     /// whose placeholders are the statement's literals.
-    Update(Vec<(usize, DfExpr)>),
+    Update(super::write::SetList),
 }
 
 pub struct PointWrite {
@@ -329,7 +329,11 @@ fn plan_update(db: &Database, u: &Update) -> Option<PointWrite> {
         let expr = ctx.parse_sql_expr(&a.value.to_string(), &df_schema).ok()?;
         sets.push((column, expr));
     }
-    target.point_write(db, u.selection.as_ref()?, WriteAction::Update(sets))
+    target.point_write(
+        db,
+        u.selection.as_ref()?,
+        WriteAction::Update(super::write::SetList::new(sets)),
+    )
 }
 
 fn plan_delete(db: &Database, d: &Delete) -> Option<PointWrite> {
