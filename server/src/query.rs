@@ -134,18 +134,22 @@ pub fn snapshot_context_nowait(
     let (_, batches) = db.runtime().snapshot(&names).map_err(SqlError::from)?;
     let ctx = new_context();
     for (name, batch) in batches.into_iter().chain(overrides) {
-        // Registered all-nullable: NOT NULL is enforced by the table writer, with
-        // Postgres's error, not by DataFusion's INSERT planning.
-        let schema =
-            weir_planner::nullable_schema(&datafusion::common::DFSchema::try_from(batch.schema())?);
-        let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?;
-        let table = MemTable::try_new(schema, vec![vec![batch]])?;
-        ctx.register_table(name.as_str(), Arc::new(table))?;
+        ctx.register_table(name.as_str(), readable_table(batch)?)?;
     }
     if reads_catalog(stmt)? {
         pg_catalog::register_tables(&ctx, db)?;
     }
     Ok(ctx)
+}
+
+/// A relation's contents as the table a query reads. Registered all-nullable: NOT
+/// NULL is enforced by the table writer, with Postgres's error, not by DataFusion's
+/// INSERT planning.
+pub fn readable_table(batch: RecordBatch) -> SqlResult<Arc<MemTable>> {
+    let schema =
+        weir_planner::nullable_schema(&datafusion::common::DFSchema::try_from(batch.schema())?);
+    let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?;
+    Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
 }
 
 /// Plans `stmt` after rewriting the Postgres catalog syntax in it

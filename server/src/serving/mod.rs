@@ -3,9 +3,10 @@
 //! A statement's text is reduced to its shape (literals become placeholders, see
 //! [`shape`]); plans are cached per shape, shared by every session, and checked
 //! against the catalog's generation, so `SELECT ... WHERE id = 1` and `... = 2`, in
-//! the simple or the extended protocol, are planned once. A plan is either a point
-//! read through an index of a store ([`read`]), a point UPDATE / DELETE by primary
-//! key ([`write`]), or "not served": the ordinary path (DataFusion) runs it.
+//! the simple or the extended protocol, are planned once. A plan is a point read through an index
+//! of a store ([`read`]), a point UPDATE / DELETE by primary key ([`write`]), a
+//! SELECT's DataFusion plan kept for reuse ([`cached_query`]), or "other": the
+//! ordinary path parses, plans and runs it.
 //!
 //! Module map:
 //! - [`shape`]: the lexer that finds literals.
@@ -13,8 +14,10 @@
 //! - [`values`]: literals as key values and DataFusion scalars.
 //! - [`indexes`]: the indexes each relation's store keeps.
 //! - [`read`], [`write`]: running a served plan.
+//! - [`cached_query`]: other SELECTs, planned once per shape and re-run.
 //! - [`visibility`]: what a read waits for (read-your-writes, read-after-write).
 
+pub mod cached_query;
 pub mod indexes;
 pub mod plan;
 pub mod read;
@@ -43,7 +46,7 @@ pub struct PlanCache {
 
 impl PlanCache {
     /// The plan of `shape`, made now if the cache has none for this catalog generation.
-    fn plan_for(&self, db: &Database, shape: &str) -> Arc<Plan> {
+    async fn plan_for(&self, db: &Database, shape: &str) -> Arc<Plan> {
         let generation = db.catalog.read().generation();
         if let Some((g, plan)) = self.plans.read().get(shape) {
             if *g == generation {
@@ -51,7 +54,13 @@ impl PlanCache {
             }
         }
         let plan = Arc::new(match weir_planner::parse_statement(shape) {
-            Ok(weir_planner::WeirStatement::Sql(stmt)) => plan::plan(db, &stmt),
+            Ok(weir_planner::WeirStatement::Sql(stmt)) => match plan::plan(db, &stmt) {
+                Plan::Other => match cached_query::plan(db, shape, &stmt).await {
+                    Some(q) => Plan::Query(q),
+                    None => Plan::Other,
+                },
+                served => served,
+            },
             _ => Plan::Other,
         });
         let mut plans = self.plans.write();
@@ -110,10 +119,11 @@ pub async fn try_serve(
         return None;
     }
     let shape = shape::shape_of(sql)?;
-    let plan = db.serving.plan_for(db, &shape.text);
+    let plan = db.serving.plan_for(db, &shape.text).await;
     match plan.as_ref() {
         Plan::Read(p) => read::execute(db, session, p, &shape.literals).await,
         Plan::Write(p) => write::execute(db, session, p, &shape.literals).await,
+        Plan::Query(q) => cached_query::execute(db, session, q, &shape.literals).await,
         Plan::Explain(text) => Some(explain(text)),
         Plan::Other => None,
     }

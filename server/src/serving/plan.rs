@@ -28,6 +28,8 @@ pub enum Plan {
     Write(PointWrite),
     /// `EXPLAIN` of a served statement: how it is served.
     Explain(String),
+    /// A SELECT's DataFusion plan, kept for reuse (see `cached_query`).
+    Query(super::cached_query::CachedQuery),
     Other,
 }
 
