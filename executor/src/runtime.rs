@@ -229,6 +229,10 @@ impl Runtime {
     }
 }
 
+/// Barriers in flight past which a reader waits for one to commit instead of
+/// injecting another (see `Runtime::ensure_committed`).
+const ON_DEMAND_BARRIERS: u64 = 2;
+
 /// Moves the durable epoch forward (never back).
 fn advance(durable: &mut Epoch, epoch: Epoch) -> bool {
     let moved = epoch > *durable;
@@ -424,11 +428,11 @@ impl Runtime {
                 self.coordinator.wait_committed(epoch).await;
                 return Ok(());
             }
-            // One on-demand barrier in flight at a time: readers that arrive while one
-            // travels share the next, so the barrier rate stays bounded under load.
-            let in_flight = open - 1;
-            if self.coordinator.committed_epoch() < in_flight {
-                self.coordinator.wait_committed(in_flight).await;
+            // At most ON_DEMAND_BARRIERS in flight: readers that arrive meanwhile share
+            // the next one, so the barrier rate stays bounded under load.
+            let committed = self.coordinator.committed_epoch();
+            if (open - 1).saturating_sub(committed) >= ON_DEMAND_BARRIERS {
+                self.coordinator.wait_committed(committed + 1).await;
                 continue;
             }
             {
@@ -449,22 +453,12 @@ impl Runtime {
         let coordinator = self.coordinator.clone();
         let durable = self.durable_tx.clone();
         tokio::spawn(async move {
-            loop {
-                let logs = unsynced.clone();
-                let synced = tokio::task::spawn_blocking(move || {
-                    logs.iter().try_for_each(|(sync, end)| sync.sync_to(*end))
-                })
-                .await;
-                match synced {
-                    Ok(Ok(())) => break,
-                    Ok(Err(e)) => {
-                        tracing::error!(epoch, error = %e, "table log fsync failed; retrying")
-                    }
-                    Err(e) => {
-                        tracing::error!(epoch, error = %e, "table log fsync task failed; retrying")
-                    }
+            for (sync, end) in &unsynced {
+                // Shares the fsync with the statements waiting on the same log.
+                while let Err(e) = sync.wait_durable(*end).await {
+                    tracing::error!(epoch, error = %e, "table log fsync failed; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
             durable.send_if_modified(|d| advance(d, epoch));
             coordinator.ack_durable(epoch);

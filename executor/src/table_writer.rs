@@ -22,6 +22,9 @@ use tokio::sync::mpsc::Sender;
 use weir_storage::source_positions::SourcePositions;
 use weir_storage::TableLog;
 
+/// Smallest dead log prefix worth a rewrite (see [`TableWriter::truncate_log`]).
+pub const TRUNCATE_MIN_BYTES: u64 = 16 << 20;
+
 /// Largest chunk a table source emits.
 pub const SOURCE_CHUNK_ROWS: usize = 8192;
 /// Generator indexes made per chunk when an unstored source backfills a new view.
@@ -37,14 +40,7 @@ pub struct Durable {
 impl Durable {
     /// Returns once the entry is on disk (sharing the fsync with concurrent waiters).
     pub async fn wait(self) -> Result<()> {
-        let Durable { sync, end } = self;
-        if sync.covers(end) {
-            return Ok(());
-        }
-        tokio::task::spawn_blocking(move || sync.sync_to(end))
-            .await
-            .map_err(|e| ExecError::Internal(format!("log sync task failed: {e}")))??;
-        Ok(())
+        Ok(self.sync.wait_durable(self.end).await?)
     }
 }
 
@@ -210,9 +206,15 @@ impl TableWriter {
         self.log.start_offset()
     }
 
-    /// Drops log entries below `offset` (no retained checkpoint needs them).
+    /// Drops log entries below `offset` (no retained checkpoint needs them), once
+    /// they are worth it: dropping rewrites the entries kept (under the write lock),
+    /// so it waits until the dead prefix is at least as large as what is kept and past
+    /// [`TRUNCATE_MIN_BYTES`]. Copying is then paid at most once per byte written,
+    /// and a busy table does not stall its writers at every checkpoint.
     pub fn truncate_log(&mut self, offset: u64) -> Result<()> {
-        if offset > self.log.start_offset() {
+        let dead = offset.saturating_sub(self.log.start_offset());
+        let kept = self.log.end_offset().saturating_sub(offset);
+        if dead > 0 && dead >= kept && dead >= TRUNCATE_MIN_BYTES {
             self.log.truncate_below(offset)?;
             tracing::debug!(table = %self.name, offset, "table log truncated");
         }

@@ -41,6 +41,12 @@ pub struct LogSync {
     written: AtomicU64,
     /// Logical end of what is known to be on disk.
     synced: AtomicU64,
+    /// `synced`, published to async waiters after each fsync.
+    published: tokio::sync::watch::Sender<LogOffset>,
+    /// Set while a background fsync for async waiters runs: one at a time.
+    syncing: std::sync::atomic::AtomicBool,
+    /// The last background fsync's error (cleared by a successful one).
+    failure: Mutex<Option<String>>,
 }
 
 impl LogSync {
@@ -49,7 +55,47 @@ impl LogSync {
             file: Mutex::new(file.try_clone()?),
             written: AtomicU64::new(end),
             synced: AtomicU64::new(end),
+            published: tokio::sync::watch::channel(end).0,
+            syncing: std::sync::atomic::AtomicBool::new(false),
+            failure: Mutex::new(None),
         }))
+    }
+
+    /// Returns once every byte before `end` is on disk, without blocking a thread:
+    /// the first waiter starts one fsync on a blocking thread, which covers everything
+    /// written before it starts; the others await its result (group commit).
+    pub async fn wait_durable(self: &Arc<Self>, end: LogOffset) -> Result<()> {
+        let mut published = self.published.subscribe();
+        loop {
+            if self.covers(end) {
+                return Ok(());
+            }
+            if !self.syncing.swap(true, Ordering::AcqRel) {
+                let me = self.clone();
+                tokio::task::spawn_blocking(move || me.background_sync());
+            }
+            if published.changed().await.is_err() {
+                return Err(StorageError::Corrupt("table log closed".into()));
+            }
+            // The fsync we waited for failed: report it (a later call tries again).
+            let failure = self
+                .failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            if let (false, Some(e)) = (self.covers(end), failure) {
+                return Err(StorageError::Io(std::io::Error::other(e)));
+            }
+        }
+    }
+
+    fn background_sync(&self) {
+        let result = self.sync_to(self.written());
+        *self.failure.lock().unwrap_or_else(|p| p.into_inner()) =
+            result.err().map(|e| e.to_string());
+        self.syncing.store(false, Ordering::Release);
+        self.published
+            .send_replace(self.synced.load(Ordering::Acquire));
     }
 
     /// Returns once every byte before logical offset `end` is on disk. Blocking.
@@ -89,6 +135,7 @@ impl LogSync {
         *f = file.try_clone()?;
         self.written.store(end, Ordering::Release);
         self.synced.store(end, Ordering::Release);
+        self.published.send_replace(end);
         Ok(())
     }
 }
