@@ -269,7 +269,10 @@ mod tests {
             ),
         );
         assert_eq!(keys_of(&index, KeyRange::Point(vec![int(1)])), vec![1, 1]);
-        assert_eq!(keys_of(&index, KeyRange::Point(vec![int(2)])), vec![]);
+        assert_eq!(
+            keys_of(&index, KeyRange::Point(vec![int(2)])),
+            Vec::<i64>::new()
+        );
         let below_2 = KeyRange::Range {
             lower: Bound::Unbounded,
             upper: Bound::Excluded(int(2)),
@@ -285,7 +288,7 @@ mod tests {
             lower: Bound::Included(int(9)),
             upper: Bound::Included(int(3)),
         };
-        assert_eq!(keys_of(&index, inverted), vec![]);
+        assert_eq!(keys_of(&index, inverted), Vec::<i64>::new());
         apply(
             &mut index,
             &chunk(

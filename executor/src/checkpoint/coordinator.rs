@@ -188,8 +188,8 @@ impl CheckpointCoordinator {
             parallelism,
             self.max_parallelism,
             start,
-            self.durable.clone(),
-        );
+        )
+        .waiting_for(self.durable.clone());
         let weak: Weak<Self> = Arc::downgrade(self);
         let uploader = tokio::spawn(uploader.run(rx, move |done| {
             if let Some(c) = weak.upgrade() {

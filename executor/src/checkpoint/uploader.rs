@@ -82,8 +82,9 @@ pub struct JobUploader {
     carry: Vec<StateDelta>,
     retained: VecDeque<CheckpointMetadata>,
     /// The newest epoch whose table-log entries are on disk: `_metadata` records log
-    /// positions, so it is written only once they are durable.
-    durable: tokio::sync::watch::Receiver<Epoch>,
+    /// positions, so it is written only once they are durable (see
+    /// [`JobUploader::waiting_for`]).
+    durable: Option<tokio::sync::watch::Receiver<Epoch>>,
 }
 
 impl JobUploader {
@@ -95,7 +96,6 @@ impl JobUploader {
         parallelism: u32,
         max_parallelism: u32,
         start: JobStart,
-        durable: tokio::sync::watch::Receiver<Epoch>,
     ) -> Self {
         Self {
             job,
@@ -111,8 +111,14 @@ impl JobUploader {
                 .collect(),
             carry: start.carry,
             retained: start.retained.into_iter().collect(),
-            durable,
+            durable: None,
         }
+    }
+
+    /// Completes checkpoints only once `durable` reaches their epoch.
+    pub fn waiting_for(mut self, durable: tokio::sync::watch::Receiver<Epoch>) -> Self {
+        self.durable = Some(durable);
+        self
     }
 
     pub async fn run(
@@ -282,8 +288,10 @@ impl JobUploader {
         };
         // `_metadata` last: its presence marks the checkpoint complete. The log
         // positions it records must be on disk first.
-        if self.durable.wait_for(|d| *d >= epoch).await.is_err() {
-            return Err(crate::ExecError::Internal("runtime stopped".into()));
+        if let Some(durable) = &mut self.durable {
+            if durable.wait_for(|d| *d >= epoch).await.is_err() {
+                return Err(crate::ExecError::Internal("runtime stopped".into()));
+            }
         }
         let key = metadata_key(self.job, epoch);
         written.push(key.clone());
