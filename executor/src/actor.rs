@@ -393,13 +393,6 @@ impl Actor {
                 }
                 Event::Input(idx, Some(Message::Chunk(chunk)), stashed) => {
                     let started = Instant::now();
-                    // Aligned, with no cut under way: chunks already queued behind this
-                    // one are processed with it (many small writes, one pass).
-                    let chunk = if unaligned.is_none() && cut.is_none() && !stashed {
-                        coalesce_queued(&mut self.inputs[idx], &mut stash[idx], chunk)
-                    } else {
-                        chunk
-                    };
                     clock.records_in.inc_by(chunk.len() as u64);
                     // Stashed chunks were recorded when they were taken off the channel.
                     if let Some(c) = cut
@@ -758,53 +751,4 @@ async fn failpoints(job_name: &str) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     Ok(())
-}
-
-/// Queued messages taken with one chunk, at most.
-const COALESCE_MESSAGES: usize = 256;
-/// Rows a coalesced chunk stops growing at.
-const COALESCE_ROWS: usize = 8192;
-
-/// `first` followed by the chunks already queued on `rx`, as one chunk. Stops at the
-/// first other message (a barrier, watermark or marker), which is stashed to be read
-/// next, so the input's order is kept. Nothing waits: under light load a chunk goes on
-/// alone; under load, per-chunk costs are paid once per batch.
-fn coalesce_queued(
-    rx: &mut tokio::sync::mpsc::Receiver<Message>,
-    stash: &mut VecDeque<Option<Message>>,
-    first: StreamChunk,
-) -> StreamChunk {
-    let mut rows = first.len();
-    let mut chunks = vec![first];
-    while chunks.len() < COALESCE_MESSAGES && rows < COALESCE_ROWS {
-        match rx.try_recv() {
-            Ok(Message::Chunk(c)) => {
-                rows += c.len();
-                chunks.push(c);
-            }
-            Ok(other) => {
-                stash.push_back(Some(other));
-                break;
-            }
-            Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
-            Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
-                stash.push_back(None);
-                break;
-            }
-        }
-    }
-    if chunks.len() == 1 {
-        return chunks.pop().expect("one chunk");
-    }
-    match StreamChunk::concat(&chunks) {
-        Some(c) => c,
-        None => {
-            // Schemas differ (never expected on one input): keep them apart.
-            let mut rest = chunks.split_off(1);
-            for c in rest.drain(..).rev() {
-                stash.push_front(Some(Message::Chunk(c)));
-            }
-            chunks.pop().expect("one chunk")
-        }
-    }
 }

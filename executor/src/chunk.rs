@@ -38,15 +38,6 @@ pub struct StreamChunk {
 }
 
 impl StreamChunk {
-    /// One chunk holding `chunks` in order; `None` when their schemas differ.
-    pub fn concat(chunks: &[StreamChunk]) -> Option<StreamChunk> {
-        let schema = chunks.first()?.batch.schema();
-        let batches: Vec<&RecordBatch> = chunks.iter().map(|c| &c.batch).collect();
-        let batch = arrow::compute::concat_batches(&schema, batches).ok()?;
-        let ops = chunks.iter().flat_map(|c| c.ops.iter().copied()).collect();
-        Some(StreamChunk::new(ops, batch))
-    }
-
     pub fn new(ops: Vec<Op>, batch: RecordBatch) -> Self {
         debug_assert_eq!(ops.len(), batch.num_rows());
         Self {

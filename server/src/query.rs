@@ -213,8 +213,13 @@ pub async fn run_query(
     let plan = plan_statement(&ctx.state(), stmt).await?;
     let df = ctx.execute_logical_plan(plan).await?;
     let schema = pg_schema_with_aliases(df.schema().as_arrow(), &select_aliases(stmt));
-    let batches = df.collect().await?;
-    let batches = batches
+    let batches = with_schema(&schema, df.collect().await?)?;
+    Ok((schema, batches))
+}
+
+/// Result batches under the Postgres-named `schema` (same columns, new names).
+pub fn with_schema(schema: &SchemaRef, batches: Vec<RecordBatch>) -> SqlResult<Vec<RecordBatch>> {
+    Ok(batches
         .into_iter()
         .map(|b| {
             RecordBatch::try_new_with_options(
@@ -223,6 +228,5 @@ pub async fn run_query(
                 &arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows())),
             )
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((schema, batches))
+        .collect::<Result<Vec<_>, _>>()?)
 }

@@ -134,15 +134,6 @@ async fn run(
     // The analysed plan's types (coercion ran on the bound literals).
     let schema = query::pg_schema_with_aliases(&physical.schema(), &q.aliases);
     let batches = datafusion::physical_plan::collect(physical, state.task_ctx()).await?;
-    let batches = batches
-        .into_iter()
-        .map(|b| {
-            RecordBatch::try_new_with_options(
-                schema.clone(),
-                b.columns().to_vec(),
-                &arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows())),
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let batches = query::with_schema(&schema, batches)?;
     Ok(Output::Rows { schema, batches })
 }

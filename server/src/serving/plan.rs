@@ -135,24 +135,17 @@ impl Lookup {
                 lower,
                 upper,
             } => {
-                let mut parts = Vec::new();
-                if let Some((o, inclusive)) = lower {
-                    parts.push(format!(
-                        "{} {} {}",
-                        name(column),
-                        if *inclusive { ">=" } else { ">" },
-                        o.describe()
-                    ));
-                }
-                if let Some((o, inclusive)) = upper {
-                    parts.push(format!(
-                        "{} {} {}",
-                        name(column),
-                        if *inclusive { "<=" } else { "<" },
-                        o.describe()
-                    ));
-                }
-                parts.join(" AND ")
+                let bound = |b: &Option<(Operand, bool)>, strict: &str, inclusive: &str| {
+                    b.as_ref().map(|(o, incl)| {
+                        let op = if *incl { inclusive } else { strict };
+                        format!("{} {op} {}", name(column), o.describe())
+                    })
+                };
+                [bound(lower, ">", ">="), bound(upper, "<", "<=")]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(" AND ")
             }
         }
     }
