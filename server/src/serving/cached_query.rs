@@ -55,6 +55,17 @@ const VOLATILE: &[&str] = &[
     "to_timestamp",
 ];
 
+/// Whether a literal may follow `ORDER BY` / `GROUP BY`: there an integer is a column
+/// position (`ORDER BY 1`), which a placeholder would turn into a constant. Such
+/// shapes are not cached (conservatively: any literal after the first such clause).
+fn positional_literal(shape: &str) -> bool {
+    ["order by ", "group by "]
+        .iter()
+        .filter_map(|clause| shape.find(clause))
+        .min()
+        .is_some_and(|at| shape[at..].contains('$'))
+}
+
 /// Plans `stmt` (parsed from `shape`) for reuse, if it may be.
 pub async fn plan(db: &Database, shape: &str, stmt: &Statement) -> Option<CachedQuery> {
     if !matches!(stmt, Statement::Query(_)) || crate::pg_catalog::needs_catalog(stmt) {
@@ -63,7 +74,7 @@ pub async fn plan(db: &Database, shape: &str, stmt: &Statement) -> Option<Cached
     let volatile = shape
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
         .any(|w| VOLATILE.contains(&w));
-    if volatile {
+    if volatile || positional_literal(shape) {
         return None;
     }
     let mut stmt = stmt.clone();
@@ -136,4 +147,19 @@ async fn run(
     let batches = datafusion::physical_plan::collect(physical, state.task_ctx()).await?;
     let batches = query::with_schema(&schema, batches)?;
     Ok(Output::Rows { schema, batches })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn literals_after_order_or_group_by_are_not_placeholders() {
+        assert!(super::positional_literal("select a from t order by $1"));
+        assert!(super::positional_literal(
+            "select a, count(*) from t where a > $1 group by $2"
+        ));
+        assert!(!super::positional_literal(
+            "select a from t where a > $1 order by a"
+        ));
+        assert!(!super::positional_literal("select a from t where a > $1"));
+    }
 }
