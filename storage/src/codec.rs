@@ -15,7 +15,11 @@ pub fn encode_changes(ops: &[i8], batch: &RecordBatch) -> Result<Vec<u8>> {
 }
 
 /// Several change batches of one schema in one IPC stream: one atomic log entry for a
-/// statement that produced many batches.
+/// statement that produced many batches, or a checkpoint's delta of one uid.
+///
+/// Runs of small batches are merged into IPC batches of up to `COALESCE_ROWS` rows: a
+/// delta built from thousands of single-row statements would otherwise pay one IPC
+/// message (flatbuffer header, padding, allocations) per row. Order is kept.
 pub fn encode_change_batches(parts: &[(&[i8], &RecordBatch)]) -> Result<Vec<u8>> {
     let Some((_, first)) = parts.first() else {
         return Err(StorageError::Corrupt("no change batch to encode".into()));
@@ -24,14 +28,54 @@ pub fn encode_change_batches(parts: &[(&[i8], &RecordBatch)]) -> Result<Vec<u8>>
     let mut buf = Vec::new();
     {
         let mut w = StreamWriter::try_new(&mut buf, &schema)?;
-        for (ops, batch) in parts {
-            let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
-            columns.push(Arc::new(Int8Array::from(ops.to_vec())));
-            w.write(&RecordBatch::try_new(schema.clone(), columns)?)?;
+        for run in coalesced_runs(parts) {
+            w.write(&with_ops(&schema, run)?)?;
         }
         w.finish()?;
     }
     Ok(buf)
+}
+
+/// Rows per IPC batch up to which consecutive small change batches are merged.
+const COALESCE_ROWS: usize = 8192;
+
+/// Splits `parts` into consecutive runs of at most `COALESCE_ROWS` rows (a larger
+/// batch stays a run of its own).
+fn coalesced_runs<'a>(
+    parts: &'a [(&'a [i8], &'a RecordBatch)],
+) -> Vec<&'a [(&'a [i8], &'a RecordBatch)]> {
+    let mut runs = Vec::new();
+    let (mut start, mut rows) = (0, 0);
+    for (i, (_, batch)) in parts.iter().enumerate() {
+        if i > start && rows + batch.num_rows() > COALESCE_ROWS {
+            runs.push(&parts[start..i]);
+            (start, rows) = (i, 0);
+        }
+        rows += batch.num_rows();
+    }
+    runs.push(&parts[start..]);
+    runs
+}
+
+/// One run of change batches as a single batch of `schema` (the rows plus `__op`).
+fn with_ops(schema: &Arc<Schema>, run: &[(&[i8], &RecordBatch)]) -> Result<RecordBatch> {
+    let ops: Vec<i8> = run
+        .iter()
+        .flat_map(|(ops, _)| ops.iter().copied())
+        .collect();
+    let columns = (0..schema.fields().len() - 1)
+        .map(|c| {
+            let arrays: Vec<&dyn Array> = run.iter().map(|(_, b)| b.column(c).as_ref()).collect();
+            match arrays.as_slice() {
+                [one] => Ok(one.slice(0, one.len())),
+                many => arrow::compute::concat(many),
+            }
+        })
+        .chain(std::iter::once(Ok(
+            Arc::new(Int8Array::from(ops)) as ArrayRef
+        )))
+        .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 fn with_op_schema(batch: &RecordBatch) -> Arc<Schema> {
@@ -122,6 +166,38 @@ mod tests {
         let (ops, back) = decode_changes(&bytes).unwrap();
         assert_eq!(ops, vec![1, -1]);
         assert_eq!(back, batch);
+    }
+
+    fn ints(values: Vec<i32>) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int32, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int32Array::from(values))]).unwrap()
+    }
+
+    #[test]
+    fn many_small_batches_are_merged_in_order() {
+        // 20,000 single-row changes (a delta of single-row statements), then a large one.
+        let small: Vec<(Vec<i8>, RecordBatch)> = (0..20_000)
+            .map(|i| (vec![if i % 3 == 0 { -1 } else { 1 }], ints(vec![i])))
+            .collect();
+        let large = (vec![1i8; 10_000], ints((20_000..30_000).collect()));
+        let mut parts: Vec<(&[i8], &RecordBatch)> =
+            small.iter().map(|(o, b)| (o.as_slice(), b)).collect();
+        parts.push((large.0.as_slice(), &large.1));
+        let back = decode_change_batches(&encode_change_batches(&parts).unwrap()).unwrap();
+        // 8192 + 8192 + 3616 single rows, then the large batch on its own.
+        let sizes: Vec<usize> = back.iter().map(|(_, b)| b.num_rows()).collect();
+        assert_eq!(sizes, vec![8192, 8192, 3616, 10_000]);
+        let ops: Vec<i8> = back.iter().flat_map(|(o, _)| o.clone()).collect();
+        let expected_ops: Vec<i8> = parts.iter().flat_map(|(o, _)| o.to_vec()).collect();
+        assert_eq!(ops, expected_ops);
+        let values: Vec<i32> = back
+            .iter()
+            .flat_map(|(_, b)| {
+                let a = b.column(0).as_any().downcast_ref::<Int32Array>().unwrap();
+                a.values().to_vec()
+            })
+            .collect();
+        assert_eq!(values, (0..30_000).collect::<Vec<i32>>());
     }
 }
 
