@@ -14,6 +14,7 @@ use crate::barrier::Message;
 use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::store::RowMultiset;
+use ahash::AHashMap as HashMap;
 use ahash::AHashSet as HashSet;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -158,16 +159,40 @@ impl TableWriter {
     pub fn restore_keys(&mut self, changes: &[StreamChunk]) -> Result<()> {
         // The contents are replaced: an upsert index is rebuilt on its next use.
         self.upsert_index = None;
-        if let Some(pk) = &mut self.pk {
-            pk.keys.reserve(changes.iter().map(|c| c.len()).sum());
-        }
+        let Some(pk) = &mut self.pk else {
+            return Ok(());
+        };
+        // A checkpoint's changes are many statements' merged into large batches: an
+        // insert, its delete and a re-insert of one key can share a batch. Only their
+        // sum means anything, so keys are counted, not checked statement by statement
+        // (which assumes a statement's deletes come before its inserts).
+        let mut net: HashMap<Box<[u8]>, i64> = HashMap::new();
         for chunk in changes {
-            let pk_delta = self.check_primary_key(chunk)?;
-            if let (Some(pk), Some((removed, added))) = (&mut self.pk, pk_delta) {
-                for k in removed {
-                    pk.keys.remove(&k);
+            let cols: Vec<_> = pk
+                .columns
+                .iter()
+                .map(|&i| chunk.columns()[i].clone())
+                .collect();
+            let rows = pk.converter.convert_columns(&cols)?;
+            for (i, op) in chunk.ops.iter().enumerate() {
+                *net.entry(rows.row(i).as_ref().into()).or_insert(0) += op.sign();
+            }
+        }
+        for (key, n) in net {
+            let present = pk.keys.contains(&key) as i64 + n;
+            match present {
+                0 => {
+                    pk.keys.remove(&key);
                 }
-                pk.keys.extend(added);
+                1 => {
+                    pk.keys.insert(key);
+                }
+                _ => {
+                    return Err(ExecError::UniqueViolation(format!(
+                        "restored contents of \"{}\" hold one primary key {present} times",
+                        self.name
+                    )))
+                }
             }
         }
         Ok(())
@@ -546,4 +571,55 @@ pub fn decode_log_entries(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod restore_tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    fn writer(dir: &std::path::Path) -> TableWriter {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("g", DataType::Int64, false),
+        ]));
+        let (log, _) = TableLog::open(&dir.join("t.log")).unwrap();
+        let (tx, _rx) = tokio::sync::mpsc::channel(4);
+        TableWriter::new(1, "t", schema, vec![0], log, tx).unwrap()
+    }
+
+    fn chunk(ops: Vec<Op>, ids: Vec<i64>, gs: Vec<i64>) -> StreamChunk {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("g", DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(ids)),
+                Arc::new(Int64Array::from(gs)),
+            ],
+        )
+        .unwrap();
+        StreamChunk::new(ops, batch)
+    }
+
+    #[test]
+    fn a_merged_checkpoint_batch_restores_by_its_sum() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = writer(dir.path());
+        // INSERT 4, then UPDATE 4 (delete + insert), merged into one batch.
+        let merged = chunk(
+            vec![Op::Insert, Op::Delete, Op::Insert, Op::Insert],
+            vec![4, 4, 4, 5],
+            vec![0, 0, 1, 0],
+        );
+        w.restore_keys(&[merged]).unwrap();
+        assert_eq!(w.pk.as_ref().unwrap().keys.len(), 2);
+        // A key held twice is refused.
+        let twice = chunk(vec![Op::Insert], vec![5], vec![1]);
+        assert!(w.restore_keys(&[twice]).is_err());
+    }
 }
