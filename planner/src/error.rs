@@ -47,6 +47,23 @@ pub struct SqlError {
     pub message: String,
 }
 
+/// A parser error: nesting beyond the parser's recursion limit is a statement too
+/// complex (54001, as Postgres's "stack depth limit exceeded"), anything else a syntax
+/// error.
+pub fn parser_error(e: &datafusion::sql::sqlparser::parser::ParserError) -> SqlError {
+    use datafusion::sql::sqlparser::parser::ParserError;
+    match e {
+        ParserError::RecursionLimitExceeded => SqlError::new(
+            sqlstate::STATEMENT_TOO_COMPLEX,
+            "statement too complex: expressions are nested too deeply",
+        ),
+        other => SqlError::syntax(format!(
+            "syntax error: {}",
+            crate::statement::strip_parser_prefix(&other.to_string())
+        )),
+    }
+}
+
 impl SqlError {
     pub fn new(code: &'static str, message: impl Into<String>) -> Self {
         Self {
@@ -180,7 +197,7 @@ impl From<DataFusionError> for SqlError {
         }
         let e = e.find_root().clone_shallow();
         match &e {
-            DataFusionError::SQL(pe, _) => SqlError::syntax(format!("syntax error: {pe}")),
+            DataFusionError::SQL(pe, _) => parser_error(pe),
             DataFusionError::NotImplemented(m) => SqlError::unsupported(m.clone()),
             DataFusionError::SchemaError(se, _) => {
                 let msg = se.to_string();

@@ -401,12 +401,8 @@ fn strip_append_only(sql: &str) -> Option<String> {
 }
 
 fn parse_sqlparser(sql: &str) -> SqlResult<Statement> {
-    let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
-        SqlError::syntax(format!(
-            "syntax error: {}",
-            strip_parser_prefix(&e.to_string())
-        ))
-    })?;
+    let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .map_err(|e| crate::error::parser_error(&e))?;
     match stmts.len() {
         0 => Err(SqlError::syntax("empty statement")),
         1 => {
@@ -419,7 +415,7 @@ fn parse_sqlparser(sql: &str) -> SqlResult<Statement> {
     }
 }
 
-fn strip_parser_prefix(s: &str) -> String {
+pub(crate) fn strip_parser_prefix(s: &str) -> String {
     s.trim_start_matches("sql parser error: ").to_string()
 }
 

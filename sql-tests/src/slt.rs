@@ -1,6 +1,9 @@
 //! sqllogictest over the wire: every statement goes through tokio-postgres's simple
 //! query protocol, exactly as psql sends it, and values are compared as the text the
-//! server returned.
+//! server returned. Column types are checked too (the `I`, `R`, `T` letters of a
+//! `query` record): tokio-postgres's simple protocol does not expose the types, so a
+//! query that returns rows is also described (Parse + Describe, not executed) and its
+//! column types mapped to letters.
 
 use sqllogictest::{DBOutput, DefaultColumnType};
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -28,6 +31,35 @@ impl std::fmt::Display for PgError {
 }
 
 impl std::error::Error for PgError {}
+
+impl PgDb {
+    /// The type letters of `sql`'s `n` result columns, from the extended protocol's
+    /// description of the same statement.
+    async fn column_types(&self, sql: &str, n: usize) -> Result<Vec<DefaultColumnType>, PgError> {
+        let described = self.client.prepare(sql).await.map_err(PgError)?;
+        let types: Vec<DefaultColumnType> = described
+            .columns()
+            .iter()
+            .map(|c| type_letter(c.type_()))
+            .collect();
+        if types.len() != n {
+            // A statement that describes differently from what it returns: report it as
+            // untyped columns of the returned count, which no typed record accepts.
+            return Ok(vec![DefaultColumnType::Any; n]);
+        }
+        Ok(types)
+    }
+}
+
+/// sqllogictest's letters: `I` integers, `R` floating point and numeric, `T` the rest.
+fn type_letter(t: &tokio_postgres::types::Type) -> DefaultColumnType {
+    use tokio_postgres::types::Type;
+    match *t {
+        Type::INT2 | Type::INT4 | Type::INT8 | Type::OID => DefaultColumnType::Integer,
+        Type::FLOAT4 | Type::FLOAT8 | Type::NUMERIC => DefaultColumnType::FloatingPoint,
+        _ => DefaultColumnType::Text,
+    }
+}
 
 #[async_trait::async_trait]
 impl sqllogictest::AsyncDB for PgDb {
@@ -60,7 +92,7 @@ impl sqllogictest::AsyncDB for PgDb {
         }
         match columns {
             Some(n) => Ok(DBOutput::Rows {
-                types: vec![DefaultColumnType::Any; n],
+                types: self.column_types(sql, n).await?,
                 rows,
             }),
             None => Ok(DBOutput::StatementComplete(affected)),

@@ -51,8 +51,8 @@ pub async fn settle(server: &WeirProcess, acked: &Mutex<Acked>) {
 }
 
 /// Streams writes from `start_id` on until the server goes away; returns how many were
-/// acknowledged. A writer that cannot connect panics: a round whose writer never
-/// wrote must not pass.
+/// acknowledged. A writer that cannot connect, or whose statement the server answers
+/// with an error, panics: only a lost connection (the kill) ends a round.
 pub async fn stream_writes(port: u16, start_id: i64, acked: Arc<Mutex<Acked>>) -> u64 {
     let client = crate::process::connect_port(port)
         .await
@@ -68,8 +68,10 @@ pub async fn stream_writes(port: u16, start_id: i64, acked: Arc<Mutex<Acked>>) -
         } else {
             format!("INSERT INTO t VALUES ({id}, {g})")
         };
-        if client.batch_execute(&sql).await.is_err() {
-            return acknowledged;
+        match client.batch_execute(&sql).await {
+            Ok(()) => {}
+            Err(e) if e.as_db_error().is_some() => panic!("{sql}: refused: {e}"),
+            Err(_) => return acknowledged,
         }
         acknowledged += 1;
         let mut a = acked.lock().unwrap();

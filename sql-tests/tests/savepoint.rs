@@ -214,6 +214,21 @@ async fn savepoint_errors_change_nothing() {
     let r = &report["per_group"];
     assert!(r[1].contains("per_group.hashagg"), "started empty: {r:?}");
     assert!(r[2].contains("per_group.hashagg"), "ignored: {r:?}");
+    // Started empty at the savepoint's log positions, the new aggregation holds only
+    // what was written after the savepoint (nothing), not the table's 500 rows...
+    assert_eq!(
+        rows(&c, "SELECT g, n, s FROM per_group").await,
+        Vec::<Vec<String>>::new(),
+        "per_group should have started empty"
+    );
+    // ...and runs on from there.
+    insert_range(&c, 501, 501).await;
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(
+        rows(&c, "SELECT g, n, s FROM per_group").await,
+        vec![vec!["6".to_string(), "1".into(), "1503".into()]]
+    );
+    // The other view was not touched.
     assert_eq!(
         value(&c, "SELECT count(*) FROM big").await,
         value(&c, "SELECT count(*) FROM t WHERE v > 3000").await

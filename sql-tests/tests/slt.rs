@@ -9,6 +9,21 @@ async fn run_file(path: PathBuf, parallelism: u32) -> Result<(), String> {
     let server = WeirProcess::start(&dir.path().join("data"), parallelism).await;
     let port = server.port;
     let mut runner = sqllogictest::Runner::new(move || weir_sql_tests::slt::connect(port));
+    // Column type letters are compared, not ignored (the crate's default).
+    runner.with_column_validator(sqllogictest::strict_column_validator);
+    if std::env::var("WEIR_SLT_UPDATE").is_ok_and(|v| v == "1") && parallelism == 1 {
+        // Rewrites the file with the answers the server gave (review the diff).
+        return runner
+            .update_test_file(
+                &path,
+                " ",
+                sqllogictest::default_validator,
+                sqllogictest::default_normalizer,
+                sqllogictest::strict_column_validator,
+            )
+            .await
+            .map_err(|e| format!("{}: {e}", path.display()));
+    }
     if let Err(e) = runner.run_file_async(&path).await {
         return Err(format!(
             "{} at parallelism {parallelism} failed:\n{}\nserver log tail:\n{}",
