@@ -83,7 +83,7 @@ fn oracle_sql<'a>(name: &str, sql: &'a str) -> &'a str {
 
 #[derive(Default)]
 struct Oracle {
-    t1: BTreeMap<i32, (i32, i64, Option<String>)>,
+    t1: BTreeMap<i32, (Option<i32>, Option<i64>, Option<String>)>,
     t2: BTreeMap<i32, (String, Option<i32>)>,
 }
 
@@ -154,11 +154,32 @@ impl Oracle {
     }
 }
 
-/// Rows as sorted text, numbers normalized so that 2 and 2.0 compare equal, and
-/// Arrow's timestamps (`1970-01-01T00:05:00`) written as Postgres writes them.
-fn normalize(v: &str) -> String {
-    match v.parse::<f64>() {
-        Ok(f) if v != "NaN" => format!("{:.6}", f),
+/// How a column's values are compared: integers exactly as text (so an integer
+/// column that comes back as `105.0` differs), floating point and numeric values at 6
+/// decimals (so `105`, `105.0` and `105.0000000000000000` of a float or numeric column
+/// agree), the rest as text. The kind is the oracle's column type.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Integer,
+    Real,
+    Other,
+}
+
+fn kind_of(t: &DataType) -> Kind {
+    if t.is_integer() {
+        Kind::Integer
+    } else if t.is_floating() || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)) {
+        Kind::Real
+    } else {
+        Kind::Other
+    }
+}
+
+/// A value as compared: see [`Kind`]; Arrow's timestamps (`1970-01-01T00:05:00`) are
+/// written as Postgres writes them.
+fn normalize(v: &str, kind: Kind) -> String {
+    match (kind, v.parse::<f64>()) {
+        (Kind::Real, Ok(f)) if v != "NaN" => format!("{:.6}", f),
         _ if v.len() >= 19 && v.as_bytes()[10] == b'T' && v.as_bytes()[4] == b'-' => {
             format!("{} {}", &v[..10], &v[11..])
         }
@@ -166,7 +187,7 @@ fn normalize(v: &str) -> String {
     }
 }
 
-async fn weir_rows(client: &Client, sql: &str) -> Vec<Vec<String>> {
+async fn weir_rows(client: &Client, sql: &str, kinds: &[Kind]) -> Vec<Vec<String>> {
     let mut rows: Vec<Vec<String>> = client
         .simple_query(sql)
         .await
@@ -175,7 +196,10 @@ async fn weir_rows(client: &Client, sql: &str) -> Vec<Vec<String>> {
         .filter_map(|m| match m {
             SimpleQueryMessage::Row(r) => Some(
                 (0..r.len())
-                    .map(|i| normalize(r.get(i).unwrap_or("NULL")))
+                    .map(|i| {
+                        let kind = kinds.get(i).copied().unwrap_or(Kind::Other);
+                        normalize(r.get(i).unwrap_or("NULL"), kind)
+                    })
                     .collect(),
             ),
             _ => None,
@@ -185,21 +209,30 @@ async fn weir_rows(client: &Client, sql: &str) -> Vec<Vec<String>> {
     rows
 }
 
-async fn oracle_rows(ctx: &SessionContext, sql: &str) -> Vec<Vec<String>> {
-    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+/// The oracle's rows (as [`weir_rows`]) and its column kinds.
+async fn oracle_rows(ctx: &SessionContext, sql: &str) -> (Vec<Vec<String>>, Vec<Kind>) {
+    let frame = ctx.sql(sql).await.unwrap();
+    let kinds: Vec<Kind> = frame
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| kind_of(f.data_type()))
+        .collect();
+    let batches = frame.collect().await.unwrap();
     let mut rows = Vec::new();
     for b in batches {
         for r in 0..b.num_rows() {
             rows.push(
                 b.columns()
                     .iter()
-                    .map(|c| {
+                    .zip(&kinds)
+                    .map(|(c, kind)| {
                         if c.is_null(r) {
                             "NULL".to_string()
                         } else if let DataType::List(_) = c.data_type() {
                             postgres_array(&c.as_list::<i32>().value(r))
                         } else {
-                            normalize(&array_value_to_string(c, r).unwrap())
+                            normalize(&array_value_to_string(c, r).unwrap(), *kind)
                         }
                     })
                     .collect(),
@@ -207,7 +240,7 @@ async fn oracle_rows(ctx: &SessionContext, sql: &str) -> Vec<Vec<String>> {
         }
     }
     rows.sort();
-    rows
+    (rows, kinds)
 }
 
 /// An array as Postgres writes it (`{1,NULL,3}`), for elements that need no quotes.
@@ -222,6 +255,10 @@ fn postgres_array(values: &ArrayRef) -> String {
         })
         .collect();
     format!("{{{}}}", items.join(","))
+}
+
+fn sql_value<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "NULL".into())
 }
 
 fn sql_text(s: &Option<String>) -> String {
@@ -262,23 +299,32 @@ async fn run(seed: u64, parallelism: u32, steps: usize) {
             let mut vals = Vec::new();
             for _ in 0..n {
                 next_id += 1;
-                let g = rng.random_range(0..6);
-                let v = rng.random_range(-50..200i64);
+                // NULL group keys and values too: one in eight and one in ten.
+                let g = (rng.random_range(0..8) > 0).then(|| rng.random_range(0..6));
+                let v = (rng.random_range(0..10) > 0).then(|| rng.random_range(-50..200i64));
                 let s =
                     (rng.random_range(0..5) > 0).then(|| words[rng.random_range(0..4)].to_string());
-                vals.push(format!("({next_id}, {g}, {v}, {})", sql_text(&s)));
+                vals.push(format!(
+                    "({next_id}, {}, {}, {})",
+                    sql_value(g),
+                    sql_value(v),
+                    sql_text(&s)
+                ));
                 oracle.t1.insert(next_id, (g, v, s));
             }
             format!("INSERT INTO t1 VALUES {}", vals.join(", "))
         } else if op < 6 {
             let keys: Vec<i32> = oracle.t1.keys().copied().collect();
             let id = keys[rng.random_range(0..keys.len())];
-            let g = rng.random_range(0..6);
+            let g = (rng.random_range(0..8) > 0).then(|| rng.random_range(0..6));
             let dv = rng.random_range(-20..20i64);
             let row = oracle.t1.get_mut(&id).unwrap();
             row.0 = g;
-            row.1 += dv;
-            format!("UPDATE t1 SET g = {g}, v = v + {dv} WHERE id = {id}")
+            row.1 = row.1.map(|v| v + dv);
+            format!(
+                "UPDATE t1 SET g = {}, v = v + {dv} WHERE id = {id}",
+                sql_value(g)
+            )
         } else if op < 7 {
             let keys: Vec<i32> = oracle.t1.keys().copied().collect();
             let lo = keys[rng.random_range(0..keys.len())];
@@ -317,8 +363,8 @@ async fn run(seed: u64, parallelism: u32, steps: usize) {
             let ctx = oracle.context().await;
             let live: &[(&str, &str)] = if created_late { VIEWS } else { early };
             for (name, sql) in live {
-                let got = weir_rows(&client, &format!("SELECT * FROM {name}")).await;
-                let want = oracle_rows(&ctx, oracle_sql(name, sql)).await;
+                let (want, kinds) = oracle_rows(&ctx, oracle_sql(name, sql)).await;
+                let got = weir_rows(&client, &format!("SELECT * FROM {name}"), &kinds).await;
                 assert_eq!(
                     got, want,
                     "view {name} differs from the batch answer (seed {seed}, parallelism {parallelism}, step {step})"
