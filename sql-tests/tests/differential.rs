@@ -81,10 +81,10 @@ fn oracle_sql<'a>(name: &str, sql: &'a str) -> &'a str {
         .unwrap_or(sql)
 }
 
-#[derive(Default)]
 /// A row of t1 without its id: (g, v, s), each possibly NULL.
 type T1Row = (Option<i32>, Option<i64>, Option<String>);
 
+#[derive(Default)]
 struct Oracle {
     t1: BTreeMap<i32, T1Row>,
     t2: BTreeMap<i32, (String, Option<i32>)>,
