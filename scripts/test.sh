@@ -17,27 +17,37 @@ export RUST_BACKTRACE="${RUST_BACKTRACE:-0}"
 . ./scripts/prereqs.sh
 need_test_tools
 
-# Waits until something listens on loopback port $1, for at most $2 tenths of a second.
+# Waits until something listens on loopback port $1, for at most $2 tenths of a second;
+# a service that does not come up fails the run, showing its log $3.
 wait_for_port() {
   for _ in $(seq 1 "$2"); do
     if (echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null; then return; fi
     sleep 0.1
   done
+  echo "the service for port $1 did not come up; the end of its log ($3):" >&2
+  tail -50 "$3" >&2 || true
+  exit 1
 }
 
-S3_PORT="${WEIR_TEST_S3_PORT:-5055}"
-"$VENV/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >"${TMPDIR:-/tmp}/weir-moto.log" 2>&1 &
+# A free loopback port (the kernel picks it), so that a port in use never clashes.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+LOGS="${TMPDIR:-/tmp}"
+S3_PORT="${WEIR_TEST_S3_PORT:-$(free_port)}"
+"$VENV/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >"$LOGS/weir-moto.log" 2>&1 &
 MOTO_PID=$!
 trap 'kill $MOTO_PID 2>/dev/null || true' EXIT
-wait_for_port "$S3_PORT" 100
+wait_for_port "$S3_PORT" 100 "$LOGS/weir-moto.log"
 export WEIR_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
 
 # A Kafka-protocol broker (tansu, see scripts/kafka-broker.sh).
-KAFKA_PORT="${WEIR_TEST_KAFKA_PORT:-9192}"
-./scripts/kafka-broker.sh "$KAFKA_PORT" >"${TMPDIR:-/tmp}/weir-tansu.log" 2>&1 &
+KAFKA_PORT="${WEIR_TEST_KAFKA_PORT:-$(free_port)}"
+./scripts/kafka-broker.sh "$KAFKA_PORT" >"$LOGS/weir-tansu.log" 2>&1 &
 KAFKA_PID=$!
 trap 'kill $MOTO_PID $KAFKA_PID 2>/dev/null || true' EXIT
-wait_for_port "$KAFKA_PORT" 1200 # up to 2 minutes: the first run installs it
+wait_for_port "$KAFKA_PORT" 1200 "$LOGS/weir-tansu.log" # up to 2 minutes: the first run installs it
 export WEIR_TEST_KAFKA_BROKER="127.0.0.1:$KAFKA_PORT"
 
 cargo fmt --all -- --check

@@ -1,7 +1,7 @@
 //! The blackhole sink against a real server: it receives the relation's contents and
 //! every change (counted by its actors' `numRecordsIn`), and it is back after kill -9.
 
-use weir_sql_tests::query::rows;
+use weir_sql_tests::query::{rows, wait_until};
 use weir_sql_tests::WeirProcess;
 
 /// Sum of `weir_numRecordsIn` over the actors of `job`.
@@ -32,7 +32,15 @@ async fn blackhole_sink_receives_every_change_and_survives_kill_9() {
     .unwrap();
     // The 1,000 rows it started from, 500 inserts and 100 deletes.
     assert_eq!(records_in(&server.metrics().await, "drain"), 1600.0);
-    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    // A checkpoint of the sink completed after those changes, so that the restart
+    // resumes from it (a condition, not a sleep).
+    let completed = |r: &[Vec<String>]| {
+        r.iter()
+            .filter(|r| r[1] == "drain" && r[2] == "COMPLETED")
+            .count()
+    };
+    let before = completed(&rows(&c, "SHOW CHECKPOINTS").await);
+    wait_until(&c, "SHOW CHECKPOINTS", 30, |r| completed(r) > before).await;
     server.restart().await;
     let c = server.connect().await;
     assert_eq!(

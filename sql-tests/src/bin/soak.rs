@@ -43,16 +43,27 @@ async fn main() {
     let acked = Arc::new(Mutex::new(Acked::default()));
     let mut passed = 0;
     let started = Instant::now();
+    // Seeded kill moments: the seed is printed, `WEIR_KILL_SEED` repeats a run.
+    let mut rng = weir_sql_tests::process::kill_rng();
     for round in 0..rounds {
         let writer = tokio::spawn(stream_writes(
             server.port,
             1 + round as i64 * 1_000_000,
             acked.clone(),
         ));
-        let wait = rand::rng().random_range(200..2500);
+        let wait = rng.random_range(200..2500);
         tokio::time::sleep(Duration::from_millis(wait)).await;
         server.kill9();
-        let _ = writer.await;
+        // A round whose writer wrote nothing (or whose statement was refused) fails.
+        let written = writer.await.unwrap_or(0);
+        if written == 0 {
+            println!(
+                "round {}: FAILED: no write acknowledged before the kill",
+                round + 1
+            );
+            settle(&server, &acked).await;
+            continue;
+        }
         let restart = Instant::now();
         server.restart().await;
         // Serving again: the first query answered (recovery runs before it is).
