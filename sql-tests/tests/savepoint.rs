@@ -173,7 +173,16 @@ async fn savepoint_errors_change_nothing() {
                 .await
         }
     });
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // Wait until the savepoint is being taken: dropping one that does not exist is
+    // refused as busy (55006) only then (3B001 otherwise), and changes nothing.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while error_code(&c, "DROP SAVEPOINT never_taken").await != "55006" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the savepoint never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     assert_eq!(
         error_code(&c, "RESTORE ALL FROM SAVEPOINT s").await,
         "55006"
