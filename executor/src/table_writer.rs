@@ -51,6 +51,18 @@ pub struct PrimaryKey {
     keys: HashSet<Box<[u8]>>,
 }
 
+impl PrimaryKey {
+    /// The chunk's primary keys in row format, one per row.
+    fn encode(&self, chunk: &StreamChunk) -> Result<arrow::row::Rows> {
+        let cols: Vec<_> = self
+            .columns
+            .iter()
+            .map(|&i| chunk.columns()[i].clone())
+            .collect();
+        Ok(self.converter.convert_columns(&cols)?)
+    }
+}
+
 pub struct TableWriter {
     pub id: u64,
     pub name: String,
@@ -168,12 +180,7 @@ impl TableWriter {
         // (which assumes a statement's deletes come before its inserts).
         let mut net: HashMap<Box<[u8]>, i64> = HashMap::new();
         for chunk in changes {
-            let cols: Vec<_> = pk
-                .columns
-                .iter()
-                .map(|&i| chunk.columns()[i].clone())
-                .collect();
-            let rows = pk.converter.convert_columns(&cols)?;
+            let rows = pk.encode(chunk)?;
             for (i, op) in chunk.ops.iter().enumerate() {
                 *net.entry(rows.row(i).as_ref().into()).or_insert(0) += op.sign();
             }
@@ -489,12 +496,7 @@ impl TableWriter {
         chunk: &StreamChunk,
     ) -> Result<Option<(Vec<Box<[u8]>>, Vec<Box<[u8]>>)>> {
         let Some(pk) = &self.pk else { return Ok(None) };
-        let cols: Vec<_> = pk
-            .columns
-            .iter()
-            .map(|&i| chunk.columns()[i].clone())
-            .collect();
-        let rows = pk.converter.convert_columns(&cols)?;
+        let rows = pk.encode(chunk)?;
         let mut removed: HashSet<Box<[u8]>> = HashSet::new();
         let mut added: HashSet<Box<[u8]>> = HashSet::new();
         for (i, op) in chunk.ops.iter().enumerate() {
