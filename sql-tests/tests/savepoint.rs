@@ -165,18 +165,33 @@ async fn savepoint_errors_change_nothing() {
     c.batch_execute("SET failpoint.object-store.put = 'stall'")
         .await
         .unwrap();
-    let taking = tokio::spawn({
-        let port = server.port;
-        async move {
+    let port = server.port;
+    let spawn_taking = move || {
+        tokio::spawn(async move {
             let c = weir_sql_tests::process::connect_port(port).await.unwrap();
             c.batch_execute("SAVEPOINT busy FOR MATERIALIZED VIEW big")
                 .await
-        }
-    });
+        })
+    };
+    let mut taking = spawn_taking();
     // Wait until the savepoint is being taken: dropping one that does not exist is
-    // refused as busy (55006) only then (3B001 otherwise), and changes nothing.
+    // refused as busy (55006) only then (3B001 otherwise), and changes nothing. The
+    // probe itself holds the savepoint lock for a moment, so the SAVEPOINT may collide
+    // with it and be refused as busy; then it is started again.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while error_code(&c, "DROP SAVEPOINT never_taken").await != "55006" {
+        if taking.is_finished() {
+            let refused = taking
+                .await
+                .unwrap()
+                .expect_err("the savepoint finished although every upload stalls");
+            assert_eq!(
+                refused.code().map(|c| c.code()),
+                Some("55006"),
+                "only a collision with the probe may refuse the savepoint: {refused}"
+            );
+            taking = spawn_taking();
+        }
         assert!(
             std::time::Instant::now() < deadline,
             "the savepoint never started"
