@@ -3,6 +3,8 @@
 # catch it, and reverts the plant: the test failing is the expected outcome.
 #
 #   ./scripts/plant-bug.sh <bug>      # bugs: grant-ok avg-float restore-nothing ack-before-write
+#                                     #       kafka-commit-twice (needs the broker: WEIR_TEST_KAFKA_BROKER,
+#                                     #       WEIR_TEST_S3_ENDPOINT as ./scripts/test.sh exports them)
 #
 # Exits 0 when the test failed (the bug was caught), 1 when it passed. Needs a clean
 # tree in server/, executor/ and storage/ (it reverts them with git checkout).
@@ -10,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
-bug="${1:?usage: plant-bug.sh grant-ok|avg-float|restore-nothing|ack-before-write}"
+bug="${1:?usage: plant-bug.sh grant-ok|avg-float|restore-nothing|ack-before-write|kafka-commit-twice}"
 if ! git diff --quiet -- server executor storage; then
   echo "server/, executor/ or storage/ has changes: commit or stash them first" >&2
   exit 2
@@ -57,6 +59,10 @@ case $bug in
                 held: None,
                 sync:'
     test=crash ;;
+  kafka-commit-twice) # recovery ignores the commit marker: committed batches again
+    replace executor/src/operators/two_phase.rs 'if marker.is_some_and(|m| b.seq <= m) {' \
+      'if marker.is_some_and(|m| b.seq <= m) && b.seq == u64::MAX {'
+    test=kafka_exactly_once ;;
   *) echo "unknown bug $bug" >&2; exit 2 ;;
 esac
 git diff --stat -- server executor storage

@@ -246,10 +246,17 @@ fn kafka_sink_spec(
     let mut primary_key = None;
     let mut guarantee = DeliveryGuarantee::AtLeastOnce;
     let mut properties = BTreeMap::new();
+    let mut transactional_id_prefix = "weir".to_string();
     for (k, v) in options {
         match k.as_str() {
             "connector" | "type" => {}
             "topic" => topic = Some(v.clone()),
+            "sink.transactional-id-prefix" if !v.is_empty() => {
+                transactional_id_prefix = v.clone()
+            }
+            "sink.transactional-id-prefix" => {
+                return Err(invalid("sink.transactional-id-prefix must not be empty".into()))
+            }
             "properties.bootstrap.server" | "properties.bootstrap.servers" => {
                 bootstrap = Some(v.clone())
             }
@@ -274,7 +281,7 @@ fn kafka_sink_spec(
             }
             other => match other.strip_prefix("properties.") {
                 Some("transactional.id") => return Err(invalid(
-                    "properties.transactional.id is derived from the sink's uid; leave it unset"
+                    "properties.transactional.id is derived from the sink's uid; set sink.transactional-id-prefix instead"
                         .into(),
                 )),
                 Some(p) => {
@@ -312,6 +319,7 @@ fn kafka_sink_spec(
         guarantee,
         schema: Arc::new(schema.clone()),
         properties,
+        transactional_id_prefix,
     })
 }
 

@@ -1,12 +1,17 @@
 //! The test Kafka-protocol broker (tansu, started by `scripts/test.sh`, which exports
 //! `WEIR_TEST_KAFKA_BROKER`): topics, producing, and reading a partition to its end.
 
+use crate::query::value;
+use crate::WeirProcess;
+use rand::Rng;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub fn broker() -> String {
@@ -102,21 +107,86 @@ pub fn json(id: i64) -> Vec<u8> {
     format!(r#"{{"id": {id}, "g": {}, "v": {}}}"#, id % 7, id * 10).into_bytes()
 }
 
-/// Produces [`json`] records `ids` over 3 partitions in chunks of 200, pausing `pause`
-/// after each, on a thread of its own: ingestion that lasts through a test's kills.
-pub fn produce_paced(
-    topic: &str,
-    ids: std::ops::Range<i64>,
-    pause: Duration,
-) -> std::thread::JoinHandle<()> {
-    let topic = topic.to_string();
-    std::thread::spawn(move || {
-        let p = producer();
-        for chunk in ids.collect::<Vec<_>>().chunks(200) {
-            let recs: Vec<(i32, Vec<u8>)> =
-                chunk.iter().map(|&i| ((i % 3) as i32, json(i))).collect();
-            produce(&p, &topic, &recs);
-            std::thread::sleep(pause);
-        }
-    })
+/// [`json`] records produced from `first` on, over 3 partitions, in chunks with a
+/// pause after each, on a thread of its own until stopped: ingestion that lasts exactly
+/// as long as a test's kills.
+pub struct Production {
+    /// The next id to produce: `first..next` are on the broker.
+    next: Arc<AtomicI64>,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Production {
+    pub fn start(topic: &str, first: i64, chunk: i64, pause: Duration) -> Production {
+        let next = Arc::new(AtomicI64::new(first));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let (topic, next, stop) = (topic.to_string(), next.clone(), stop.clone());
+            move || {
+                let p = producer();
+                while !stop.load(Ordering::SeqCst) {
+                    let from = next.load(Ordering::SeqCst);
+                    let recs: Vec<(i32, Vec<u8>)> = (from..from + chunk)
+                        .map(|i| ((i % 3) as i32, json(i)))
+                        .collect();
+                    produce(&p, &topic, &recs);
+                    next.store(from + chunk, Ordering::SeqCst);
+                    std::thread::sleep(pause);
+                }
+            }
+        });
+        Production { next, stop, thread }
+    }
+
+    /// The ids produced so far are `first..produced()`.
+    pub fn produced(&self) -> i64 {
+        self.next.load(Ordering::SeqCst)
+    }
+
+    /// Stops producing; returns the end (exclusive) of the ids produced.
+    pub fn stop(self) -> i64 {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().expect("producer thread");
+        self.next.load(Ordering::SeqCst)
+    }
+}
+
+/// `kills` × `kill -9` (and restart) while `production` writes into the table that
+/// `count_sql` counts, at random moments (seeded, see [`crate::process::kill_rng`]).
+/// Each kill waits until the restarted server ingested something new (progress) while
+/// produced records are not yet in the table (in flight), and fails after 60 s without.
+/// Returns, per kill, how many records were in flight.
+pub async fn kill_while_ingesting(
+    server: &mut WeirProcess,
+    production: &Production,
+    kills: u64,
+    count_sql: &str,
+) -> Vec<i64> {
+    let mut rng = crate::process::kill_rng();
+    let mut in_flight = Vec::new();
+    for k in 0..kills {
+        let c = server.connect().await;
+        let before: i64 = value(&c, count_sql).await.parse().unwrap();
+        tokio::time::sleep(Duration::from_millis(rng.random_range(100..600))).await;
+        // Kill once the restarted server ingested something new and produced records
+        // are waiting to be ingested (the reader keeps up, so this can take a few polls).
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let waiting = loop {
+            let n: i64 = value(&c, count_sql).await.parse().unwrap();
+            let waiting = production.produced() - n;
+            if n > before && waiting > 0 {
+                break waiting;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "kill {k}: in 60 s since the restart, never ingesting with records in flight \
+                 ({before} rows before, {n} now, {waiting} waiting)"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        in_flight.push(waiting);
+        server.restart().await;
+    }
+    in_flight
 }

@@ -7,7 +7,8 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use std::time::Duration;
 use tokio_postgres::Client;
 use weir_sql_tests::kafka::{
-    broker, create_topic, json, produce, produce_paced, producer, read_messages, read_topic,
+    broker, create_topic, json, kill_while_ingesting, produce, producer, read_messages, read_topic,
+    Production,
 };
 use weir_sql_tests::process::kills_from_env;
 use weir_sql_tests::query::{error_code, rows, value};
@@ -100,21 +101,19 @@ async fn ingest_exactly_once_across_kill_9(name: &str, config: &str, kills: u64)
         .await
         .contains("weir_sourceBadRecords{job=\"events\"} 3"));
 
-    // Records keep coming while the server is killed again and again
-    // (`WEIR_KAFKA_KILLS=20` for a longer run than the default suite's; production is
-    // paced so that it lasts through the kills).
+    // Records keep coming while the server is killed again and again, each kill while
+    // produced records are still on their way into the table.
     let kills = kills_from_env("WEIR_KAFKA_KILLS", kills);
-    let total = 9000i64;
-    let writer = produce_paced(
-        &topic,
-        3000..total,
-        Duration::from_millis(20 * (kills / 5).max(1)),
-    );
-    for k in 0..kills {
-        tokio::time::sleep(Duration::from_millis(150 + 97 * (k % 7))).await;
-        server.restart().await;
-    }
-    writer.join().unwrap();
+    let production = Production::start(&topic, 3000, 20, Duration::from_millis(20));
+    let in_flight = kill_while_ingesting(
+        &mut server,
+        &production,
+        kills,
+        "SELECT count(*) FROM events",
+    )
+    .await;
+    let total = production.stop();
+    eprintln!("{name}: {kills} kills, {total} records; in flight at each kill: {in_flight:?}");
     let c = server.connect().await;
     wait_for(&c, "SELECT count(*) FROM events", &(total).to_string()).await;
     assert_eq!(
@@ -132,14 +131,14 @@ async fn ingest_exactly_once_across_kill_9(name: &str, config: &str, kills: u64)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_records_reach_the_table_and_view_exactly_once_across_kill_9() {
     let config = "[execution.checkpointing]\ninterval = \"300ms\"\n";
-    ingest_exactly_once_across_kill_9("events", config, 5).await;
+    ingest_exactly_once_across_kill_9("events", config, 20).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_with_checkpoints_on_s3() {
     let bucket = format!("weir-kafka-{}", std::process::id());
     let config = weir_sql_tests::s3::checkpoint_config(&bucket, "kafka", "300ms").await;
-    ingest_exactly_once_across_kill_9("events-s3", &config, 5).await;
+    ingest_exactly_once_across_kill_9("events-s3", &config, 20).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -199,7 +198,20 @@ async fn bad_records_fail_policy_csv_latest_and_option_errors() {
     )
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Once its reader has resolved where "latest" is (it logs that it reads), every
+    // record produced after is read.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !server
+        .log()
+        .lines()
+        .any(|l| l.contains("kafka source reading") && l.contains("table=late"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reader of late never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     produce(&p, &late, &[(0, json(3))]);
     wait_for(&c, "SELECT count(*) FROM late WHERE id = 3", "1").await;
     assert_eq!(

@@ -45,6 +45,10 @@ pub struct KafkaSinkSpec {
     pub schema: arrow::datatypes::SchemaRef,
     /// `properties.*` options, passed to librdkafka as they are.
     pub properties: BTreeMap<String, String>,
+    /// `sink.transactional-id-prefix` (Flink's option): the exactly-once sink's
+    /// transactional id is `<prefix>-<uid>` and its marker group `<prefix>-sink-<uid>`,
+    /// so two databases writing to one Kafka cluster must use different prefixes.
+    pub transactional_id_prefix: String,
 }
 
 pub struct KafkaSinkOperator {
@@ -78,8 +82,8 @@ impl KafkaSinkOperator {
                     topic: spec.topic.clone(),
                     bootstrap_servers: spec.bootstrap_servers.clone(),
                     properties: spec.properties.clone(),
-                    transactional_id: format!("weir-{}", ctx.uid),
-                    marker_group: format!("weir-sink-{}", ctx.uid),
+                    transactional_id: format!("{}-{}", spec.transactional_id_prefix, ctx.uid),
+                    marker_group: format!("{}-sink-{}", spec.transactional_id_prefix, ctx.uid),
                 });
                 Mode::ExactlyOnce(Box::new(Staging::start(&spec.sink, Arc::new(target), ctx)?))
             }

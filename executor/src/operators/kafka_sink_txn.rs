@@ -20,6 +20,16 @@
 //! `read_committed` reader skips on a real Kafka broker. Every record carries its batch
 //! number in the header `weir.batch` and its transaction attempt in `weir.txn` (unique
 //! per producer run and transaction), so a reader can tell a batch's attempts apart.
+//!
+//! The committed attempts form a chain an auditor can follow without trusting the
+//! broker to hide aborted records. Attempts are numbered (`weir.txn`: the producer
+//! run's start in milliseconds × 1,000,000 + a counter), each transaction also commits
+//! its attempt number as the offset of a second group, `<marker group>.attempt`, and
+//! every record names in `weir.prev` the attempt whose commit it follows (empty for the
+//! first). Walking back from that offset gives exactly the committed transactions;
+//! their batches must be numbered on from 0 to the marker without a repeat or a gap.
+//! (Offset metadata would have been the natural place for the attempt, but the test
+//! broker drops it.)
 
 use super::two_phase::{Staged, TwoPhaseTarget};
 use crate::error::{ExecError, Result};
@@ -49,14 +59,47 @@ pub struct TxnTarget {
     pub marker_group: String,
 }
 
-/// The transactional producer with its marker group.
+/// The transactional producer with its marker groups.
 struct Txn {
     target: TxnTarget,
     producer: BaseProducer,
+    /// `marker_group`: the last committed batch.
     group: ConsumerGroupMetadata,
-    /// Unique per producer run: with `attempts`, the `weir.txn` header.
-    run: String,
-    attempts: AtomicU64,
+    /// `<marker_group>.attempt`: the attempt that committed it.
+    attempt_group: ConsumerGroupMetadata,
+    /// The next attempt number (unique across runs, see the module doc).
+    next_attempt: AtomicU64,
+    /// The attempt of the last committed transaction: the `weir.prev` header of the
+    /// next one.
+    last_committed: Mutex<String>,
+}
+
+/// A committed offset of `group` for partition 0 of `topic`, and the group's metadata
+/// (to commit in a transaction).
+fn committed_offset(
+    target: &TxnTarget,
+    group: &str,
+) -> Result<(Option<u64>, ConsumerGroupMetadata)> {
+    let err = kafka_err(&target.sink);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &target.bootstrap_servers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(&err)?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(&target.topic, 0);
+    let committed = consumer
+        .committed_offsets(tpl, KAFKA_TIMEOUT)
+        .map_err(&err)?;
+    let offset = match committed.elements().first().map(|e| e.offset()) {
+        Some(Offset::Offset(n)) if n >= 0 => Some(n as u64),
+        _ => None,
+    };
+    let metadata = consumer
+        .group_metadata()
+        .ok_or_else(|| ExecError::Internal("kafka sink: no consumer group metadata".into()))?;
+    Ok((offset, metadata))
 }
 
 /// The Kafka target: its producer exists once recovery has fenced the previous one.
@@ -119,37 +162,20 @@ impl Txn {
         c.set("transactional.id", &target.transactional_id);
         let producer: BaseProducer = c.create().map_err(&err)?;
         producer.init_transactions(KAFKA_TIMEOUT).map_err(&err)?;
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &target.bootstrap_servers)
-            .set("group.id", &target.marker_group)
-            .set("enable.auto.commit", "false")
-            .create()
-            .map_err(&err)?;
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&target.topic, 0);
-        let committed = consumer
-            .committed_offsets(tpl, KAFKA_TIMEOUT)
-            .map_err(&err)?;
-        let marker = match committed.elements().first().map(|e| e.offset()) {
-            Some(Offset::Offset(n)) if n >= 0 => Some(n as u64),
-            _ => None,
-        };
-        let group = consumer
-            .group_metadata()
-            .ok_or_else(|| ExecError::Internal("kafka sink: no consumer group metadata".into()))?;
+        let (marker, group) = committed_offset(&target, &target.marker_group)?;
+        let (last_attempt, attempt_group) =
+            committed_offset(&target, &format!("{}.attempt", target.marker_group))?;
+        let run_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         Ok((
             Txn {
                 target,
                 producer,
                 group,
-                run: format!(
-                    "{}.{}",
-                    std::process::id(),
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_nanos())
-                ),
-                attempts: AtomicU64::new(0),
+                attempt_group,
+                next_attempt: AtomicU64::new(run_ms.saturating_mul(1_000_000)),
+                last_committed: Mutex::new(last_attempt.map(|a| a.to_string()).unwrap_or_default()),
             },
             marker,
         ))
@@ -159,11 +185,9 @@ impl Txn {
     fn commit(&self, batches: &[Staged]) -> Result<()> {
         let err = kafka_err(&self.target.sink);
         let last = batches.last().map(|b| b.seq).unwrap_or_default();
-        let attempt = format!(
-            "{}.{}",
-            self.run,
-            self.attempts.fetch_add(1, Ordering::SeqCst)
-        );
+        let attempt_number = self.next_attempt.fetch_add(1, Ordering::SeqCst);
+        let attempt = attempt_number.to_string();
+        let prev = self.last_committed.lock().clone();
         self.producer.begin_transaction().map_err(&err)?;
         let written = (|| {
             for b in batches {
@@ -177,6 +201,10 @@ impl Txn {
                         .insert(Header {
                             key: "weir.txn",
                             value: Some(attempt.as_str()),
+                        })
+                        .insert(Header {
+                            key: "weir.prev",
+                            value: Some(prev.as_str()),
                         });
                     let mut record =
                         BaseRecord::<[u8], [u8]>::to(&self.target.topic).headers(headers);
@@ -196,12 +224,22 @@ impl Txn {
             self.producer
                 .send_offsets_to_transaction(&marker, &self.group, KAFKA_TIMEOUT)
                 .map_err(&err)?;
+            let mut attempt_marker = TopicPartitionList::new();
+            attempt_marker
+                .add_partition_offset(&self.target.topic, 0, Offset::Offset(attempt_number as i64))
+                .map_err(&err)?;
+            self.producer
+                .send_offsets_to_transaction(&attempt_marker, &self.attempt_group, KAFKA_TIMEOUT)
+                .map_err(&err)?;
             self.producer
                 .commit_transaction(KAFKA_TIMEOUT)
                 .map_err(&err)
         })();
-        if written.is_err() {
-            let _ = self.producer.abort_transaction(KAFKA_TIMEOUT);
+        match &written {
+            Ok(()) => *self.last_committed.lock() = attempt,
+            Err(_) => {
+                let _ = self.producer.abort_transaction(KAFKA_TIMEOUT);
+            }
         }
         written
     }

@@ -175,7 +175,14 @@ fn start_offsets(
             None if !initial => Offset::Beginning,
             None => match &spec.startup {
                 StartupMode::Earliest => Offset::Beginning,
-                StartupMode::Latest => Offset::End,
+                // Resolved now, not at the first fetch: records produced once the
+                // reader logged "kafka source reading" are all read.
+                StartupMode::Latest => {
+                    let (_, high) = consumer
+                        .fetch_watermarks(&spec.topic, p, METADATA_TIMEOUT)
+                        .map_err(kafka_err)?;
+                    Offset::Offset(high)
+                }
                 StartupMode::Timestamp(ms) => {
                     by_time
                         .add_partition_offset(&spec.topic, p, Offset::Offset(*ms))
