@@ -1,7 +1,8 @@
 //! The file sink, exactly once across `kill -9`: a table and a view over it write JSON
 //! lines files (the table's rows as FORMAT PLAIN, the view's changes as FORMAT
 //! DEBEZIUM) to a local folder, and to the S3 endpoint (moto, started by
-//! `scripts/test.sh`), while the server is killed after every batch of writes. The
+//! `scripts/test.sh`), while the server is killed (20 times by default, `WEIR_SINK_KILLS`)
+//! after batches of writes, each time with acknowledged rows not yet committed. The
 //! committed files (the folder's top level) must hold every row exactly once and
 //! replay to exactly the view's rows, numbered without a gap, with no pending file left.
 
@@ -69,28 +70,41 @@ async fn file_sink_exactly_once_across_kill_9(
         )
     };
     // Each round's INSERT is acknowledged (durable in the table's log); the kill then
-    // lands while its changes are in the pipeline, being staged or being committed.
+    // lands, at a random moment, while acknowledged rows are not yet in a committed
+    // part (asserted: if the sink caught up, another INSERT goes first).
+    let rows = ObjectStorage::open(&format!("{base}/rows"), s3).unwrap();
+    let changes = ObjectStorage::open(&format!("{base}/changes"), s3).unwrap();
     let mut rng = kill_rng();
+    let mut inserted = 0i64;
+    let mut in_flight = Vec::new();
     for k in 0..kills {
         let c = server.connect().await;
-        c.batch_execute(&insert(k as i64 * per_round))
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(rng.random_range(50..800))).await;
+        c.batch_execute(&insert(inserted)).await.unwrap();
+        inserted += per_round;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..500))).await;
+        loop {
+            let committed: usize = parts(&rows).await.0.iter().map(|(_, l)| l.len()).sum();
+            if (committed as i64) < inserted {
+                in_flight.push(inserted - committed as i64);
+                break;
+            }
+            assert!(
+                inserted < (k as i64 + 10) * per_round,
+                "kill {k}: the sink keeps committing everything at once"
+            );
+            c.batch_execute(&insert(inserted)).await.unwrap();
+            inserted += per_round;
+        }
         server.restart().await;
     }
     let c = server.connect().await;
-    c.batch_execute(&insert(kills as i64 * per_round))
-        .await
-        .unwrap();
-    let total = (kills as i64 + 1) * per_round;
+    c.batch_execute(&insert(inserted)).await.unwrap();
+    let total = inserted + per_round;
     wait_until(&c, "SELECT count(*) FROM events", 30, |r| {
         r[0][0] == total.to_string()
     })
     .await;
 
-    let rows = ObjectStorage::open(&format!("{base}/rows"), s3).unwrap();
-    let changes = ObjectStorage::open(&format!("{base}/changes"), s3).unwrap();
     let oracle = per_g_oracle(total);
     let mut last = (vec![], 0, vec![], 0);
     for _ in 0..150 {
@@ -136,7 +150,7 @@ async fn file_sink_exactly_once_across_kill_9(
     );
     assert_eq!((rp, cp), (0, 0), "pending files left after every commit");
     eprintln!(
-        "file sink: {kills} kills; {} + {} committed parts",
+        "file sink: {kills} kills, {total} rows; acknowledged but uncommitted at each kill: {in_flight:?}; {} + {} committed parts",
         r.len(),
         ch.len()
     );
@@ -147,7 +161,7 @@ async fn file_sink_writes_each_change_once_across_kill_9() {
     let out = tempfile::tempdir().unwrap();
     let config = "[execution.checkpointing]\ninterval = \"300ms\"\n";
     let base = out.path().display().to_string();
-    file_sink_exactly_once_across_kill_9(config, &base, &S3Settings::default(), 5).await;
+    file_sink_exactly_once_across_kill_9(config, &base, &S3Settings::default(), 20).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -161,5 +175,5 @@ async fn file_sink_on_s3_with_checkpoints_on_s3() {
         secret_access_key: Some("testing".into()),
         allow_http: true,
     };
-    file_sink_exactly_once_across_kill_9(&config, &format!("s3://{bucket}/out"), &s3, 5).await;
+    file_sink_exactly_once_across_kill_9(&config, &format!("s3://{bucket}/out"), &s3, 20).await;
 }
