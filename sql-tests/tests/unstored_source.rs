@@ -48,7 +48,7 @@ async fn unstored_sources_regenerate_rows_for_views_and_recovery() {
         .replace("FROM bid B", "FROM bid_ref B");
     assert_ne!(q7, q7_ref);
     c.batch_execute(&format!(
-        "CREATE SOURCE bid ({BID}, {wm}) WITH ({opts}, nexmark.max.events.per.second = '100000', nexmark.split.num = '2');
+        "CREATE SOURCE bid ({BID}, {wm}) WITH ({opts}, nexmark.max.events.per.second = '50000', nexmark.split.num = '2');
          CREATE TABLE bid_ref ({BID}) WITH ({opts});
          CREATE MATERIALIZED VIEW per_auction AS
            SELECT auction, count(*) AS n, max(price) AS top FROM bid GROUP BY auction;
@@ -58,9 +58,30 @@ async fn unstored_sources_regenerate_rows_for_views_and_recovery() {
     ))
     .await
     .unwrap();
+    // A savepoint while generating (after a first checkpoint), restored at the end.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let generated = "SELECT coalesce(sum(n), 0) FROM per_auction";
+    while value(&c, generated).await == "0"
+        || !rows(&c, "SHOW CHECKPOINTS")
+            .await
+            .iter()
+            .any(|r| r[1] == "per_auction" && r[2] == "COMPLETED")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint of per_auction"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.batch_execute("SAVEPOINT early").await.unwrap();
     // Killed while generating: the source resumes after its last logged range and the
     // views replay the ranges after their checkpoints, regenerating those rows.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let generated: i64 = value(&c, "SELECT sum(n) FROM per_auction")
+        .await
+        .parse()
+        .unwrap();
+    assert!(generated < 276000, "generation ended before the kill");
+    eprintln!("killed with {generated} of 276000 bids counted");
     server.restart().await;
     let c = server.connect().await;
     let metrics = server.metrics().await;
@@ -167,13 +188,28 @@ async fn unstored_sources_regenerate_rows_for_views_and_recovery() {
         sorted(&c, "SELECT * FROM some_bids").await,
         sorted(&c, q_some).await
     );
-    // A savepoint holds the views' state and the source's position (no rows); a
-    // restore replays the ranges after it, regenerating them.
-    c.batch_execute("SAVEPOINT sp").await.unwrap();
-    c.batch_execute("RESTORE ALL FROM SAVEPOINT sp")
-        .await
-        .unwrap();
-    assert_eq!(value(&c, "SELECT sum(n) FROM per_auction").await, "276000");
+    // A savepoint holds the views' state and the source's position (no rows): the
+    // one taken while generating rewinds the views to then, and the restore replays
+    // every range after it, regenerating those rows.
+    let report = rows(&c, "RESTORE ALL FROM SAVEPOINT early").await;
+    let restored: Vec<&str> = report.iter().map(|r| r[0].as_str()).collect();
+    for view in ["per_auction", "some_bids", "q7"] {
+        assert!(restored.contains(&view), "{view} not restored: {report:?}");
+    }
+    wait_until(&c, "SELECT sum(n) FROM per_auction", 60, |r| {
+        r[0][0] == "276000"
+    })
+    .await;
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(
+        sorted(&c, "SELECT * FROM per_auction").await,
+        sorted(&c, q_auction).await
+    );
+    assert_eq!(
+        sorted(&c, "SELECT * FROM some_bids").await,
+        sorted(&c, q_some).await
+    );
+    assert_eq!(sorted(&c, "SELECT * FROM q7").await, q7_rows);
     assert_per_bidder_equals_its_twin(&c).await;
     // DROP SOURCE: refused while a view reads it, then done.
     assert_eq!(error_code(&c, "DROP SOURCE seq").await, "2BP01");
