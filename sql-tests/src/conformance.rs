@@ -49,6 +49,8 @@ pub struct FileResult {
     /// subqueries that are cross joins in disguise), refused with 0A000 and the reason:
     /// listed with the reason, counted apart from passes and failures.
     pub mv_refused: Vec<(String, &'static str)>,
+    /// The second mode: queries that passed as views, created before loading.
+    pub views_first: crate::views_first::ViewsFirst,
 }
 
 /// Refusals the issue asks materialized views to make: (text of the error, reason).
@@ -91,14 +93,14 @@ async fn as_view(client: &tokio_postgres::Client, n: usize, sql: &str) -> ViewOu
     }
 }
 
-/// Creates the view and compares it; errors carry the SQLSTATE when the server sent one.
-async fn create_and_compare(
+/// Creates `sql` as the materialized view `name`; errors carry the SQLSTATE when the
+/// server sent one.
+pub(crate) async fn create_view(
     client: &tokio_postgres::Client,
-    n: usize,
+    name: &str,
     sql: &str,
 ) -> Result<(), (Option<String>, String)> {
     let plain = |e: String| (None, e);
-    let name = format!("conformance_mv_{n}");
     let sql = sql.trim().trim_end_matches(';');
     // Columns named by the harness: SQLite's queries repeat expressions (`a+1, a+1`),
     // which Postgres names alike and refuses as a view's columns.
@@ -118,7 +120,19 @@ async fn create_and_compare(
         .map_err(|e| match e.as_db_error() {
             Some(d) => (Some(d.code().code().to_string()), d.message().to_string()),
             None => plain(e.to_string()),
-        })?;
+        })
+}
+
+/// Creates the view and compares it; errors carry the SQLSTATE when the server sent one.
+async fn create_and_compare(
+    client: &tokio_postgres::Client,
+    n: usize,
+    sql: &str,
+) -> Result<(), (Option<String>, String)> {
+    let plain = |e: String| (None, e);
+    let name = format!("conformance_mv_{n}");
+    create_view(client, &name, sql).await?;
+    let sql = sql.trim().trim_end_matches(';');
     let result = async {
         client
             .batch_execute("FLUSH")
@@ -146,7 +160,15 @@ async fn create_and_compare(
     result
 }
 
-pub async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
+/// Runs one file: its records, each passing query also as a materialized view, and
+/// every `views_first_stride`-th query equal as a view again in the second mode
+/// ([`crate::views_first`]).
+pub async fn run_file(
+    path: &Path,
+    display: &str,
+    tmp: &Path,
+    views_first_stride: usize,
+) -> FileResult {
     let is_sqlite = display.starts_with("sqlite/");
     let source = if is_sqlite {
         let copy = tmp.join(path.file_name().unwrap());
@@ -179,7 +201,11 @@ pub async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
         mv_failed: 0,
         mv_first_failures: vec![],
         mv_refused: vec![],
+        views_first: Default::default(),
     };
+    // For the second mode: the records that count, and the queries equal as views.
+    let mut replay = Vec::new();
+    let mut candidates = Vec::new();
     // Every passing query is also compared as a materialized view (both suites).
     let client = Some(server.connect().await);
     let mut views = 0usize;
@@ -217,6 +243,10 @@ pub async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
             }
         }
         let is_query = matches!(record, Record::Query { .. });
+        let ordinal = replay.len();
+        if sql.is_some() {
+            replay.push((ordinal, record.clone()));
+        }
         let outcome = runner.run_async(record).await;
         if sql.is_some() {
             match outcome {
@@ -225,7 +255,16 @@ pub async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
                     if let (Some(client), Some(sql), true) = (&client, &sql, is_query) {
                         views += 1;
                         match as_view(client, views, sql).await {
-                            ViewOutcome::Equal => res.mv_passed += 1,
+                            ViewOutcome::Equal => {
+                                res.mv_passed += 1;
+                                if views.is_multiple_of(views_first_stride) {
+                                    candidates.push(crate::views_first::Candidate {
+                                        ordinal,
+                                        loc: loc.clone(),
+                                        sql: sql.clone(),
+                                    });
+                                }
+                            }
                             ViewOutcome::Refused(reason) => {
                                 res.mv_refused.push((loc.clone(), reason));
                             }
@@ -262,6 +301,11 @@ pub async fn run_file(path: &Path, display: &str, tmp: &Path) -> FileResult {
             }
         }
     }
+    drop(client);
+    drop(runner);
+    drop(server);
+    let data = tmp.join(format!("views-first-{}", display.replace('/', "_")));
+    res.views_first = crate::views_first::run(replay, candidates, &data).await;
     res
 }
 
@@ -297,7 +341,9 @@ pub async fn run_suite(dir: &Path, filter: &str) -> Vec<FileResult> {
             continue;
         }
         eprintln!("running {rel}");
-        results.push(run_file(&path, &rel, tmp.path()).await);
+        // SQLite's 5,000 view queries: every 10th in the second mode (time).
+        let stride = if rel.starts_with("sqlite/") { 10 } else { 1 };
+        results.push(run_file(&path, &rel, tmp.path(), stride).await);
     }
     results
 }
@@ -307,6 +353,16 @@ pub fn view_totals(results: &[FileResult]) -> (usize, usize) {
     results
         .iter()
         .fold((0, 0), |(p, f), r| (p + r.mv_passed, f + r.mv_failed))
+}
+
+/// (passed, failed) of the views created before loading, over all files.
+/// (passed, failed, passed with no write after creation) of the views created before
+/// loading, over all files.
+pub fn views_first_totals(results: &[FileResult]) -> (usize, usize, usize) {
+    results.iter().fold((0, 0, 0), |(p, f, u), r| {
+        let v = &r.views_first;
+        (p + v.passed, f + v.failed, u + v.unwritten)
+    })
 }
 
 /// Queries refused as materialized views by design, over all files.
@@ -354,6 +410,18 @@ pub fn report(results: &[FileResult]) -> String {
         ));
         for r in results {
             for f in &r.mv_first_failures {
+                out.push_str(&format!("- {f}\n"));
+            }
+        }
+    }
+    let (fp, ff, fu) = views_first_totals(results);
+    if fp + ff > 0 {
+        out.push_str(&format!(
+            "\nViews created before loading (every change reaches them): {fp} of {} equal their SELECT ({fu} of them saw no write: their file writes nothing after their relations exist)\n",
+            fp + ff
+        ));
+        for r in results {
+            for f in &r.views_first.first_failures {
                 out.push_str(&format!("- {f}\n"));
             }
         }

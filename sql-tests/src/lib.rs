@@ -13,6 +13,7 @@
 //! - [`slt`]: the sqllogictest `AsyncDB` over tokio-postgres, and record-level runs.
 //! - [`conformance`]: runs the third-party files of `../shared/conformance/`, record by
 //!   record, with the skip list and its reasons.
+//! - [`views_first`]: the conformance files' second mode: views created before loading.
 //!
 //! Tests live in `tests/` (sqllogictest files in `slt/`, differential and crash tests);
 //! the conformance report over `../shared/conformance/` is `src/bin/conformance.rs`.
@@ -25,6 +26,7 @@ pub mod query;
 pub mod s3;
 pub mod sinks;
 pub mod slt;
+pub mod views_first;
 pub mod workload;
 
 pub use process::WeirProcess;

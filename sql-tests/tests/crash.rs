@@ -22,7 +22,9 @@ async fn kill_9_with_frequent_checkpoints_loses_nothing() {
     crash_rounds("[execution.checkpointing]\ninterval = \"300ms\"\n").await;
 }
 
-/// The same with unaligned checkpoints: their in-flight data is replayed on restore.
+/// The same with unaligned checkpoints under backpressure (the aggregation slowed by a
+/// failpoint): each kill lands once checkpoints hold overtaken in-flight data, which
+/// recovery replays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_with_unaligned_checkpoints_loses_nothing() {
     crash_rounds(
@@ -97,8 +99,19 @@ async fn crash_rounds(config: &str) {
             1 + round * 1_000_000,
             acked.clone(),
         ));
+        let unaligned = config.contains("unaligned");
+        if unaligned {
+            // Backpressure: per_group takes 20 ms per chunk (a new process each round).
+            let c = server.connect().await;
+            c.batch_execute("SET failpoint.operator.slow.per_group = '20'")
+                .await
+                .unwrap();
+        }
         let delay = rng.random_range(300..1500);
         tokio::time::sleep(Duration::from_millis(delay)).await;
+        if unaligned {
+            wait_for_inflight_data(&dir.join("data").join("checkpoints"), round).await;
+        }
         let in_flight = acked.lock().unwrap().in_flight.len();
         server.kill9();
         // This round's own writes: a round whose writer wrote nothing must not pass.
@@ -115,5 +128,29 @@ async fn crash_rounds(config: &str) {
         server.restart().await;
         check(&server, &Acked::snapshot(&acked)).await;
         settle(&server, &acked).await;
+    }
+}
+
+/// Waits (at most 60 s) until a retained checkpoint holds per_group's overtaken
+/// in-flight data (files under uids `<view>.inflight.f<fragment>a<actor>`).
+async fn wait_for_inflight_data(checkpoints: &std::path::Path, round: i64) {
+    fn any_inflight(dir: &std::path::Path) -> bool {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                let p = e.path();
+                p.to_string_lossy().contains("per_group.inflight.f")
+                    || (p.is_dir() && any_inflight(&p))
+            })
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !any_inflight(checkpoints) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "round {round}: no checkpoint stored in-flight data in 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
