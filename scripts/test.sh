@@ -51,6 +51,8 @@ wait_for_port "$KAFKA_PORT" 1200 "$LOGS/weir-tansu.log" # up to 2 minutes: the f
 export WEIR_TEST_KAFKA_BROKER="127.0.0.1:$KAFKA_PORT"
 
 cargo fmt --all -- --check
+# Lints are part of the test command: a warning fails the run.
+cargo clippy --all-targets -- -D warnings
 # The SQL tests start the `weir` binary, so it is built first.
 cargo build --bin weir
 # A user's clone has no ../shared/: the conformance suites then skip themselves.

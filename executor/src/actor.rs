@@ -459,13 +459,9 @@ impl Actor {
                     .with_label_values(&[&clock.labels[0], &clock.labels[1]])
                     .set(alignment_ms as i64);
                 let snapshot_here = unaligned.is_none();
-                let stop = self
-                    .on_barrier(b, alignment_ms, snapshot_here, &mut clock)
+                self.on_barrier(b, alignment_ms, snapshot_here, &mut clock)
                     .await;
                 clock.publish();
-                if stop {
-                    return;
-                }
             }
         }
     }
@@ -662,14 +658,14 @@ impl Actor {
     }
 
     /// Runs the barrier through the chain, hands over state at a checkpoint, forwards
-    /// and acknowledges the barrier. Returns true when the actor should stop.
+    /// and acknowledges the barrier.
     async fn on_barrier(
         &mut self,
         barrier: Barrier,
         alignment_ms: u64,
         snapshot_here: bool,
         clock: &mut ActorClock,
-    ) -> bool {
+    ) {
         if self.health.failure().is_none() {
             if let Err(e) = self.flush_chain(&barrier, clock).await {
                 self.health.fail(e.to_string());
@@ -700,7 +696,6 @@ impl Actor {
             epoch: barrier.epoch,
             actor: self.id,
         });
-        barrier.is_stop()
     }
 
     fn snapshot_chain(&mut self, epoch: Epoch) -> std::result::Result<Vec<StateDelta>, String> {

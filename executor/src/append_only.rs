@@ -11,8 +11,7 @@
 //! What it buys: `min` / `max` over an append-only input keep one value per group
 //! instead of the multiset of every value (Nexmark q4's and q7's `max(price)`).
 
-use crate::graph::{FragmentInput, OperatorSpec, StreamGraph};
-use crate::operators::hash_join::JoinKind;
+use crate::graph::{FragmentInput, StreamGraph};
 use std::collections::HashMap;
 
 /// Marks the aggregate calls whose input is append-only (`AggCall::append_only`).
@@ -25,19 +24,7 @@ pub fn mark(graph: &mut StreamGraph, append_only_relation: impl Fn(&str) -> bool
             FragmentInput::Fragment { id, .. } => output.get(id).copied().unwrap_or(false),
         });
         for op in &mut frag.chain {
-            current = match op {
-                OperatorSpec::Filter { .. }
-                | OperatorSpec::Project { .. }
-                | OperatorSpec::Expand { .. } => current,
-                OperatorSpec::HashJoin(j) => current && j.kind == JoinKind::Inner,
-                OperatorSpec::HashAgg(a) => {
-                    for call in &mut a.calls {
-                        call.append_only = current;
-                    }
-                    current && a.emit_on_window_close
-                }
-                OperatorSpec::TopN(_) | OperatorSpec::OverWindow(_) => false,
-            };
+            current = op.spec_mut().mark_append_only(current);
         }
         output.insert(frag.id, current);
     }

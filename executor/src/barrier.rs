@@ -15,11 +15,9 @@ pub enum BarrierKind {
     /// Advances the readable snapshot.
     Plain,
     /// Also persists the state of the jobs in the scope (see [`crate::checkpoint`]).
+    /// (A savepoint is a forced checkpoint copied afterwards, and actors stop when
+    /// their input closes, so no other kind is needed.)
     Checkpoint(std::sync::Arc<crate::checkpoint::CheckpointScope>),
-    /// Persists in the portable format under a user's name (not yet implemented).
-    Savepoint(String),
-    /// The actors receiving it finish after forwarding it.
-    Stop,
 }
 
 #[derive(Debug, Clone)]
@@ -35,10 +33,6 @@ impl Barrier {
             kind: BarrierKind::Plain,
         }
     }
-    pub fn is_stop(&self) -> bool {
-        matches!(self.kind, BarrierKind::Stop)
-    }
-
     /// True when `job` must hand over its state at this barrier.
     pub fn checkpoints(&self, job: u64) -> bool {
         match &self.kind {

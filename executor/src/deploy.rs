@@ -7,14 +7,11 @@ use crate::checkpoint::restore::{load_latest, RestoredJob};
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
 use crate::exchange::{Dispatcher, ExchangeKind, PriorityLane, CHANNEL_CAPACITY};
-use crate::graph::{FragmentInput, OperatorSpec, SinkSpec, StreamGraph};
+use crate::graph::{FragmentInput, SinkSpec, StreamGraph};
 use crate::hub::{RelationHub, Subscription};
 use crate::operator::Operator;
-use crate::operators::{
-    filter::FilterOperator, hash_agg::HashAggOperator, hash_join::HashJoinOperator,
-    materialize::MaterializeOperator, over_window::over_window_operator,
-    partition_rows::StateRestore, project::ProjectOperator, top_n::top_n_operator,
-};
+use crate::operators::materialize::MaterializeOperator;
+use crate::operators::spec::{BuildContext, StateRestore};
 use crate::runtime::{RelationRuntime, Runtime, ViewSpec, WriteState};
 use crate::store::RelationStore;
 use arrow::array::RecordBatch;
@@ -58,63 +55,6 @@ pub(crate) fn state_uids(graph: &StreamGraph) -> Vec<String> {
         .flat_map(|f| &f.chain)
         .flat_map(|op| op.state_layouts().into_iter().map(|(uid, _)| uid))
         .collect()
-}
-
-fn build_operator(
-    rt: &Runtime,
-    spec: &OperatorSpec,
-    key_groups: KeyGroupRange,
-    restored: bool,
-    reemit: bool,
-    track_changes: bool,
-) -> Result<Box<dyn Operator>> {
-    let partition_restore = || StateRestore {
-        max_parallelism: rt.config.max_parallelism,
-        key_groups,
-        restored,
-        reemit,
-        track_changes,
-    };
-    Ok(match spec {
-        OperatorSpec::Filter { predicate } => Box::new(FilterOperator::new(predicate.clone())),
-        OperatorSpec::Project { exprs, schema } => {
-            Box::new(ProjectOperator::new(exprs.clone(), schema.clone()))
-        }
-        OperatorSpec::HashAgg(spec) => Box::new(HashAggOperator::new(
-            spec.clone(),
-            rt.backend.clone(),
-            rt.config.max_parallelism,
-            key_groups,
-            restored,
-            reemit,
-            track_changes,
-        )?),
-        OperatorSpec::Expand {
-            projections,
-            schema,
-        } => Box::new(crate::operators::expand::ExpandOperator::new(
-            projections.clone(),
-            schema.clone(),
-        )),
-        OperatorSpec::TopN(spec) => Box::new(top_n_operator(
-            spec.clone(),
-            rt.backend.clone(),
-            partition_restore(),
-        )?),
-        OperatorSpec::OverWindow(spec) => Box::new(over_window_operator(
-            spec.clone(),
-            rt.backend.clone(),
-            partition_restore(),
-        )?),
-        OperatorSpec::HashJoin(spec) => Box::new(HashJoinOperator::new(
-            spec.clone(),
-            rt.backend.clone(),
-            rt.config.max_parallelism,
-            key_groups,
-            restored,
-            track_changes,
-        )?),
-    })
 }
 
 /// The last operator of a sink job.
@@ -368,21 +308,22 @@ pub(crate) async fn deploy_view(
     for (gi, frag) in frags.iter().enumerate() {
         for d in (0..counts[gi]).rev() {
             let range = KeyGroupRange::for_actor(d as u32, counts[gi] as u32, max_p);
+            let ctx = BuildContext {
+                backend: rt.backend.clone(),
+                restore: StateRestore {
+                    max_parallelism: max_p,
+                    key_groups: range,
+                    restored: restored.is_some(),
+                    // Only the last fragment's output is the (unstored) view rows; an
+                    // earlier operator re-emitting would feed state that already counts it.
+                    reemit: reemit && gi == last,
+                    track_changes: track,
+                },
+            };
             let mut chain = frag
                 .chain
                 .iter()
-                // Only the last fragment's output is the (unstored) view rows; an
-                // earlier operator re-emitting would feed state that already counts it.
-                .map(|s| {
-                    build_operator(
-                        rt,
-                        s,
-                        range,
-                        restored.is_some(),
-                        reemit && gi == last,
-                        track,
-                    )
-                })
+                .map(|s| s.spec().build(&ctx))
                 .collect::<Result<Vec<_>>>()?;
             if gi == last {
                 chain.push(match &graph.sink {
@@ -499,20 +440,10 @@ pub(crate) fn rows_derived_from_state(graph: &StreamGraph) -> bool {
     let Some(last) = graph.fragments.last() else {
         return false;
     };
-    // An EMIT ON WINDOW CLOSE aggregation drops what it emitted: its rows are stored.
-    match last.chain.iter().rposition(|op| match op {
-        OperatorSpec::HashAgg(spec) => !spec.emit_on_window_close,
-        OperatorSpec::TopN(_) | OperatorSpec::OverWindow(_) => true,
-        _ => false,
-    }) {
-        Some(i) => last.chain[i + 1..].iter().all(|op| {
-            matches!(
-                op,
-                OperatorSpec::Filter { .. }
-                    | OperatorSpec::Project { .. }
-                    | OperatorSpec::Expand { .. }
-            )
-        }),
+    match last.chain.iter().rposition(|op| op.spec().rederives_rows()) {
+        Some(i) => last.chain[i + 1..]
+            .iter()
+            .all(|op| op.spec().state_layouts().is_empty()),
         None => false,
     }
 }

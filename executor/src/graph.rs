@@ -8,28 +8,53 @@
 //! subqueries), or to the view's hub.
 
 use crate::exchange::ExchangeKind;
+use crate::operators::expand::ExpandSpec;
+use crate::operators::filter::FilterSpec;
 use crate::operators::hash_agg::HashAggSpec;
 use crate::operators::hash_join::HashJoinSpec;
 use crate::operators::over_window::OverWindowSpec;
+use crate::operators::project::ProjectSpec;
+use crate::operators::spec::StreamSpec;
 use crate::operators::top_n::TopNSpec;
 use arrow::datatypes::SchemaRef;
-use datafusion::physical_expr::PhysicalExpr;
-use std::sync::Arc;
 
-#[derive(Debug, Clone)]
-pub enum OperatorSpec {
-    Filter {
-        predicate: Arc<dyn PhysicalExpr>,
-    },
-    Project {
-        exprs: Vec<Arc<dyn PhysicalExpr>>,
-        schema: SchemaRef,
-    },
-    /// Each input row once per projection (a UNION ALL of projections of one scan).
-    Expand {
-        projections: Vec<Vec<Arc<dyn PhysicalExpr>>>,
-        schema: SchemaRef,
-    },
+/// Declares [`OperatorSpec`]: one variant per operator, each holding that operator's
+/// spec (its [`StreamSpec`] implementation lives beside the operator).
+macro_rules! operator_specs {
+    ($($variant:ident($spec:ty)),* $(,)?) => {
+        #[derive(Debug, Clone)]
+        pub enum OperatorSpec {
+            $($variant($spec)),*
+        }
+
+        impl OperatorSpec {
+            /// What the graph knows about this operator.
+            pub fn spec(&self) -> &dyn StreamSpec {
+                match self {
+                    $(OperatorSpec::$variant(s) => s),*
+                }
+            }
+
+            pub fn spec_mut(&mut self) -> &mut dyn StreamSpec {
+                match self {
+                    $(OperatorSpec::$variant(s) => s),*
+                }
+            }
+        }
+
+        $(impl From<$spec> for OperatorSpec {
+            fn from(s: $spec) -> Self {
+                OperatorSpec::$variant(s)
+            }
+        })*
+    };
+}
+
+// The operators a plan can hold: one registration line each.
+operator_specs! {
+    Filter(FilterSpec),
+    Project(ProjectSpec),
+    Expand(ExpandSpec),
     HashAgg(HashAggSpec),
     HashJoin(HashJoinSpec),
     TopN(TopNSpec),
@@ -38,110 +63,21 @@ pub enum OperatorSpec {
 
 impl OperatorSpec {
     pub fn describe(&self) -> String {
-        match self {
-            OperatorSpec::Filter { predicate } => format!("Filter: {predicate}"),
-            OperatorSpec::Project { exprs, .. } => format!(
-                "Project: {}",
-                exprs
-                    .iter()
-                    .map(|e| e.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            OperatorSpec::Expand { projections, .. } => {
-                format!("Expand: {} projections of each row", projections.len())
-            }
-            OperatorSpec::HashAgg(spec) => format!(
-                "HashAgg: groups={} aggs=[{}] uid={} state=StateTable(key_group, group key -> accumulators){}",
-                spec.group_types.len(),
-                spec.calls
-                    .iter()
-                    .map(|c| c.kind.name())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                spec.uid,
-                if spec.emit_on_window_close {
-                    " emits closed windows once"
-                } else if spec.clean_by_watermark {
-                    " cleaned behind watermarks on group keys"
-                } else {
-                    ""
-                }
-            ),
-            OperatorSpec::HashJoin(spec) => format!(
-                "HashJoin: {} keys={}{} uid={} state=StateTable(key_group, join key -> rows with match counts) per side, cleaned behind watermarks on keys{}",
-                spec.kind.name(),
-                spec.key_types.len(),
-                spec.filter
-                    .as_ref()
-                    .map(|f| format!(" condition={f}"))
-                    .unwrap_or_default(),
-                spec.uid,
-                if spec.interval_bounds.is_empty() {
-                    String::new()
-                } else {
-                    format!(" and {} interval bounds", spec.interval_bounds.len())
-                }
-            ),
-            OperatorSpec::TopN(spec) => format!(
-                "TopN: partition keys={} order keys={} offset={} limit={}{} uid={} state=StateTable(key_group, partition -> every row in order)",
-                spec.layout.partition_types.len(),
-                spec.layout.sort_fields.len(),
-                spec.offset,
-                spec.limit,
-                spec.ranking
-                    .map(|r| format!(" with {r:?}"))
-                    .unwrap_or_default(),
-                spec.layout.uid
-            ),
-            OperatorSpec::OverWindow(spec) => format!(
-                "OverWindow: partition keys={} order keys={} functions=[{}] uid={} state=StateTable(key_group, partition -> every row in order)",
-                spec.layout.partition_types.len(),
-                spec.layout.sort_fields.len(),
-                spec.window_exprs
-                    .iter()
-                    .map(|e| e.name().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                spec.layout.uid
-            ),
-        }
+        self.spec().describe()
     }
 
     /// The uid a stateful operator keeps its state under (pinned by `"uid.N"`).
     pub fn uid_mut(&mut self) -> Option<&mut String> {
-        match self {
-            OperatorSpec::HashAgg(spec) => Some(&mut spec.uid),
-            OperatorSpec::HashJoin(spec) => Some(&mut spec.uid),
-            OperatorSpec::TopN(spec) => Some(&mut spec.layout.uid),
-            OperatorSpec::OverWindow(spec) => Some(&mut spec.layout.uid),
-            _ => None,
-        }
+        self.spec_mut().uid_mut()
     }
 
     pub fn uid(&self) -> Option<&str> {
-        match self {
-            OperatorSpec::HashAgg(spec) => Some(&spec.uid),
-            OperatorSpec::HashJoin(spec) => Some(&spec.uid),
-            OperatorSpec::TopN(spec) => Some(&spec.layout.uid),
-            OperatorSpec::OverWindow(spec) => Some(&spec.layout.uid),
-            _ => None,
-        }
+        self.spec().uid()
     }
 
     /// Every uid this operator writes state under, with what that state holds.
     pub fn state_layouts(&self) -> Vec<(String, String)> {
-        match self {
-            OperatorSpec::HashAgg(spec) => vec![(spec.uid.clone(), spec.state_schema())],
-            OperatorSpec::HashJoin(spec) => (0..2)
-                .map(|s| (spec.side_uid(s), spec.side_state_schema(s)))
-                .collect(),
-            OperatorSpec::TopN(spec) => vec![(spec.layout.uid.clone(), spec.state_schema())],
-            OperatorSpec::OverWindow(spec) => {
-                vec![(spec.layout.uid.clone(), spec.state_schema())]
-            }
-            _ => vec![],
-        }
+        self.spec().state_layouts()
     }
 }
 

@@ -16,6 +16,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 use weir_executor::exchange::ExchangeKind;
 use weir_executor::operators::hash_join::{HashJoinSpec, JoinKind};
+use weir_executor::operators::project::ProjectSpec;
 use weir_executor::{FragmentInput, OperatorSpec};
 
 fn join_kind(t: JoinType) -> SqlResult<JoinKind> {
@@ -117,10 +118,10 @@ impl Builder<'_> {
                 fields.push(Field::new(format!("_key{k}"), key_types[k].clone(), true));
             }
             let schema = Arc::new(Schema::new(fields));
-            p.chain.push(OperatorSpec::Project {
+            p.chain.push(OperatorSpec::Project(ProjectSpec {
                 exprs,
                 schema: schema.clone(),
-            });
+            }));
             let id = self.finish(p, schema);
             inputs.push(FragmentInput::Fragment {
                 id,

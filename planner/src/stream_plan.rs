@@ -22,7 +22,11 @@ use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 use weir_executor::aggregate::{AggCall, AggKind};
 use weir_executor::exchange::ExchangeKind;
+use weir_executor::operators::expand::ExpandSpec;
+use weir_executor::operators::filter::FilterSpec;
 use weir_executor::operators::hash_agg::HashAggSpec;
+use weir_executor::operators::project::ProjectSpec;
+use weir_executor::operators::spec::WatermarkFlow;
 use weir_executor::{FragmentInput, FragmentSpec, OperatorSpec, StreamGraph};
 
 /// A fragment under construction.
@@ -91,18 +95,17 @@ pub fn emit_on_window_close(graph: &mut StreamGraph) -> SqlResult<()> {
     // Watermarks stop at joins, Top-N and OVER windows (SESSION windows are OVER
     // windows): those may still change rows older than any watermark, so a window
     // after them would never close.
-    let blocked = graph.fragments.iter().flat_map(|f| &f.chain).find(|op| {
-        matches!(
-            op,
-            OperatorSpec::HashJoin(_) | OperatorSpec::TopN(_) | OperatorSpec::OverWindow(_)
-        )
-    });
+    let blocked = graph
+        .fragments
+        .iter()
+        .flat_map(|f| &f.chain)
+        .find(|op| op.spec().watermarks() == WatermarkFlow::Stops);
     if let Some(op) = blocked {
         return Err(SqlError::unsupported(format!(
             "EMIT ON WINDOW CLOSE needs a watermark on the window, and watermarks do not \
              pass through {} (joins, Top-N and window functions, SESSION windows included, \
              may still change older rows); use TUMBLE or HOP over a table with a WATERMARK",
-            op.describe().split(':').next().unwrap_or("this operator")
+            op.spec().kind()
         )));
     }
     let agg = graph.fragments.last_mut().and_then(|f| {
@@ -244,7 +247,7 @@ impl Builder<'_> {
                 };
                 if let Some(pred) = scan.filters.iter().cloned().reduce(|a, b| a.and(b)) {
                     let predicate = self.physical(&pred, &full)?;
-                    p.chain.push(OperatorSpec::Filter { predicate });
+                    p.chain.push(OperatorSpec::Filter(FilterSpec { predicate }));
                 }
                 if let Some(proj) = &scan.projection {
                     let exprs = proj
@@ -258,10 +261,10 @@ impl Builder<'_> {
                             )
                         })
                         .collect::<SqlResult<Vec<_>>>()?;
-                    p.chain.push(OperatorSpec::Project {
+                    p.chain.push(OperatorSpec::Project(ProjectSpec {
                         exprs,
                         schema: nullable_schema(&scan.projected_schema),
-                    });
+                    }));
                     p.schema = scan.projected_schema.clone();
                 }
                 Ok(p)
@@ -273,10 +276,10 @@ impl Builder<'_> {
                     .iter()
                     .map(|e| self.physical(e, &p.schema))
                     .collect::<SqlResult<Vec<_>>>()?;
-                p.chain.push(OperatorSpec::Project {
+                p.chain.push(OperatorSpec::Project(ProjectSpec {
                     exprs,
                     schema: nullable_schema(&proj.schema),
-                });
+                }));
                 p.schema = proj.schema.clone();
                 Ok(p)
             }
@@ -286,7 +289,7 @@ impl Builder<'_> {
                 }
                 let mut p = self.visit(&f.input)?;
                 let predicate = self.physical(&f.predicate, &p.schema)?;
-                p.chain.push(OperatorSpec::Filter { predicate });
+                p.chain.push(OperatorSpec::Filter(FilterSpec { predicate }));
                 Ok(p)
             }
             LogicalPlan::SubqueryAlias(a) => {
@@ -428,10 +431,10 @@ impl Builder<'_> {
                     .collect::<SqlResult<Vec<_>>>()?,
             );
         }
-        p.chain.push(OperatorSpec::Expand {
+        p.chain.push(OperatorSpec::Expand(ExpandSpec {
             projections: all,
             schema: nullable_schema(&u.schema),
-        });
+        }));
         p.schema = u.schema.clone();
         Ok(Some(p))
     }
@@ -571,10 +574,10 @@ impl Builder<'_> {
             canonical.push_str(&format!(";{a}"));
         }
         let pre_schema = Arc::new(Schema::new(pre_fields));
-        p.chain.push(OperatorSpec::Project {
+        p.chain.push(OperatorSpec::Project(ProjectSpec {
             exprs: pre_exprs,
             schema: pre_schema.clone(),
-        });
+        }));
         let single = group_expr.is_empty();
         let upstream = self.finish(p, pre_schema);
         let uid = format!(

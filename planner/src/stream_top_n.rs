@@ -19,6 +19,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 use weir_executor::exchange::ExchangeKind;
 use weir_executor::operators::partition_rows::PartitionLayout;
+use weir_executor::operators::project::ProjectSpec;
 use weir_executor::operators::top_n::{Ranking, TopNSpec};
 use weir_executor::{FragmentInput, OperatorSpec};
 
@@ -178,10 +179,10 @@ impl Builder<'_> {
                 .iter()
                 .map(|e| self.physical(e, &w.schema))
                 .collect::<SqlResult<Vec<_>>>()?;
-            top.chain.push(OperatorSpec::Project {
+            top.chain.push(OperatorSpec::Project(ProjectSpec {
                 exprs,
                 schema: nullable_schema(&proj.schema),
-            });
+            }));
             top.schema = proj.schema.clone();
         }
         Ok(Some(top))
@@ -228,10 +229,10 @@ impl Builder<'_> {
             ));
         }
         let schema = Arc::new(Schema::new(fields));
-        p.chain.push(OperatorSpec::Project {
+        p.chain.push(OperatorSpec::Project(ProjectSpec {
             exprs,
             schema: schema.clone(),
-        });
+        }));
         let upstream = self.finish(p, schema);
         Ok((
             upstream,

@@ -7,10 +7,39 @@ use crate::chunk::StreamChunk;
 use crate::error::Result;
 use crate::operator::Operator;
 use crate::operators::project::ProjectOperator;
+use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
+
+/// Each input row once per projection (a UNION ALL of projections of one scan).
+#[derive(Debug, Clone)]
+pub struct ExpandSpec {
+    pub projections: Vec<Vec<Arc<dyn PhysicalExpr>>>,
+    pub schema: SchemaRef,
+}
+
+impl StreamSpec for ExpandSpec {
+    fn kind(&self) -> &'static str {
+        "Expand"
+    }
+    fn describe(&self) -> String {
+        format!("Expand: {} projections of each row", self.projections.len())
+    }
+    fn mark_append_only(&mut self, input_append_only: bool) -> bool {
+        input_append_only
+    }
+    fn watermarks(&self) -> WatermarkFlow {
+        WatermarkFlow::Passes
+    }
+    fn build(&self, _: &BuildContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(ExpandOperator::new(
+            self.projections.clone(),
+            self.schema.clone(),
+        )))
+    }
+}
 
 pub struct ExpandOperator {
     projections: Vec<ProjectOperator>,

@@ -3,9 +3,34 @@
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
+use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
 use arrow::array::{Array, BooleanArray};
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
+
+/// `WHERE` / `HAVING` in a plan.
+#[derive(Debug, Clone)]
+pub struct FilterSpec {
+    pub predicate: Arc<dyn PhysicalExpr>,
+}
+
+impl StreamSpec for FilterSpec {
+    fn kind(&self) -> &'static str {
+        "Filter"
+    }
+    fn describe(&self) -> String {
+        format!("Filter: {}", self.predicate)
+    }
+    fn mark_append_only(&mut self, input_append_only: bool) -> bool {
+        input_append_only
+    }
+    fn watermarks(&self) -> WatermarkFlow {
+        WatermarkFlow::Passes
+    }
+    fn build(&self, _: &BuildContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(FilterOperator::new(self.predicate.clone())))
+    }
+}
 
 pub struct FilterOperator {
     predicate: Arc<dyn PhysicalExpr>,

@@ -15,6 +15,7 @@ use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
+use crate::operators::spec::{BuildContext, StateRestore, StreamSpec, WatermarkFlow};
 use ahash::AHashMap as HashMap;
 use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, SchemaRef};
@@ -23,7 +24,7 @@ use datafusion::common::ScalarValue;
 use std::sync::Arc;
 use weir_storage::state_snapshot::{DeltaData, StateDelta};
 use weir_storage::state_table::StateValue;
-use weir_storage::{KeyGroupRange, StateBackend, StateTable};
+use weir_storage::{StateBackend, StateTable};
 
 #[derive(Debug, Clone)]
 pub struct HashAggSpec {
@@ -110,20 +111,85 @@ pub struct HashAggOperator {
     clean_pending: Option<(usize, ScalarValue)>,
 }
 
+impl StreamSpec for HashAggSpec {
+    fn kind(&self) -> &'static str {
+        "HashAgg"
+    }
+
+    fn describe(&self) -> String {
+        let aggs: Vec<&str> = self.calls.iter().map(|c| c.kind.name()).collect();
+        format!(
+            "HashAgg: groups={} aggs=[{}] uid={} state=StateTable(key_group, group key -> accumulators){}",
+            self.group_types.len(),
+            aggs.join(", "),
+            self.uid,
+            if self.emit_on_window_close {
+                " emits closed windows once"
+            } else if self.clean_by_watermark {
+                " cleaned behind watermarks on group keys"
+            } else {
+                ""
+            }
+        )
+    }
+
+    fn uid(&self) -> Option<&str> {
+        Some(&self.uid)
+    }
+
+    fn uid_mut(&mut self) -> Option<&mut String> {
+        Some(&mut self.uid)
+    }
+
+    fn state_layouts(&self) -> Vec<(String, String)> {
+        vec![(self.uid.clone(), self.state_schema())]
+    }
+
+    /// `min` / `max` over an append-only input keep one value per group; the output
+    /// is append-only only when each window is emitted once.
+    fn mark_append_only(&mut self, input_append_only: bool) -> bool {
+        for call in &mut self.calls {
+            call.append_only = input_append_only;
+        }
+        input_append_only && self.emit_on_window_close
+    }
+
+    fn watermarks(&self) -> WatermarkFlow {
+        WatermarkFlow::Passes
+    }
+
+    /// An EMIT ON WINDOW CLOSE aggregation drops what it emitted: its rows are stored.
+    fn rederives_rows(&self) -> bool {
+        !self.emit_on_window_close
+    }
+
+    fn build(&self, ctx: &BuildContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(HashAggOperator::new(
+            self.clone(),
+            ctx.backend.clone(),
+            ctx.restore,
+        )?))
+    }
+}
+
 impl HashAggOperator {
-    /// `restored`: the backend holds this uid's state from a checkpoint; the operator
-    /// loads the key groups of `key_groups` (its share at the current parallelism).
-    /// `reemit`: the view's rows were not checkpointed (they are a function of this
-    /// state), so the first barrier emits every restored group's row again.
+    /// `restore.restored`: the backend holds this uid's state from a checkpoint; the
+    /// operator loads the key groups of `restore.key_groups` (its share at the current
+    /// parallelism). `restore.reemit`: the view's rows were not checkpointed (they are
+    /// a function of this state), so the first barrier emits every restored group's
+    /// row again.
     pub fn new(
         spec: HashAggSpec,
         backend: Arc<dyn StateBackend>,
-        max_parallelism: u32,
-        key_groups: KeyGroupRange,
-        restored: bool,
-        reemit: bool,
-        track_changes: bool,
+        restore: StateRestore,
     ) -> Result<Self> {
+        let StateRestore {
+            max_parallelism,
+            key_groups,
+            restored,
+            reemit,
+            track_changes,
+        } = restore;
         let calls = spec
             .calls
             .iter()
@@ -554,16 +620,9 @@ mod tests {
             emit_on_window_close: false,
             clean_by_watermark: true,
         };
-        let mut agg = HashAggOperator::new(
-            spec,
-            MemoryStateBackend::new(),
-            128,
-            KeyGroupRange::for_actor(0, 1, 128),
-            false,
-            false,
-            false,
-        )
-        .unwrap();
+        let mut agg =
+            HashAggOperator::new(spec, MemoryStateBackend::new(), StateRestore::fresh(128))
+                .unwrap();
         let input = Arc::new(Schema::new(vec![
             Field::new("auction", DataType::Int64, true),
             Field::new("window_start", ts, true),

@@ -25,6 +25,7 @@ use crate::operator::Operator;
 use crate::operators::join_cleaning::{
     millis_of, threshold_value, DueKeys, IntervalBound, IntervalWatermarks, KeyWatermarks,
 };
+use crate::operators::spec::{BuildContext, StateRestore, StreamSpec, WatermarkFlow};
 use ahash::AHashMap as HashMap;
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -34,7 +35,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 use weir_storage::state_snapshot::{DeltaData, StateDelta};
 use weir_storage::state_table::StateValue;
-use weir_storage::{KeyGroupRange, StateBackend, StateTable};
+use weir_storage::{StateBackend, StateTable};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JoinKind {
@@ -297,15 +298,76 @@ fn converter(types: &[DataType]) -> Result<RowConverter> {
     )?)
 }
 
+impl StreamSpec for HashJoinSpec {
+    fn kind(&self) -> &'static str {
+        "HashJoin"
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "HashJoin: {} keys={}{} uid={} state=StateTable(key_group, join key -> rows with match counts) per side, cleaned behind watermarks on keys{}",
+            self.kind.name(),
+            self.key_types.len(),
+            self.filter
+                .as_ref()
+                .map(|f| format!(" condition={f}"))
+                .unwrap_or_default(),
+            self.uid,
+            if self.interval_bounds.is_empty() {
+                String::new()
+            } else {
+                format!(" and {} interval bounds", self.interval_bounds.len())
+            }
+        )
+    }
+
+    fn uid(&self) -> Option<&str> {
+        Some(&self.uid)
+    }
+
+    fn uid_mut(&mut self) -> Option<&mut String> {
+        Some(&mut self.uid)
+    }
+
+    fn state_layouts(&self) -> Vec<(String, String)> {
+        (0..2)
+            .map(|s| (self.side_uid(s), self.side_state_schema(s)))
+            .collect()
+    }
+
+    /// A new row of an inner join only ever adds matches (and cleaning by watermark
+    /// drops state without retracting output); other kinds may retract.
+    fn mark_append_only(&mut self, input_append_only: bool) -> bool {
+        input_append_only && self.kind == JoinKind::Inner
+    }
+
+    fn watermarks(&self) -> WatermarkFlow {
+        WatermarkFlow::Stops
+    }
+
+    fn build(&self, ctx: &BuildContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(HashJoinOperator::new(
+            self.clone(),
+            ctx.backend.clone(),
+            ctx.restore,
+        )?))
+    }
+}
+
 impl HashJoinOperator {
+    /// `restore.reemit` does not apply: a join's output is never rebuilt from its state.
     pub fn new(
         spec: HashJoinSpec,
         backend: Arc<dyn StateBackend>,
-        max_parallelism: u32,
-        key_groups: KeyGroupRange,
-        restored: bool,
-        track_changes: bool,
+        restore: StateRestore,
     ) -> Result<Self> {
+        let StateRestore {
+            max_parallelism,
+            key_groups,
+            restored,
+            track_changes,
+            ..
+        } = restore;
         let key_converter = if spec.key_types.is_empty() {
             None
         } else {

@@ -1,6 +1,8 @@
 //! Operators, one per file. Each implements [`crate::operator::Operator`]; none of them
-//! knows about channels or barrier alignment.
+//! knows about channels or barrier alignment. Each compute operator's file also holds
+//! its plan-time spec, implementing [`spec::StreamSpec`].
 //!
+//! - [`spec`]: what the graph needs to know about an operator, and how it is built.
 //! - [`filter`]: keeps rows whose predicate is true (WHERE, HAVING).
 //! - [`project`]: evaluates scalar expressions (DataFusion physical expressions).
 //! - [`expand`]: several projections of each row in one pass (HOP windows).
@@ -39,5 +41,6 @@ pub mod over_window;
 pub mod partition_rows;
 pub mod project;
 pub mod sink_format;
+pub mod spec;
 pub mod top_n;
 pub mod two_phase;

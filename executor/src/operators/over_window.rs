@@ -11,9 +11,11 @@
 //! huge unpartitioned window.
 
 use crate::error::Result;
+use crate::operator::Operator;
 use crate::operators::partition_rows::{
     Partition, PartitionLayout, PartitionedOperator, Showing, Shown, StateRestore,
 };
+use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::RowConverter;
@@ -50,6 +52,60 @@ impl OverWindowSpec {
             .iter()
             .map(|f| f.data_type().clone())
             .collect()
+    }
+}
+
+impl StreamSpec for OverWindowSpec {
+    fn kind(&self) -> &'static str {
+        "OverWindow"
+    }
+
+    fn describe(&self) -> String {
+        let functions: Vec<String> = self
+            .window_exprs
+            .iter()
+            .map(|e| e.name().to_string())
+            .collect();
+        format!(
+            "OverWindow: partition keys={} order keys={} functions=[{}] uid={} state=StateTable(key_group, partition -> every row in order)",
+            self.layout.partition_types.len(),
+            self.layout.sort_fields.len(),
+            functions.join(", "),
+            self.layout.uid
+        )
+    }
+
+    fn uid(&self) -> Option<&str> {
+        Some(&self.layout.uid)
+    }
+
+    fn uid_mut(&mut self) -> Option<&mut String> {
+        Some(&mut self.layout.uid)
+    }
+
+    fn state_layouts(&self) -> Vec<(String, String)> {
+        vec![(self.layout.uid.clone(), self.state_schema())]
+    }
+
+    /// A new row changes the window values of its neighbours.
+    fn mark_append_only(&mut self, _: bool) -> bool {
+        false
+    }
+
+    fn watermarks(&self) -> WatermarkFlow {
+        WatermarkFlow::Stops
+    }
+
+    fn rederives_rows(&self) -> bool {
+        true
+    }
+
+    fn build(&self, ctx: &BuildContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(over_window_operator(
+            self.clone(),
+            ctx.backend.clone(),
+            ctx.restore,
+        )?))
     }
 }
 

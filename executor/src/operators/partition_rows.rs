@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use weir_storage::state_snapshot::{DeltaData, StateDelta};
 use weir_storage::state_table::StateValue;
-use weir_storage::{KeyGroupRange, StateBackend, StateTable};
+use weir_storage::{StateBackend, StateTable};
 
 /// Every row of one partition: (sort key, row) -> copies.
 #[derive(Debug, Default)]
@@ -115,15 +115,7 @@ impl PartitionLayout {
     }
 }
 
-/// How an operator was restored, for [`PartitionedOperator::new`].
-#[derive(Debug, Clone, Copy)]
-pub struct StateRestore {
-    pub max_parallelism: u32,
-    pub key_groups: KeyGroupRange,
-    pub restored: bool,
-    pub reemit: bool,
-    pub track_changes: bool,
-}
+pub use crate::operators::spec::StateRestore;
 
 pub struct PartitionedOperator<S: Shown> {
     layout: PartitionLayout,

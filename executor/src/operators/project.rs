@@ -4,10 +4,40 @@ use crate::barrier::Watermark;
 use crate::chunk::StreamChunk;
 use crate::error::Result;
 use crate::operator::Operator;
+use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
 use arrow::array::{RecordBatch, RecordBatchOptions};
 use arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
+
+/// A SELECT list in a plan: one expression per output column of `schema`.
+#[derive(Debug, Clone)]
+pub struct ProjectSpec {
+    pub exprs: Vec<Arc<dyn PhysicalExpr>>,
+    pub schema: SchemaRef,
+}
+
+impl StreamSpec for ProjectSpec {
+    fn kind(&self) -> &'static str {
+        "Project"
+    }
+    fn describe(&self) -> String {
+        let exprs: Vec<String> = self.exprs.iter().map(|e| e.to_string()).collect();
+        format!("Project: {}", exprs.join(", "))
+    }
+    fn mark_append_only(&mut self, input_append_only: bool) -> bool {
+        input_append_only
+    }
+    fn watermarks(&self) -> WatermarkFlow {
+        WatermarkFlow::Passes
+    }
+    fn build(&self, _: &BuildContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(ProjectOperator::new(
+            self.exprs.clone(),
+            self.schema.clone(),
+        )))
+    }
+}
 
 pub struct ProjectOperator {
     exprs: Vec<Arc<dyn PhysicalExpr>>,

@@ -7,9 +7,11 @@
 //! and inserted again.
 
 use crate::error::Result;
+use crate::operator::Operator;
 use crate::operators::partition_rows::{
     Partition, PartitionLayout, PartitionedOperator, Showing, Shown, StateRestore,
 };
+use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
 use arrow::array::{ArrayRef, UInt64Array};
 use arrow::datatypes::DataType;
 use arrow::row::RowConverter;
@@ -37,6 +39,59 @@ pub enum Ranking {
 impl TopNSpec {
     pub fn state_schema(&self) -> String {
         format!("topn {} {:?}", self.layout.describe_types(), self.ranking)
+    }
+}
+
+impl StreamSpec for TopNSpec {
+    fn kind(&self) -> &'static str {
+        "TopN"
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "TopN: partition keys={} order keys={} offset={} limit={}{} uid={} state=StateTable(key_group, partition -> every row in order)",
+            self.layout.partition_types.len(),
+            self.layout.sort_fields.len(),
+            self.offset,
+            self.limit,
+            self.ranking
+                .map(|r| format!(" with {r:?}"))
+                .unwrap_or_default(),
+            self.layout.uid
+        )
+    }
+
+    fn uid(&self) -> Option<&str> {
+        Some(&self.layout.uid)
+    }
+
+    fn uid_mut(&mut self) -> Option<&mut String> {
+        Some(&mut self.layout.uid)
+    }
+
+    fn state_layouts(&self) -> Vec<(String, String)> {
+        vec![(self.layout.uid.clone(), self.state_schema())]
+    }
+
+    /// A row entering the top pushes another out.
+    fn mark_append_only(&mut self, _: bool) -> bool {
+        false
+    }
+
+    fn watermarks(&self) -> WatermarkFlow {
+        WatermarkFlow::Stops
+    }
+
+    fn rederives_rows(&self) -> bool {
+        true
+    }
+
+    fn build(&self, ctx: &BuildContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(top_n_operator(
+            self.clone(),
+            ctx.backend.clone(),
+            ctx.restore,
+        )?))
     }
 }
 
