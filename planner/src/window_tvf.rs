@@ -1,8 +1,10 @@
 //! Windowing table-valued functions, rewritten into plain SQL before parsing:
 //!
-//! - Flink: `TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size))` and
-//!   `TABLE(HOP(TABLE t, DESCRIPTOR(ts), slide, size))`;
-//! - RisingWave: `TUMBLE(t, ts, size)` and `HOP(t, ts, slide, size)` in FROM.
+//! - Flink: `TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size))`,
+//!   `TABLE(HOP(TABLE t, DESCRIPTOR(ts), slide, size))` and
+//!   `TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), step, size))`;
+//! - RisingWave style: `TUMBLE(t, ts, size)`, `HOP(t, ts, slide, size)` and
+//!   `CUMULATE(t, ts, step, size)` in FROM.
 //!
 //! Both add the columns `window_start` and `window_end` to every row of `t`:
 //!
@@ -12,6 +14,10 @@
 //! - HOP puts each row into `size / slide` windows (Flink requires `size` to be a
 //!   multiple of `slide`, and so does Weir): a UNION ALL of that many projections,
 //!   copy `j` with `window_start = window_bound(ts, slide, -j * slide)`.
+//! - CUMULATE (Flink's): windows of one start, aligned to `size`, whose ends grow by
+//!   `step` up to `size` (`size` a multiple of `step`); a row is in every such window
+//!   that ends after it: a UNION ALL of `size / step` filtered projections, copy `k`
+//!   with `window_end = window_bound(ts, size, k * step)`.
 //!
 //! `window_bound` is a Weir function (the server's `functions` module).
 //!
@@ -23,7 +29,7 @@
 //!
 //! SESSION windows depend on the gaps between rows, which a projection cannot see: they
 //! expand to window functions (`lag`, running `max`) instead, which views keep up to
-//! date with the OverWindow operator. CUMULATE windows are refused (0A000).
+//! date with the OverWindow operator.
 
 use crate::error::{SqlError, SqlResult};
 use datafusion::sql::sqlparser::ast::{
@@ -148,6 +154,35 @@ fn hop(table: &str, ts: &str, slide: &str, size: &str) -> SqlResult<String> {
     Ok(format!("({})", branches.join(" UNION ALL ")))
 }
 
+fn cumulate(table: &str, ts: &str, step: &str, size: &str) -> SqlResult<String> {
+    let bad = || {
+        SqlError::syntax(format!(
+            "CUMULATE needs literal intervals with the size a multiple of the step (got step {step}, size {size})"
+        ))
+    };
+    let step_ms = interval_millis(step).filter(|s| *s > 0).ok_or_else(bad)?;
+    let size_ms = interval_millis(size).ok_or_else(bad)?;
+    if size_ms < step_ms || size_ms % step_ms != 0 {
+        return Err(bad());
+    }
+    let copies = size_ms / step_ms;
+    if copies > 1000 {
+        return Err(SqlError::unsupported(format!(
+            "CUMULATE with {copies} windows per row is not supported (at most 1000)"
+        )));
+    }
+    let branches: Vec<String> = (1..=copies)
+        .map(|k| {
+            let end = format!("window_bound({ts}, {size}, {})", k * step_ms);
+            format!(
+                "SELECT *, window_bound({ts}, {size}, 0) AS window_start, {end} AS window_end \
+                 FROM {table} WHERE {ts} < {end}"
+            )
+        })
+        .collect();
+    Ok(format!("({})", branches.join(" UNION ALL ")))
+}
+
 /// The alias of the derived table a SESSION window expands to, and the helper column
 /// its `SELECT *` leaves out (see [`hide_session_helpers`]).
 pub const SESSION_ALIAS: &str = "__weir_session";
@@ -241,6 +276,10 @@ fn expand(func: &str, args: &[String]) -> SqlResult<String> {
         ("tumble", [t, ts, size]) => tumble(t, ts, size),
         ("hop", [t, ts, slide, size]) => hop(t, ts, slide, size),
         ("session", [t, ts, gap]) => session(t, ts, gap),
+        ("cumulate", [t, ts, step, size]) => cumulate(t, ts, step, size),
+        ("cumulate", _) => Err(SqlError::syntax(
+            "CUMULATE takes (table, time column, step, size)",
+        )),
         ("session", _) => Err(SqlError::syntax(
             "SESSION takes (table [PARTITION BY keys], time column, gap)",
         )),
@@ -249,7 +288,7 @@ fn expand(func: &str, args: &[String]) -> SqlResult<String> {
             "HOP takes (table, time column, slide, size)",
         )),
         (other, _) => Err(SqlError::unsupported(format!(
-            "{} windows are not supported yet (TUMBLE, HOP and SESSION are)",
+            "{} windows are not supported yet (TUMBLE, HOP, CUMULATE and SESSION are)",
             other.to_ascii_uppercase()
         ))),
     }
@@ -452,6 +491,30 @@ mod tests {
     }
 
     #[test]
+    fn cumulate_is_one_filtered_branch_per_window_end() {
+        let sql = rewrite(
+            "SELECT * FROM TABLE(CUMULATE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '6' SECOND))",
+        )
+        .unwrap();
+        assert_eq!(sql.matches("UNION ALL").count(), 2, "{sql}");
+        assert_eq!(
+            sql.matches("window_bound(date_time, INTERVAL '6' SECOND, 0) AS window_start")
+                .count(),
+            3,
+            "{sql}"
+        );
+        assert!(
+            sql.contains("WHERE date_time < window_bound(date_time, INTERVAL '6' SECOND, 4000)"),
+            "{sql}"
+        );
+        let rw = rewrite(
+            "SELECT * FROM CUMULATE(bid, date_time, INTERVAL '2' SECOND, INTERVAL '6' SECOND)",
+        )
+        .unwrap();
+        assert!(rw.ends_with(") AS bid"), "{rw}");
+    }
+
+    #[test]
     fn hop_is_one_branch_per_window() {
         let sql = rewrite(
             "SELECT * FROM HOP(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND) w",
@@ -473,10 +536,11 @@ mod tests {
         );
         assert!(rewrite("SELECT * FROM TUMBLE(bid, ts)").is_err());
         let e = rewrite(
-            "SELECT * FROM TABLE(CUMULATE(TABLE bid, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '1' HOUR))",
+            "SELECT * FROM TABLE(CUMULATE(TABLE bid, DESCRIPTOR(ts), INTERVAL '7' MINUTE, INTERVAL '1' HOUR))",
         )
         .unwrap_err();
-        assert!(e.to_string().contains("CUMULATE"), "{e}");
+        assert!(e.to_string().contains("multiple of the step"), "{e}");
+        assert!(rewrite("SELECT * FROM CUMULATE(bid, ts, INTERVAL '1' MINUTE)").is_err());
         assert!(rewrite(
             "SELECT * FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(ts)))"
         )

@@ -57,6 +57,7 @@ const VIEWS: &[(&str, &str)] = &[
     ("v_ts", "SELECT id, g, v, CAST(to_timestamp(v * 37) AS TIMESTAMP) AS ts FROM t1"),
     ("v_tumble", "SELECT g, window_start, window_end, count(*) AS n, sum(v) AS total FROM TUMBLE(v_ts, ts, INTERVAL '5' MINUTE) GROUP BY g, window_start, window_end"),
     ("v_hop", "SELECT window_start, window_end, count(*) AS n, max(v) AS hi FROM TABLE(HOP(TABLE v_ts, DESCRIPTOR(ts), INTERVAL '2' MINUTE, INTERVAL '6' MINUTE)) GROUP BY window_start, window_end"),
+    ("v_cumulate", "SELECT window_start, window_end, count(*) AS n, max(v) AS hi FROM TABLE(CUMULATE(TABLE v_ts, DESCRIPTOR(ts), INTERVAL '2' MINUTE, INTERVAL '6' MINUTE)) GROUP BY window_start, window_end"),
     ("v_session", "SELECT g, window_start, window_end, count(*) AS n, sum(v) AS total FROM TABLE(SESSION(TABLE v_ts PARTITION BY g, DESCRIPTOR(ts), INTERVAL '3' MINUTE)) GROUP BY g, window_start, window_end"),
     ("v_array_agg", "SELECT g, array_agg(v ORDER BY id) AS vs, array_agg(s ORDER BY v DESC, id) FILTER (WHERE v > 0) AS names FROM t1 GROUP BY g"),
     ("v_over", "SELECT id, g, v, lag(v) OVER (PARTITION BY g ORDER BY v, id) AS prev, sum(v) OVER (PARTITION BY g ORDER BY v, id) AS running, count(*) OVER (PARTITION BY g) AS n FROM t1"),
@@ -70,6 +71,7 @@ const VIEWS: &[(&str, &str)] = &[
 const ORACLE_SQL: &[(&str, &str)] = &[
     ("v_tumble", "SELECT g, CAST(to_timestamp(ws) AS TIMESTAMP) AS window_start, CAST(to_timestamp(ws + 300) AS TIMESTAMP) AS window_end, count(*) AS n, sum(v) AS total FROM (SELECT g, v, CAST(floor(v * 37 / 300.0) * 300 AS BIGINT) AS ws FROM t1) GROUP BY g, ws"),
     ("v_hop", "SELECT CAST(to_timestamp(ws) AS TIMESTAMP) AS window_start, CAST(to_timestamp(ws + 360) AS TIMESTAMP) AS window_end, count(*) AS n, max(v) AS hi FROM (SELECT v, CAST(floor(v * 37 / 120.0) * 120 AS BIGINT) - 120 * c.j AS ws FROM t1 CROSS JOIN (VALUES (0), (1), (2)) AS c(j)) GROUP BY ws"),
+    ("v_cumulate", "SELECT CAST(to_timestamp(ws) AS TIMESTAMP) AS window_start, CAST(to_timestamp(ws + 120 * c.k) AS TIMESTAMP) AS window_end, count(*) AS n, max(v) AS hi FROM (SELECT v, CAST(floor(v * 37 / 360.0) * 360 AS BIGINT) AS ws FROM t1) CROSS JOIN (VALUES (1), (2), (3)) AS c(k) WHERE ws + 120 * c.k > v * 37 GROUP BY ws, c.k"),
     ("v_session", "SELECT g, ws AS window_start, max(ts) + INTERVAL '3' MINUTE AS window_end, count(*) AS n, sum(v) AS total FROM (SELECT r.id, r.g, r.v, r.ts, max(st.ts) AS ws FROM v_ts r JOIN (SELECT a.g, a.ts FROM v_ts a WHERE a.ts IS NOT NULL AND NOT EXISTS (SELECT 1 FROM v_ts b WHERE coalesce(b.g, -1) = coalesce(a.g, -1) AND b.ts < a.ts AND b.ts + INTERVAL '3' MINUTE >= a.ts)) st ON coalesce(st.g, -1) = coalesce(r.g, -1) AND st.ts <= r.ts GROUP BY r.id, r.g, r.v, r.ts) GROUP BY g, ws"),
 ];
 
