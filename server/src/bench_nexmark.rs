@@ -1,4 +1,4 @@
-//! `weir bench nexmark --query source|q0|q1|q2|q3|q4|q5|q7|q8 --events N --parallelism P`:
+//! `weir bench nexmark --query source|q0|q1|q2|q3|q4|q5|q6|q7|q8 --events N --parallelism P`:
 //! Nexmark events/s through the whole pipeline, in this process.
 //!
 //! The sources a query reads (`person`, `auction`, `bid`) are `CREATE SOURCE`s of the
@@ -17,7 +17,7 @@
 //! Reported: events/s (all kinds of events the generator produced, as Nexmark counts
 //! them), events per CPU-second of this process (the "per core" figure), peak RSS. Run
 //! each query in its own process so that the peak RSS is that query's. The queries are
-//! `weir_executor::source::nexmark::queries` (q6 is not among them).
+//! `weir_executor::source::nexmark::queries`.
 
 use crate::session::Session;
 use crate::{Config, Database};
