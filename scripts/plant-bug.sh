@@ -60,7 +60,7 @@ case $bug in
                 sync:'
     test=crash ;;
   kafka-commit-twice) # recovery ignores the commit marker: committed batches again
-    replace executor/src/operators/two_phase.rs 'if marker.is_some_and(|m| b.seq <= m) {' \
+    replace executor/src/sinks/two_phase.rs 'if marker.is_some_and(|m| b.seq <= m) {' \
       'if marker.is_some_and(|m| b.seq <= m) && b.seq == u64::MAX {'
     test=kafka_exactly_once ;;
   *) echo "unknown bug $bug" >&2; exit 2 ;;

@@ -66,8 +66,7 @@ fn sink_operator(
     sink: &SinkSpec,
     restored: Option<&RestoredJob>,
 ) -> Result<Box<dyn Operator>> {
-    use crate::operators::{file_sink, kafka_sink, two_phase::SinkContext};
-    let ctx = || SinkContext {
+    let ctx = crate::sinks::two_phase::SinkContext {
         job,
         uid: graph.output_uid.clone(),
         restored: restored
@@ -76,11 +75,7 @@ fn sink_operator(
             .unwrap_or_default(),
         completions: rt.checkpoints.completions(),
     };
-    Ok(match sink {
-        SinkSpec::Blackhole => Box::new(crate::operators::blackhole::BlackholeOperator::new(name)),
-        SinkSpec::Kafka(k) => Box::new(kafka_sink::KafkaSinkOperator::new(k.clone(), ctx())?),
-        SinkSpec::File(f) => Box::new(file_sink::FileSinkOperator::new(f.clone(), ctx())?),
-    })
+    sink.connector().build(name, ctx)
 }
 
 /// Loads a view's latest checkpoint if it can be used: every relation it reads must be

@@ -108,13 +108,7 @@ pub struct StreamGraph {
     pub sink: Option<SinkSpec>,
 }
 
-/// The connector at the end of a `CREATE SINK` job.
-#[derive(Debug, Clone)]
-pub enum SinkSpec {
-    Blackhole,
-    Kafka(crate::operators::kafka_sink::KafkaSinkSpec),
-    File(crate::operators::file_sink::FileSinkSpec),
-}
+pub use crate::sinks::SinkSpec;
 
 /// The layout of stored rows: their column types.
 pub fn rows_layout(schema: &arrow::datatypes::Schema) -> String {

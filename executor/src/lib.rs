@@ -22,6 +22,7 @@
 //! - [`supervisor`]: restarts failed jobs' regions per their restart strategy.
 //! - [`metrics`]: Prometheus metrics with Flink's names.
 //! - [`aggregate`] and [`operators`]: the operators; [`bytes`]: reading their encoded state.
+//! - [`sinks`]: the last operator of a sink job, one connector per file.
 //! - [`append_only`]: which fragments only insert (their min / max keep one value).
 //!
 //! API for the layers above: `Runtime`, `RuntimeConfig`, `StreamGraph` and its specs,
@@ -45,6 +46,7 @@ pub mod operator;
 pub mod operators;
 pub mod runtime;
 pub mod savepoint;
+pub mod sinks;
 pub mod source;
 pub mod store;
 pub mod store_index;

@@ -18,9 +18,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use weir_executor::checkpoint::CheckpointMode;
 use weir_executor::exchange::ExchangeKind;
-use weir_executor::operators::file_sink::FileSinkSpec;
-use weir_executor::operators::kafka_sink::{DeliveryGuarantee, KafkaSinkSpec};
-use weir_executor::operators::sink_format::SinkFormat;
+use weir_executor::sinks::blackhole::BlackholeSpec;
+use weir_executor::sinks::file::FileSinkSpec;
+use weir_executor::sinks::format::SinkFormat;
+use weir_executor::sinks::kafka::{DeliveryGuarantee, KafkaSinkSpec};
 use weir_executor::{FragmentInput, FragmentSpec, SinkSpec, StreamGraph, ViewSpec};
 use weir_planner::connector_ddl::SinkInput;
 use weir_planner::{sqlstate, SqlError, SqlResult, WeirStatement};
@@ -54,7 +55,7 @@ async fn sink_spec(
             {
                 return Err(invalid(format!("unknown sink option \"{k}\"")));
             }
-            SinkSpec::Blackhole
+            SinkSpec::Blackhole(BlackholeSpec)
         }
         Some("kafka") => SinkSpec::Kafka(kafka_sink_spec(name, options, schema)?),
         Some("file") => SinkSpec::File(file_sink_spec(db, name, options, schema)?),
@@ -66,11 +67,7 @@ async fn sink_spec(
         None => return Err(invalid("a sink needs connector = '...'".into())),
     };
     let config = crate::ddl::view_job_config(db, settings)?;
-    let exactly_once = match &sink {
-        SinkSpec::Kafka(k) => k.guarantee == DeliveryGuarantee::ExactlyOnce,
-        SinkSpec::File(_) => true,
-        SinkSpec::Blackhole => false,
-    };
+    let exactly_once = sink.connector().exactly_once();
     {
         if exactly_once {
             exactly_once_checks(db, &config, &fragments, &sink)?;
@@ -197,10 +194,7 @@ fn exactly_once_checks(
     fragments: &[FragmentSpec],
     sink: &SinkSpec,
 ) -> SqlResult<()> {
-    let what = match sink {
-        SinkSpec::File(_) => "the file sink",
-        _ => "sink.delivery-guarantee = 'exactly-once'",
-    };
+    let what = sink.connector().exactly_once_setting();
     let invalid = |m: String| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
     if config.checkpoint.interval.is_none() {
         return Err(invalid(format!(

@@ -11,8 +11,9 @@
 //! renaming their pending file or, if that was lost, writing the part from the state.
 //! Writing a part is idempotent (same name, same bytes).
 
-use super::sink_format::{encode, named, SinkFormat, SinkRecord};
+use super::format::{encode, named, SinkFormat, SinkRecord};
 use super::two_phase::{SinkContext, Staged, Staging, TwoPhaseTarget};
+use super::SinkConnector;
 use crate::barrier::{Barrier, Epoch};
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
@@ -35,6 +36,21 @@ pub struct FileSinkSpec {
     pub format: SinkFormat,
     /// The relation's schema: the records' field names.
     pub schema: SchemaRef,
+}
+
+impl SinkConnector for FileSinkSpec {
+    fn connector(&self) -> &'static str {
+        "file"
+    }
+    fn exactly_once(&self) -> bool {
+        true
+    }
+    fn exactly_once_setting(&self) -> &'static str {
+        "the file sink"
+    }
+    fn build(&self, _: &str, ctx: SinkContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(FileSinkOperator::new(self.clone(), ctx)?))
+    }
 }
 
 struct FileTarget {

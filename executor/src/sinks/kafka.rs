@@ -1,5 +1,5 @@
 //! The Kafka sink: the last operator of `CREATE SINK ... WITH (connector = 'kafka')`.
-//! Every change becomes one record in the sink's format ([`super::sink_format`]).
+//! Every change becomes one record in the sink's format ([`super::format`]).
 //!
 //! Two delivery guarantees (`sink.delivery-guarantee`):
 //! - `at-least-once`: records are produced as they come, and at every barrier the
@@ -9,12 +9,13 @@
 //! - `exactly-once`: records are kept until the checkpoint barrier, staged there as a
 //!   numbered batch in the sink's checkpointed state, and written in a Kafka
 //!   transaction once that checkpoint completes ([`super::two_phase`] with
-//!   [`super::kafka_sink_txn`]). Readers with `isolation.level = read_committed` see
+//!   [`super::kafka_txn`]). Readers with `isolation.level = read_committed` see
 //!   each change once; the latency is the checkpoint interval.
 
-use super::kafka_sink_txn::{KafkaTarget, TxnTarget};
-use super::sink_format::{encode, named, SinkFormat, SinkRecord};
+use super::format::{encode, named, SinkFormat, SinkRecord};
+use super::kafka_txn::{KafkaTarget, TxnTarget};
 use super::two_phase::{SinkContext, Staging};
+use super::SinkConnector;
 use crate::barrier::{Barrier, Epoch};
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
@@ -49,6 +50,18 @@ pub struct KafkaSinkSpec {
     /// transactional id is `<prefix>-<uid>` and its marker group `<prefix>-sink-<uid>`,
     /// so two databases writing to one Kafka cluster must use different prefixes.
     pub transactional_id_prefix: String,
+}
+
+impl SinkConnector for KafkaSinkSpec {
+    fn connector(&self) -> &'static str {
+        "kafka"
+    }
+    fn exactly_once(&self) -> bool {
+        self.guarantee == DeliveryGuarantee::ExactlyOnce
+    }
+    fn build(&self, _: &str, ctx: SinkContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(KafkaSinkOperator::new(self.clone(), ctx)?))
+    }
 }
 
 pub struct KafkaSinkOperator {
@@ -100,7 +113,7 @@ fn send(producer: &BaseProducer, topic: &str, r: &SinkRecord) -> Result<()> {
     if let Some(p) = &r.payload {
         record = record.payload(p.as_slice());
     }
-    super::kafka_sink_txn::send(producer, record).map_err(kafka_err(topic))
+    super::kafka_txn::send(producer, record).map_err(kafka_err(topic))
 }
 
 impl Operator for KafkaSinkOperator {

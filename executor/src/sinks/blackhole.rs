@@ -3,9 +3,27 @@
 //! changes that reach it count in `weir_sinkRecordsIn{job}`), as Flink's and
 //! RisingWave's do.
 
+use super::two_phase::SinkContext;
+use super::SinkConnector;
 use crate::chunk::StreamChunk;
 use crate::error::Result;
 use crate::operator::Operator;
+
+/// `connector = 'blackhole'`: no options.
+#[derive(Debug, Clone)]
+pub struct BlackholeSpec;
+
+impl SinkConnector for BlackholeSpec {
+    fn connector(&self) -> &'static str {
+        "blackhole"
+    }
+    fn exactly_once(&self) -> bool {
+        false
+    }
+    fn build(&self, name: &str, _: SinkContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(BlackholeOperator::new(name)))
+    }
+}
 
 pub struct BlackholeOperator {
     records: prometheus::IntCounter,

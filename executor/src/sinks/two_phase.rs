@@ -16,7 +16,7 @@
 //! (big-endian) → checkpoint epoch (big-endian) + records; `n` → the next batch number.
 //! Committed batches are deleted at the next checkpoint.
 
-use super::sink_format::{decode_records, encode_records, SinkRecord};
+use super::format::{decode_records, encode_records, SinkRecord};
 use crate::barrier::Epoch;
 use crate::error::{ExecError, Result};
 use futures::future::BoxFuture;
