@@ -157,3 +157,50 @@ impl BarrierCoordinator {
         self.commit_lock.read()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Waits until the acks sent so far were counted (they go through a task).
+    async fn settle(c: &BarrierCoordinator, want: Epoch) -> Epoch {
+        for _ in 0..100 {
+            if c.committed_epoch() >= want {
+                break;
+            }
+            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        c.committed_epoch()
+    }
+
+    #[tokio::test]
+    async fn epochs_commit_in_order_once_every_actor_and_the_log_acked() {
+        let c = BarrierCoordinator::start(0);
+        c.add_actors(2);
+        let acks = c.ack_sender();
+        let ack = |epoch, actor| acks.send(BarrierAck { epoch, actor }).unwrap();
+        c.begin_epoch(1, true); // waits for the log sync too
+        c.begin_epoch(2, false);
+        // Epoch 2 complete first: it still waits for epoch 1.
+        ack(2, 1);
+        ack(2, 2);
+        ack(1, 1);
+        ack(1, 2);
+        assert_eq!(settle(&c, 1).await, 0, "epoch 1 waits for its log sync");
+        c.ack_durable(1);
+        assert_eq!(settle(&c, 2).await, 2, "the sync commits 1 and then 2");
+        // An ack of an unknown epoch, or one too many, changes nothing.
+        ack(7, 1);
+        c.ack_durable(2);
+        c.begin_epoch(3, false);
+        ack(3, 1);
+        assert_eq!(settle(&c, 3).await, 2, "one actor of two acked epoch 3");
+        ack(3, 2);
+        c.wait_committed(3).await;
+        // With no actors and nothing to sync, an epoch commits at once.
+        c.remove_actors(2);
+        c.begin_epoch(4, false);
+        assert_eq!(c.committed_epoch(), 4);
+    }
+}
