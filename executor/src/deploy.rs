@@ -146,24 +146,7 @@ pub(crate) async fn deploy_view(
         Restore::From(r) => Some(*r),
     };
     if let Some(r) = &restored {
-        for (uid, entries) in &r.keyed {
-            let uid: Arc<str> = uid.as_str().into();
-            let mut batch = WriteBatch::default();
-            for (kg, key, value) in entries {
-                batch.put(
-                    StateKey {
-                        uid: uid.clone(),
-                        key_group: KeyGroup(*kg),
-                        key: key.clone(),
-                    },
-                    value.clone(),
-                );
-            }
-            rt.backend.write(batch)?;
-        }
-        if let Some(rows) = r.rows.get(&graph.output_uid) {
-            store.restore(&store.chunks_of(rows)?)?;
-        }
+        load_restored(rt, &store, graph, r)?;
         rt.note_restore(name);
     }
     let hub = RelationHub::new();
@@ -171,114 +154,24 @@ pub(crate) async fn deploy_view(
         .iter()
         .map(|f| if f.single { 1 } else { parallelism as usize })
         .collect();
-    let pos: HashMap<usize, usize> = frags.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
-    let mut receivers: Vec<Vec<Vec<Receiver<Message>>>> = counts
-        .iter()
-        .map(|&c| (0..c).map(|_| Vec::new()).collect())
-        .collect();
-    let mut outputs: Vec<Vec<Option<ActorOutput>>> = counts
-        .iter()
-        .map(|&c| (0..c).map(|_| None).collect())
-        .collect();
-    // Unaligned checkpoints: one priority lane per actor.
-    let unaligned = spec.config.checkpoint.unaligned;
-    let mut lane_tx: Vec<Vec<PriorityLane>> = Vec::new();
-    let mut lane_rx: Vec<Vec<Option<UnboundedReceiver<Barrier>>>> = Vec::new();
-    for &c in &counts {
-        let (txs, rxs): (Vec<_>, Vec<_>) = (0..c)
-            .filter(|_| unaligned)
-            .map(|_| {
-                let (tx, rx) = mpsc::unbounded_channel();
-                (tx, Some(rx))
-            })
-            .unzip();
-        lane_tx.push(txs);
-        lane_rx.push(rxs);
-    }
-    let mut subscriptions: Vec<(String, Subscription)> = Vec::new();
-    let mut backfill: Vec<(Vec<Sender<Message>>, Vec<StreamChunk>)> = Vec::new();
-    let mut upstream_names = Vec::new();
-    let mut replayed = 0usize;
-
-    // Per actor: which of its fragment's inputs each receiver belongs to.
-    let mut sides: Vec<Vec<Vec<usize>>> = counts.iter().map(|&c| vec![Vec::new(); c]).collect();
-    for (gi, frag) in frags.iter().enumerate() {
-        for (k, input) in frag.inputs.iter().enumerate() {
-            match input {
-                FragmentInput::Fragment { id, exchange } => {
-                    let fi = *pos
-                        .get(id)
-                        .ok_or_else(|| ExecError::Internal(format!("unknown fragment {id}")))?;
-                    let key_types: Vec<_> = match exchange {
-                        ExchangeKind::Hash { keys } => keys
-                            .iter()
-                            .map(|&k| frags[fi].output_schema.field(k).data_type().clone())
-                            .collect(),
-                        _ => vec![],
-                    };
-                    for out in outputs[fi].iter_mut() {
-                        let senders = connect_to_all(&mut receivers[gi]);
-                        let d = Dispatcher::new(exchange, &key_types, senders, max_p)?
-                            .with_lanes(lane_tx[gi].clone());
-                        // A fragment several consumers read sends to each of them.
-                        match out {
-                            Some(ActorOutput::Exchange(ds)) => ds.push(d),
-                            _ => *out = Some(ActorOutput::Exchange(vec![d])),
-                        }
-                    }
-                }
-                FragmentInput::Relation(rel_name) => {
-                    let (publishers, snapshot) = {
-                        let relations = rt.relations.write();
-                        let rel = relations.get(rel_name).ok_or_else(|| {
-                            ExecError::Internal(format!("relation {rel_name} is not running"))
-                        })?;
-                        let snapshot = match &restored {
-                            // Rewind the table's log to the checkpoint's position.
-                            Some(r) => {
-                                let writer = w.table_ref(rel_name).ok_or_else(|| {
-                                    ExecError::Internal(format!("{rel_name} is not a table"))
-                                })?;
-                                let chunks = writer.read_log_from(r.meta.positions[rel_name])?;
-                                replayed += chunks.iter().map(|c| c.len()).sum::<usize>();
-                                chunks
-                            }
-                            // An unstored source keeps no rows: they are made again.
-                            None if !rel.store.keeps_rows() => w
-                                .table_ref(rel_name)
-                                .ok_or_else(|| {
-                                    ExecError::Internal(format!("{rel_name} is not a table"))
-                                })?
-                                .generated_contents()?,
-                            None => split_inserts(&rel.store.snapshot()?),
-                        };
-                        (rel.publishers, snapshot)
-                    };
-                    let mut per_upstream = Vec::with_capacity(publishers);
-                    let mut first = Vec::new();
-                    for u in 0..publishers {
-                        let senders = connect_to_all(&mut receivers[gi]);
-                        if u == 0 {
-                            first = senders.clone();
-                        }
-                        per_upstream.push(
-                            Dispatcher::new(&ExchangeKind::RoundRobin, &[], senders, max_p)?
-                                .with_lanes(lane_tx[gi].clone())
-                                .cutting_for(job),
-                        );
-                    }
-                    subscriptions.push((rel_name.clone(), Subscription { job, per_upstream }));
-                    backfill.push((first, snapshot));
-                    if !upstream_names.contains(rel_name) {
-                        upstream_names.push(rel_name.clone());
-                    }
-                }
-            }
-            for (d, side) in sides[gi].iter_mut().enumerate() {
-                side.resize(receivers[gi][d].len(), k);
-            }
-        }
-    }
+    let Wiring {
+        mut receivers,
+        mut outputs,
+        mut lane_rx,
+        mut sides,
+        subscriptions,
+        backfill,
+        upstream_names,
+        replayed,
+    } = wire(
+        rt,
+        w,
+        job,
+        frags,
+        &counts,
+        spec.config.checkpoint.unaligned,
+        restored.as_ref(),
+    )?;
     let last = frags.len() - 1;
     for (d, out) in outputs[last].iter_mut().enumerate() {
         *out = Some(ActorOutput::Hub {
@@ -334,21 +227,10 @@ pub(crate) async fn deploy_view(
                 ExecError::Internal(format!("fragment {} has no consumer", frag.id))
             })?;
             let prefix = inflight_uid(name, frag.id, d);
-            // Data the last checkpoint's barrier overtook at this actor, in input order.
-            let mut initial = Vec::new();
-            if let Some(r) = &restored {
-                let mine = format!("{prefix}.i");
-                let mut uids: Vec<&String> =
-                    r.rows.keys().filter(|u| u.starts_with(&mine)).collect();
-                uids.sort();
-                for uid in uids {
-                    let receiver: usize = uid[mine.len()..].parse().unwrap_or(0);
-                    let side = sides[gi][d].get(receiver).copied().unwrap_or(0);
-                    for (codes, batch) in &r.rows[uid] {
-                        initial.push((side, StreamChunk::from_op_codes(codes, batch.clone())?));
-                    }
-                }
-            }
+            let initial = match &restored {
+                Some(r) => overtaken_data(r, &prefix, &sides[gi][d])?,
+                None => Vec::new(),
+            };
             let setup = lane_rx[gi]
                 .get_mut(d)
                 .and_then(Option::take)
@@ -394,25 +276,7 @@ pub(crate) async fn deploy_view(
         restored.map(|r| r.start).unwrap_or_default(),
     );
     rt.last_replayed.lock().insert(name.to_string(), replayed);
-    for (a, setup, initial) in actors {
-        tokio::spawn(a.run(setup, initial));
-    }
-    for (senders, chunks) in backfill {
-        for (i, chunk) in chunks.into_iter().enumerate() {
-            senders[i % senders.len()]
-                .send(Message::Chunk(chunk))
-                .await
-                .map_err(|_| ExecError::ChannelClosed)?;
-        }
-    }
-    {
-        let relations = rt.relations.write();
-        for (rel, sub) in subscriptions {
-            if let Some(r) = relations.get(&rel) {
-                r.hub.subscribe(sub);
-            }
-        }
-    }
+    start(rt, actors, backfill, subscriptions).await?;
     Ok(RelationRuntime {
         hub,
         store,
@@ -425,6 +289,235 @@ pub(crate) async fn deploy_view(
         parallelism,
         view: Some(spec),
     })
+}
+
+/// Chunks an actor processes before its inputs, each with the input it came from.
+type Overtaken = Vec<(usize, StreamChunk)>;
+
+/// An actor ready to run, with its unaligned-checkpoint setup and overtaken data.
+type ReadyActor = (Actor, Option<UnalignedSetup>, Overtaken);
+
+/// Puts a restored job's keyed state into the backend (the operators load their key
+/// groups of it when built) and its stored rows into the view's store.
+fn load_restored(
+    rt: &Runtime,
+    store: &RelationStore,
+    graph: &StreamGraph,
+    r: &RestoredJob,
+) -> Result<()> {
+    for (uid, entries) in &r.keyed {
+        let uid: Arc<str> = uid.as_str().into();
+        let mut batch = WriteBatch::default();
+        for (kg, key, value) in entries {
+            batch.put(
+                StateKey {
+                    uid: uid.clone(),
+                    key_group: KeyGroup(*kg),
+                    key: key.clone(),
+                },
+                value.clone(),
+            );
+        }
+        rt.backend.write(batch)?;
+    }
+    if let Some(rows) = r.rows.get(&graph.output_uid) {
+        store.restore(&store.chunks_of(rows)?)?;
+    }
+    Ok(())
+}
+
+/// The channels of a job: per fragment, per actor, its input receivers (and which of
+/// the fragment's inputs each belongs to), its output, its priority lane (unaligned
+/// checkpoints); the subscriptions to upstream relations and what to backfill.
+struct Wiring {
+    receivers: Vec<Vec<Vec<Receiver<Message>>>>,
+    outputs: Vec<Vec<Option<ActorOutput>>>,
+    lane_rx: Vec<Vec<Option<UnboundedReceiver<Barrier>>>>,
+    sides: Vec<Vec<Vec<usize>>>,
+    subscriptions: Vec<(String, Subscription)>,
+    /// Per upstream relation: the first publisher's senders and the rows to send
+    /// (its contents, or its log from the restored position).
+    backfill: Vec<(Vec<Sender<Message>>, Vec<StreamChunk>)>,
+    upstream_names: Vec<String>,
+    /// Log rows replayed from the restored positions.
+    replayed: usize,
+}
+
+/// Connects every exchange edge and upstream relation of `frags` (`counts[i]` actors
+/// for fragment `i`). The last fragment's outputs are left to the caller.
+fn wire(
+    rt: &Runtime,
+    w: &WriteState,
+    job: u64,
+    frags: &[crate::graph::FragmentSpec],
+    counts: &[usize],
+    unaligned: bool,
+    restored: Option<&RestoredJob>,
+) -> Result<Wiring> {
+    let max_p = rt.config.max_parallelism;
+    let pos: HashMap<usize, usize> = frags.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
+    let mut receivers: Vec<Vec<Vec<Receiver<Message>>>> = counts
+        .iter()
+        .map(|&c| (0..c).map(|_| Vec::new()).collect())
+        .collect();
+    let mut outputs: Vec<Vec<Option<ActorOutput>>> = counts
+        .iter()
+        .map(|&c| (0..c).map(|_| None).collect())
+        .collect();
+    // Unaligned checkpoints: one priority lane per actor.
+    let mut lane_tx: Vec<Vec<PriorityLane>> = Vec::new();
+    let mut lane_rx: Vec<Vec<Option<UnboundedReceiver<Barrier>>>> = Vec::new();
+    for &c in counts {
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..c)
+            .filter(|_| unaligned)
+            .map(|_| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                (tx, Some(rx))
+            })
+            .unzip();
+        lane_tx.push(txs);
+        lane_rx.push(rxs);
+    }
+    let mut subscriptions: Vec<(String, Subscription)> = Vec::new();
+    let mut backfill: Vec<(Vec<Sender<Message>>, Vec<StreamChunk>)> = Vec::new();
+    let mut upstream_names = Vec::new();
+    let mut replayed = 0usize;
+
+    // Per actor: which of its fragment's inputs each receiver belongs to.
+    let mut sides: Vec<Vec<Vec<usize>>> = counts.iter().map(|&c| vec![Vec::new(); c]).collect();
+    for (gi, frag) in frags.iter().enumerate() {
+        for (k, input) in frag.inputs.iter().enumerate() {
+            match input {
+                FragmentInput::Fragment { id, exchange } => {
+                    let fi = *pos
+                        .get(id)
+                        .ok_or_else(|| ExecError::Internal(format!("unknown fragment {id}")))?;
+                    let key_types: Vec<_> = match exchange {
+                        ExchangeKind::Hash { keys } => keys
+                            .iter()
+                            .map(|&k| frags[fi].output_schema.field(k).data_type().clone())
+                            .collect(),
+                        _ => vec![],
+                    };
+                    for out in outputs[fi].iter_mut() {
+                        let senders = connect_to_all(&mut receivers[gi]);
+                        let d = Dispatcher::new(exchange, &key_types, senders, max_p)?
+                            .with_lanes(lane_tx[gi].clone());
+                        // A fragment several consumers read sends to each of them.
+                        match out {
+                            Some(ActorOutput::Exchange(ds)) => ds.push(d),
+                            _ => *out = Some(ActorOutput::Exchange(vec![d])),
+                        }
+                    }
+                }
+                FragmentInput::Relation(rel_name) => {
+                    let (publishers, snapshot) = {
+                        let relations = rt.relations.write();
+                        let rel = relations.get(rel_name).ok_or_else(|| {
+                            ExecError::Internal(format!("relation {rel_name} is not running"))
+                        })?;
+                        let snapshot = match restored {
+                            // Rewind the table's log to the checkpoint's position.
+                            Some(r) => {
+                                let writer = w.table_ref(rel_name).ok_or_else(|| {
+                                    ExecError::Internal(format!("{rel_name} is not a table"))
+                                })?;
+                                let chunks = writer.read_log_from(r.meta.positions[rel_name])?;
+                                replayed += chunks.iter().map(|c| c.len()).sum::<usize>();
+                                chunks
+                            }
+                            // An unstored source keeps no rows: they are made again.
+                            None if !rel.store.keeps_rows() => w
+                                .table_ref(rel_name)
+                                .ok_or_else(|| {
+                                    ExecError::Internal(format!("{rel_name} is not a table"))
+                                })?
+                                .generated_contents()?,
+                            None => split_inserts(&rel.store.snapshot()?),
+                        };
+                        (rel.publishers, snapshot)
+                    };
+                    let mut per_upstream = Vec::with_capacity(publishers);
+                    let mut first = Vec::new();
+                    for u in 0..publishers {
+                        let senders = connect_to_all(&mut receivers[gi]);
+                        if u == 0 {
+                            first = senders.clone();
+                        }
+                        per_upstream.push(
+                            Dispatcher::new(&ExchangeKind::RoundRobin, &[], senders, max_p)?
+                                .with_lanes(lane_tx[gi].clone())
+                                .cutting_for(job),
+                        );
+                    }
+                    subscriptions.push((rel_name.clone(), Subscription { job, per_upstream }));
+                    backfill.push((first, snapshot));
+                    if !upstream_names.contains(rel_name) {
+                        upstream_names.push(rel_name.clone());
+                    }
+                }
+            }
+            for (d, side) in sides[gi].iter_mut().enumerate() {
+                side.resize(receivers[gi][d].len(), k);
+            }
+        }
+    }
+    Ok(Wiring {
+        receivers,
+        outputs,
+        lane_rx,
+        sides,
+        subscriptions,
+        backfill,
+        upstream_names,
+        replayed,
+    })
+}
+
+/// The data the restored checkpoint's barrier overtook at the actor whose in-flight
+/// uids start with `prefix`, in input order, each with the fragment input it came
+/// from (`sides`: per receiver).
+fn overtaken_data(r: &RestoredJob, prefix: &str, sides: &[usize]) -> Result<Overtaken> {
+    let mine = format!("{prefix}.i");
+    let mut uids: Vec<&String> = r.rows.keys().filter(|u| u.starts_with(&mine)).collect();
+    uids.sort();
+    let mut initial = Vec::new();
+    for uid in uids {
+        let receiver: usize = uid[mine.len()..].parse().unwrap_or(0);
+        let side = sides.get(receiver).copied().unwrap_or(0);
+        for (codes, batch) in &r.rows[uid] {
+            initial.push((side, StreamChunk::from_op_codes(codes, batch.clone())?));
+        }
+    }
+    Ok(initial)
+}
+
+/// Starts the actors, sends the backfill, then subscribes to the upstream hubs (so the
+/// first live change follows the backfilled contents).
+async fn start(
+    rt: &Runtime,
+    actors: Vec<ReadyActor>,
+    backfill: Vec<(Vec<Sender<Message>>, Vec<StreamChunk>)>,
+    subscriptions: Vec<(String, Subscription)>,
+) -> Result<()> {
+    for (a, setup, initial) in actors {
+        tokio::spawn(a.run(setup, initial));
+    }
+    for (senders, chunks) in backfill {
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            senders[i % senders.len()]
+                .send(Message::Chunk(chunk))
+                .await
+                .map_err(|_| ExecError::ChannelClosed)?;
+        }
+    }
+    let relations = rt.relations.write();
+    for (rel, sub) in subscriptions {
+        if let Some(r) = relations.get(&rel) {
+            r.hub.subscribe(sub);
+        }
+    }
+    Ok(())
 }
 
 /// True when the view's rows are a function of an aggregation's (or Top-N's) state: its
