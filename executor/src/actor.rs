@@ -747,3 +747,179 @@ async fn failpoints(job_name: &str) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    //! A harness that feeds one actor scripted messages on its inputs and records what
+    //! comes out, what it acknowledges and what it snapshots.
+
+    use super::*;
+    use crate::barrier::BarrierKind;
+    use crate::checkpoint::CheckpointScope;
+    use crate::exchange::ExchangeKind;
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use tokio::sync::mpsc;
+
+    /// Passes chunks on and snapshots how many rows it has seen (as one keyed entry).
+    struct Counter(i64);
+
+    impl Operator for Counter {
+        fn name(&self) -> &str {
+            "Counter"
+        }
+        fn process_chunk(&mut self, chunk: StreamChunk, out: &mut Vec<StreamChunk>) -> Result<()> {
+            self.0 += chunk.len() as i64;
+            out.push(chunk);
+            Ok(())
+        }
+        fn snapshot(&mut self, _epoch: Epoch) -> Result<Vec<StateDelta>> {
+            Ok(vec![StateDelta {
+                uid: "counter".into(),
+                data: DeltaData::Keyed(vec![(
+                    0,
+                    b"n".to_vec(),
+                    Some(self.0.to_be_bytes().to_vec()),
+                )]),
+            }])
+        }
+    }
+
+    fn rows(values: &[i64]) -> Message {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)]));
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(values.to_vec()))])
+            .unwrap();
+        Message::Chunk(StreamChunk::inserts(batch))
+    }
+
+    fn checkpoint(epoch: Epoch, job: u64) -> Message {
+        Message::Barrier(Barrier {
+            epoch,
+            kind: BarrierKind::Checkpoint(Arc::new(CheckpointScope {
+                jobs: [job].into_iter().collect(),
+            })),
+        })
+    }
+
+    /// What came out of the actor: values of chunks, and barriers as `-epoch`.
+    fn shown(m: &Message) -> Vec<i64> {
+        match m {
+            Message::Chunk(c) => {
+                let a = c
+                    .batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap();
+                a.values().to_vec()
+            }
+            Message::Barrier(b) => vec![-(b.epoch as i64)],
+            _ => vec![],
+        }
+    }
+
+    struct Harness {
+        inputs: Vec<mpsc::Sender<Message>>,
+        output: mpsc::Receiver<Message>,
+        acks: mpsc::UnboundedReceiver<BarrierAck>,
+        parts: mpsc::UnboundedReceiver<CheckpointPart>,
+    }
+
+    fn start(n_inputs: usize, mode: CheckpointMode) -> Harness {
+        let (inputs, receivers): (Vec<_>, Vec<_>) =
+            (0..n_inputs).map(|_| mpsc::channel(16)).unzip();
+        let (out_tx, output) = mpsc::channel(64);
+        let (acks_tx, acks) = mpsc::unbounded_channel();
+        let (parts_tx, parts) = mpsc::unbounded_channel();
+        let actor = Actor {
+            id: 1,
+            job: 7,
+            job_name: "test".into(),
+            inputs: receivers,
+            input_sides: vec![0; n_inputs],
+            chain: vec![Box::new(Counter(0))],
+            output: ActorOutput::Exchange(vec![Dispatcher::new(
+                &ExchangeKind::Single,
+                &[],
+                vec![out_tx],
+                128,
+            )
+            .unwrap()]),
+            acks: acks_tx,
+            checkpoints: parts_tx,
+            mode,
+            health: Arc::new(JobHealth {
+                failure: Mutex::new(None),
+                job: 7,
+                store: None,
+                supervisor: None,
+            }),
+        };
+        tokio::spawn(actor.run(None, Vec::new()));
+        Harness {
+            inputs,
+            output,
+            acks,
+            parts,
+        }
+    }
+
+    /// Aligned (exactly once): rows after a barrier on one input wait until every input
+    /// delivered it; the snapshot counts exactly the rows before the barrier; the
+    /// barrier is acknowledged once.
+    #[tokio::test]
+    async fn aligned_barriers_hold_back_later_rows_and_cut_a_consistent_snapshot() {
+        let mut h = start(2, CheckpointMode::ExactlyOnce);
+        for m in [rows(&[1]), checkpoint(1, 7), rows(&[2, 3])] {
+            h.inputs[0].send(m).await.unwrap();
+        }
+        // Input 0 is blocked after its barrier: only its first rows come out.
+        assert_eq!(shown(&h.output.recv().await.unwrap()), vec![1]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            h.output.try_recv().is_err(),
+            "rows after the barrier came out early"
+        );
+        for m in [rows(&[10]), checkpoint(1, 7)] {
+            h.inputs[1].send(m).await.unwrap();
+        }
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            out.extend(shown(&h.output.recv().await.unwrap()));
+        }
+        assert_eq!(
+            out,
+            vec![10, -1, 2, 3],
+            "before the barrier, the barrier, after"
+        );
+        let part = h.parts.recv().await.unwrap();
+        assert_eq!((part.epoch, part.job), (1, 7));
+        let deltas = part.result.unwrap();
+        let DeltaData::Keyed(entries) = &deltas[0].data else {
+            panic!("keyed")
+        };
+        let n = i64::from_be_bytes(entries[0].2.clone().unwrap().try_into().unwrap());
+        assert_eq!(n, 2, "the snapshot counts the rows before the barrier only");
+        let ack = h.acks.recv().await.unwrap();
+        assert_eq!(ack.epoch, 1);
+        assert!(h.acks.try_recv().is_err(), "one ack per barrier");
+    }
+
+    /// At least once: no input is blocked, so rows after a barrier on one input may
+    /// pass before the other input's barrier (and count in that snapshot).
+    #[tokio::test]
+    async fn at_least_once_does_not_block_an_input_after_its_barrier() {
+        let mut h = start(2, CheckpointMode::AtLeastOnce);
+        for m in [rows(&[1]), checkpoint(1, 7), rows(&[2])] {
+            h.inputs[0].send(m).await.unwrap();
+        }
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            out.extend(shown(&h.output.recv().await.unwrap()));
+        }
+        assert_eq!(out, vec![1, 2], "the row after the barrier passed at once");
+        h.inputs[1].send(checkpoint(1, 7)).await.unwrap();
+        assert_eq!(shown(&h.output.recv().await.unwrap()), vec![-1]);
+        assert_eq!(h.acks.recv().await.unwrap().epoch, 1);
+    }
+}
