@@ -536,3 +536,85 @@ impl Drop for PeriodicHold {
         self.0.held.fetch_sub(1, Ordering::SeqCst);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::restore::load_latest;
+    use weir_storage::object_storage::S3Settings;
+    use weir_storage::state_snapshot::DeltaData;
+
+    /// One actor's part of checkpoint `epoch`: one keyed entry in key group `kg`.
+    fn part(epoch: Epoch, actor: ActorId, kg: u32, value: &[u8]) -> CheckpointPart {
+        CheckpointPart {
+            epoch,
+            job: 7,
+            actor,
+            result: Ok(vec![StateDelta {
+                uid: "v.hashagg.x".into(),
+                data: DeltaData::Keyed(vec![(kg, vec![b'k', kg as u8], Some(value.to_vec()))]),
+            }]),
+            alignment_ms: 0,
+        }
+    }
+
+    /// The path of a checkpoint: triggered by the interval (or forced), complete only
+    /// once every actor handed its state, then announced, listed and restorable with
+    /// its source positions and every actor's state.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_checkpoint_completes_with_every_actors_state_and_restores() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage =
+            ObjectStorage::open(dir.path().to_str().unwrap(), &S3Settings::default()).unwrap();
+        let (failures, _failures_rx) = mpsc::unbounded_channel();
+        let (_durable_tx, durable) = watch::channel(Epoch::MAX);
+        let c = CheckpointCoordinator::start(storage, failures, 128, durable);
+        let mut completions = c.completions();
+        let config = CheckpointConfig::default(); // every 10 s
+        c.register_job(7, "v", config, 2, vec!["t".into()], 2, JobStart::default());
+        let positions = BTreeMap::from([("t".to_string(), 42u64)]);
+        let scope = c
+            .trigger(1, &positions)
+            .expect("the first checkpoint is due");
+        assert!(scope.jobs.contains(&7));
+        assert!(
+            c.trigger(2, &positions).is_none(),
+            "not due within the interval"
+        );
+        c.part_sender().send(part(1, 1, 3, b"one")).unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let status = |c: &CheckpointCoordinator| {
+            c.history()
+                .iter()
+                .find(|r| r.id == 1 && r.job == 7)
+                .map(|r| r.status)
+        };
+        assert_eq!(
+            status(&c),
+            Some(CheckpointStatus::InProgress),
+            "one actor of two"
+        );
+        c.part_sender().send(part(1, 2, 90, b"two")).unwrap();
+        let finished =
+            tokio::time::timeout(std::time::Duration::from_secs(20), c.wait_finished(1, &[7]))
+                .await;
+        assert!(finished.is_ok(), "not finished: {:?}", c.history());
+        assert_eq!(status(&c), Some(CheckpointStatus::Completed));
+        assert_eq!(completions.recv().await.unwrap(), (7, 1));
+        let restored = load_latest(&c.storage, 7, "v").await.expect("restorable");
+        assert_eq!(restored.meta.epoch, 1);
+        assert_eq!(restored.meta.positions["t"], 42);
+        let mut entries = restored.keyed["v.hashagg.x"].clone();
+        entries.sort();
+        assert_eq!(
+            entries,
+            vec![
+                (3, b"k\x03".to_vec(), b"one".to_vec()),
+                (90, b"k\x5a".to_vec(), b"two".to_vec())
+            ]
+        );
+        // Forced (a CHECKPOINT or SAVEPOINT statement): due at once.
+        c.force_next();
+        assert!(c.trigger(3, &positions).is_some());
+    }
+}
