@@ -26,32 +26,34 @@
 //! - [`append_only`]: which fragments only insert (their min / max keep one value).
 //!
 //! API for the layers above: `Runtime`, `RuntimeConfig`, `StreamGraph` and its specs,
-//! `StreamChunk`, `Op`, `ExecError`.
+//! `StreamChunk`, `Op`, `ExecError` (re-exported here). The modules the server and
+//! planner never name (actor, barrier, chunk, coordinator, graph, hub, operator,
+//! runtime, store, table_writer, ...) are `pub(crate)`: internals.
 
-pub mod actor;
+pub(crate) mod actor;
 pub mod aggregate;
-pub mod append_only;
-pub mod barrier;
-pub mod bytes;
+pub(crate) mod append_only;
+pub(crate) mod barrier;
+pub(crate) mod bytes;
 pub mod checkpoint;
-pub mod chunk;
-pub mod coordinator;
+pub(crate) mod chunk;
+pub(crate) mod coordinator;
 mod deploy;
-pub mod error;
+pub(crate) mod error;
 pub mod exchange;
-pub mod graph;
-pub mod hub;
+pub(crate) mod graph;
+pub(crate) mod hub;
 pub mod metrics;
-pub mod operator;
+pub(crate) mod operator;
 pub mod operators;
-pub mod runtime;
+pub(crate) mod runtime;
 pub mod savepoint;
 pub mod sinks;
 pub mod source;
-pub mod store;
+pub(crate) mod store;
 pub mod store_index;
 pub mod supervisor;
-pub mod table_writer;
+pub(crate) mod table_writer;
 pub mod watermark;
 
 pub use barrier::Epoch;
