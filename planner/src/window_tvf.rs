@@ -124,23 +124,32 @@ fn tumble(table: &str, ts: &str, size: &str) -> SqlResult<String> {
     ))
 }
 
-fn hop(table: &str, ts: &str, slide: &str, size: &str) -> SqlResult<String> {
+/// `(step_ms, copies)` of a window function whose `size` must be a multiple of its
+/// `step` (HOP's slide, CUMULATE's step): each row lands in `copies = size / step`
+/// windows, at most 1000.
+fn windows_per_row(func: &str, step_name: &str, step: &str, size: &str) -> SqlResult<(i64, i64)> {
     let bad = || {
         SqlError::syntax(format!(
-            "HOP needs literal intervals with the size a multiple of the slide (got slide {slide}, size {size})"
+            "{func} needs literal intervals with the size a multiple of the {step_name} (got {step_name} {step}, size {size})"
         ))
     };
-    let slide_ms = interval_millis(slide).filter(|s| *s > 0).ok_or_else(bad)?;
+    let step_ms = interval_millis(step).filter(|s| *s > 0).ok_or_else(bad)?;
     let size_ms = interval_millis(size).ok_or_else(bad)?;
-    if size_ms < slide_ms || size_ms % slide_ms != 0 {
+    if size_ms < step_ms || size_ms % step_ms != 0 {
         return Err(bad());
     }
-    let copies = size_ms / slide_ms;
+    let copies = size_ms / step_ms;
     if copies > 1000 {
         return Err(SqlError::unsupported(format!(
-            "HOP with {copies} windows per row is not supported (at most 1000)"
+            "{func} with {copies} windows per row is not supported (at most 1000)"
         )));
     }
+    Ok((step_ms, copies))
+}
+
+fn hop(table: &str, ts: &str, slide: &str, size: &str) -> SqlResult<String> {
+    let (slide_ms, copies) = windows_per_row("HOP", "slide", slide, size)?;
+    let size_ms = slide_ms * copies;
     let branches: Vec<String> = (0..copies)
         .map(|j| {
             let start = -j * slide_ms;
@@ -155,22 +164,7 @@ fn hop(table: &str, ts: &str, slide: &str, size: &str) -> SqlResult<String> {
 }
 
 fn cumulate(table: &str, ts: &str, step: &str, size: &str) -> SqlResult<String> {
-    let bad = || {
-        SqlError::syntax(format!(
-            "CUMULATE needs literal intervals with the size a multiple of the step (got step {step}, size {size})"
-        ))
-    };
-    let step_ms = interval_millis(step).filter(|s| *s > 0).ok_or_else(bad)?;
-    let size_ms = interval_millis(size).ok_or_else(bad)?;
-    if size_ms < step_ms || size_ms % step_ms != 0 {
-        return Err(bad());
-    }
-    let copies = size_ms / step_ms;
-    if copies > 1000 {
-        return Err(SqlError::unsupported(format!(
-            "CUMULATE with {copies} windows per row is not supported (at most 1000)"
-        )));
-    }
+    let (step_ms, copies) = windows_per_row("CUMULATE", "step", step, size)?;
     let branches: Vec<String> = (1..=copies)
         .map(|k| {
             let end = format!("window_bound({ts}, {size}, {})", k * step_ms);

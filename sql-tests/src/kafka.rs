@@ -110,7 +110,7 @@ pub fn json(id: i64) -> Vec<u8> {
 /// [`json`] records produced from `first` on, over 3 partitions, in chunks with a
 /// pause after each, on a thread of its own until stopped: ingestion that lasts exactly
 /// as long as a test's kills.
-pub struct Production {
+struct Production {
     /// The next id to produce: `first..next` are on the broker.
     next: Arc<AtomicI64>,
     stop: Arc<AtomicBool>,
@@ -152,12 +152,31 @@ impl Production {
     }
 }
 
+/// Produces [`json`] records from `first` on into `topic` while the server is killed
+/// `kills` times (see [`kill_while_ingesting`]), then waits (60 s at most) until the
+/// table `events` holds every one. Returns the end (exclusive) of the ids produced
+/// and the records in flight at each kill.
+pub async fn ingest_across_kills(
+    server: &mut WeirProcess,
+    topic: &str,
+    first: i64,
+    kills: u64,
+) -> (i64, Vec<i64>) {
+    let count = "SELECT count(*) FROM events";
+    let production = Production::start(topic, first, 20, Duration::from_millis(20));
+    let in_flight = kill_while_ingesting(server, &production, kills, count).await;
+    let total = production.stop();
+    let c = server.connect().await;
+    crate::query::wait_until(&c, count, 60, |r| r[0][0] == total.to_string()).await;
+    (total, in_flight)
+}
+
 /// `kills` × `kill -9` (and restart) while `production` writes into the table that
 /// `count_sql` counts, at random moments (seeded, see [`crate::process::kill_rng`]).
 /// Each kill waits until the restarted server ingested something new (progress) while
 /// produced records are not yet in the table (in flight), and fails after 60 s without.
 /// Returns, per kill, how many records were in flight.
-pub async fn kill_while_ingesting(
+async fn kill_while_ingesting(
     server: &mut WeirProcess,
     production: &Production,
     kills: u64,

@@ -7,8 +7,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use std::time::Duration;
 use tokio_postgres::Client;
 use weir_sql_tests::kafka::{
-    broker, create_topic, json, kill_while_ingesting, produce, producer, read_messages, read_topic,
-    Production,
+    broker, create_topic, ingest_across_kills, json, produce, producer, read_messages, read_topic,
 };
 use weir_sql_tests::process::kills_from_env;
 use weir_sql_tests::query::{error_code, rows, value};
@@ -104,18 +103,9 @@ async fn ingest_exactly_once_across_kill_9(name: &str, config: &str, kills: u64)
     // Records keep coming while the server is killed again and again, each kill while
     // produced records are still on their way into the table.
     let kills = kills_from_env("WEIR_KAFKA_KILLS", kills);
-    let production = Production::start(&topic, 3000, 20, Duration::from_millis(20));
-    let in_flight = kill_while_ingesting(
-        &mut server,
-        &production,
-        kills,
-        "SELECT count(*) FROM events",
-    )
-    .await;
-    let total = production.stop();
+    let (total, in_flight) = ingest_across_kills(&mut server, &topic, 3000, kills).await;
     eprintln!("{name}: {kills} kills, {total} records; in flight at each kill: {in_flight:?}");
     let c = server.connect().await;
-    wait_for(&c, "SELECT count(*) FROM events", &(total).to_string()).await;
     assert_eq!(
         value(&c, "SELECT count(DISTINCT id) FROM events").await,
         total.to_string(),

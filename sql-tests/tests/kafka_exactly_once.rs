@@ -20,10 +20,10 @@ use rdkafka::message::{Headers, Message};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use weir_sql_tests::kafka::{
-    broker, create_topic, json, kill_while_ingesting, produce, producer, read_messages, Production,
+    broker, create_topic, ingest_across_kills, json, produce, producer, read_messages,
 };
 use weir_sql_tests::process::kills_from_env;
-use weir_sql_tests::query::{value, wait_until};
+use weir_sql_tests::query::value;
 use weir_sql_tests::sinks::{per_g_oracle, per_g_rows, replay_debezium};
 use weir_sql_tests::WeirProcess;
 
@@ -182,20 +182,8 @@ async fn exactly_once_across_kill_9(name: &str, config: &str, kills: u64) {
     let changes_group = format!("{prefix}-sink-changes_out.sink");
 
     let kills = kills_from_env("WEIR_KAFKA_KILLS", kills);
-    let production = Production::start(&input, 2000, 20, Duration::from_millis(20));
-    let in_flight = kill_while_ingesting(
-        &mut server,
-        &production,
-        kills,
-        "SELECT count(*) FROM events",
-    )
-    .await;
-    let total = production.stop();
+    let (total, in_flight) = ingest_across_kills(&mut server, &input, 2000, kills).await;
     let c = server.connect().await;
-    wait_until(&c, "SELECT count(*) FROM events", 60, |r| {
-        r[0][0] == total.to_string()
-    })
-    .await;
 
     // The table's rows: every id exactly once.
     let rows = wait_committed(&rows_topic, &rows_group, |c| {

@@ -13,9 +13,9 @@
 use crate::error::Result;
 use crate::operator::Operator;
 use crate::operators::partition_rows::{
-    Partition, PartitionLayout, PartitionedOperator, Showing, Shown, StateRestore,
+    Partition, PartitionLayout, PartitionedOperator, PartitionedSpec, Showing, Shown, StateRestore,
 };
-use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
+use crate::operators::spec::BuildContext;
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::RowConverter;
@@ -34,16 +34,10 @@ pub struct OverWindowSpec {
 }
 
 impl OverWindowSpec {
-    pub fn state_schema(&self) -> String {
-        format!(
-            "over {} functions({})",
-            self.layout.describe_types(),
-            self.window_exprs
-                .iter()
-                .map(|e| e.name().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
+    /// The window functions' names, comma-separated.
+    fn function_names(&self) -> String {
+        let names: Vec<&str> = self.window_exprs.iter().map(|e| e.name()).collect();
+        names.join(", ")
     }
 
     fn window_types(&self) -> Vec<DataType> {
@@ -55,49 +49,35 @@ impl OverWindowSpec {
     }
 }
 
-impl StreamSpec for OverWindowSpec {
+impl PartitionedSpec for OverWindowSpec {
     fn kind(&self) -> &'static str {
         "OverWindow"
     }
 
     fn describe(&self) -> String {
-        let functions: Vec<String> = self
-            .window_exprs
-            .iter()
-            .map(|e| e.name().to_string())
-            .collect();
         format!(
             "OverWindow: partition keys={} order keys={} functions=[{}] uid={} state=StateTable(key_group, partition -> every row in order)",
             self.layout.partition_types.len(),
             self.layout.sort_fields.len(),
-            functions.join(", "),
+            self.function_names(),
             self.layout.uid
         )
     }
 
-    fn uid(&self) -> Option<&str> {
-        Some(&self.layout.uid)
+    fn layout(&self) -> &PartitionLayout {
+        &self.layout
     }
 
-    fn uid_mut(&mut self) -> Option<&mut String> {
-        Some(&mut self.layout.uid)
+    fn layout_mut(&mut self) -> &mut PartitionLayout {
+        &mut self.layout
     }
 
-    fn state_layouts(&self) -> Vec<(String, String)> {
-        vec![(self.layout.uid.clone(), self.state_schema())]
-    }
-
-    /// A new row changes the window values of its neighbours.
-    fn mark_append_only(&mut self, _: bool) -> bool {
-        false
-    }
-
-    fn watermarks(&self) -> WatermarkFlow {
-        WatermarkFlow::Stops
-    }
-
-    fn rederives_rows(&self) -> bool {
-        true
+    fn state_schema(&self) -> String {
+        format!(
+            "over {} functions({})",
+            self.layout.describe_types(),
+            self.function_names()
+        )
     }
 
     fn build(&self, ctx: &BuildContext) -> Result<Box<dyn Operator>> {

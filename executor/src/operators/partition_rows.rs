@@ -19,6 +19,7 @@ use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::{Op, StreamChunk};
 use crate::error::Result;
 use crate::operator::Operator;
+use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
 use ahash::AHashMap as HashMap;
 use arrow::array::ArrayRef;
 use arrow::compute::SortOptions;
@@ -116,6 +117,59 @@ impl PartitionLayout {
 }
 
 pub use crate::operators::spec::StateRestore;
+
+/// The spec of an operator over [`PartitionedOperator`] (Top-N, OVER windows): what
+/// differs between them. The rest of [`StreamSpec`] they share: both keep every row
+/// of a partition under `layout.uid`, and a new row can change what older rows show,
+/// so their output is never append-only, watermarks stop at them, and the rows they
+/// show are rebuilt from that state on restore.
+pub trait PartitionedSpec {
+    fn kind(&self) -> &'static str;
+    fn describe(&self) -> String;
+    fn layout(&self) -> &PartitionLayout;
+    fn layout_mut(&mut self) -> &mut PartitionLayout;
+    /// What the state holds (savepoints compare it).
+    fn state_schema(&self) -> String;
+    fn build(&self, ctx: &BuildContext) -> Result<Box<dyn Operator>>;
+}
+
+impl<T: PartitionedSpec> StreamSpec for T {
+    fn kind(&self) -> &'static str {
+        PartitionedSpec::kind(self)
+    }
+
+    fn describe(&self) -> String {
+        PartitionedSpec::describe(self)
+    }
+
+    fn uid(&self) -> Option<&str> {
+        Some(&self.layout().uid)
+    }
+
+    fn uid_mut(&mut self) -> Option<&mut String> {
+        Some(&mut self.layout_mut().uid)
+    }
+
+    fn state_layouts(&self) -> Vec<(String, String)> {
+        vec![(self.layout().uid.clone(), self.state_schema())]
+    }
+
+    fn mark_append_only(&mut self, _: bool) -> bool {
+        false
+    }
+
+    fn watermarks(&self) -> WatermarkFlow {
+        WatermarkFlow::Stops
+    }
+
+    fn rederives_rows(&self) -> bool {
+        true
+    }
+
+    fn build(&self, ctx: &BuildContext) -> Result<Box<dyn Operator>> {
+        PartitionedSpec::build(self, ctx)
+    }
+}
 
 pub struct PartitionedOperator<S: Shown> {
     layout: PartitionLayout,

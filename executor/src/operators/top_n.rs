@@ -9,9 +9,9 @@
 use crate::error::Result;
 use crate::operator::Operator;
 use crate::operators::partition_rows::{
-    Partition, PartitionLayout, PartitionedOperator, Showing, Shown, StateRestore,
+    Partition, PartitionLayout, PartitionedOperator, PartitionedSpec, Showing, Shown, StateRestore,
 };
-use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
+use crate::operators::spec::BuildContext;
 use arrow::array::{ArrayRef, UInt64Array};
 use arrow::datatypes::DataType;
 use arrow::row::RowConverter;
@@ -36,13 +36,7 @@ pub enum Ranking {
     Rank,
 }
 
-impl TopNSpec {
-    pub fn state_schema(&self) -> String {
-        format!("topn {} {:?}", self.layout.describe_types(), self.ranking)
-    }
-}
-
-impl StreamSpec for TopNSpec {
+impl PartitionedSpec for TopNSpec {
     fn kind(&self) -> &'static str {
         "TopN"
     }
@@ -61,29 +55,16 @@ impl StreamSpec for TopNSpec {
         )
     }
 
-    fn uid(&self) -> Option<&str> {
-        Some(&self.layout.uid)
+    fn layout(&self) -> &PartitionLayout {
+        &self.layout
     }
 
-    fn uid_mut(&mut self) -> Option<&mut String> {
-        Some(&mut self.layout.uid)
+    fn layout_mut(&mut self) -> &mut PartitionLayout {
+        &mut self.layout
     }
 
-    fn state_layouts(&self) -> Vec<(String, String)> {
-        vec![(self.layout.uid.clone(), self.state_schema())]
-    }
-
-    /// A row entering the top pushes another out.
-    fn mark_append_only(&mut self, _: bool) -> bool {
-        false
-    }
-
-    fn watermarks(&self) -> WatermarkFlow {
-        WatermarkFlow::Stops
-    }
-
-    fn rederives_rows(&self) -> bool {
-        true
+    fn state_schema(&self) -> String {
+        format!("topn {} {:?}", self.layout.describe_types(), self.ranking)
     }
 
     fn build(&self, ctx: &BuildContext) -> Result<Box<dyn Operator>> {

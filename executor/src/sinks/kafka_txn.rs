@@ -181,6 +181,18 @@ impl Txn {
         ))
     }
 
+    /// Commits `offset` for partition 0 of the sink's topic to `group`, within the open
+    /// transaction (visible only if it commits).
+    fn offset_in_transaction(&self, group: &ConsumerGroupMetadata, offset: u64) -> Result<()> {
+        let err = kafka_err(&self.target.sink);
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.target.topic, 0, Offset::Offset(offset as i64))
+            .map_err(&err)?;
+        self.producer
+            .send_offsets_to_transaction(&tpl, group, KAFKA_TIMEOUT)
+            .map_err(&err)
+    }
+
     /// Writes `batches` (in order) and the marker of the last one in one transaction.
     fn commit(&self, batches: &[Staged]) -> Result<()> {
         let err = kafka_err(&self.target.sink);
@@ -217,20 +229,8 @@ impl Txn {
                     send(&self.producer, record).map_err(&err)?;
                 }
             }
-            let mut marker = TopicPartitionList::new();
-            marker
-                .add_partition_offset(&self.target.topic, 0, Offset::Offset(last as i64))
-                .map_err(&err)?;
-            self.producer
-                .send_offsets_to_transaction(&marker, &self.group, KAFKA_TIMEOUT)
-                .map_err(&err)?;
-            let mut attempt_marker = TopicPartitionList::new();
-            attempt_marker
-                .add_partition_offset(&self.target.topic, 0, Offset::Offset(attempt_number as i64))
-                .map_err(&err)?;
-            self.producer
-                .send_offsets_to_transaction(&attempt_marker, &self.attempt_group, KAFKA_TIMEOUT)
-                .map_err(&err)?;
+            self.offset_in_transaction(&self.group, last)?;
+            self.offset_in_transaction(&self.attempt_group, attempt_number)?;
             self.producer
                 .commit_transaction(KAFKA_TIMEOUT)
                 .map_err(&err)
