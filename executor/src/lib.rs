@@ -23,6 +23,8 @@
 //! - [`metrics`]: Prometheus metrics with Flink's names.
 //! - [`aggregate`] and [`operators`]: the operators; [`bytes`]: reading their encoded state.
 //! - [`sinks`]: the last operator of a sink job, one connector per file.
+//! - [`connector_options`]: `WITH (...)` options that sources and sinks parse beside
+//!   their code.
 //! - [`append_only`]: which fragments only insert (their min / max keep one value).
 //!
 //! API for the layers above: `Runtime`, `RuntimeConfig`, `StreamGraph` and its specs,
@@ -37,6 +39,7 @@ pub(crate) mod barrier;
 pub(crate) mod bytes;
 pub mod checkpoint;
 pub(crate) mod chunk;
+pub mod connector_options;
 pub(crate) mod coordinator;
 mod deploy;
 pub(crate) mod error;

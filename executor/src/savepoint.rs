@@ -29,22 +29,13 @@ use weir_storage::checkpoint_meta::{CheckpointMetadata, StateFile, UidState, FOR
 use weir_storage::savepoint_meta::{SavepointMetadata, SavepointView, SAVEPOINT_FORMAT_VERSION};
 use weir_storage::state_snapshot::{DeltaData, StateDelta, StateKind};
 
-const SQLSTATE_UNDEFINED_SAVEPOINT: &str = "3B001";
-const SQLSTATE_DUPLICATE_OBJECT: &str = "42710";
-const SQLSTATE_OBJECT_IN_USE: &str = "55006";
-const SQLSTATE_INVALID_PARAMETER: &str = "22023";
-const SQLSTATE_UNDEFINED_TABLE: &str = "42P01";
-const SQLSTATE_NOT_IN_PREREQUISITE_STATE: &str = "55000";
-const SQLSTATE_DATATYPE_MISMATCH: &str = "42804";
-
 /// Keys are relative to `execution.checkpointing.savepoint-dir`.
 fn metadata_key(name: &str) -> String {
     format!("{}/_metadata", key_safe(name))
 }
 
 fn busy() -> ExecError {
-    ExecError::Rejected(
-        SQLSTATE_OBJECT_IN_USE,
+    ExecError::ObjectInUse(
         "a savepoint is being taken or restored; try again when it has finished".into(),
     )
 }
@@ -82,10 +73,9 @@ fn chosen_views(rt: &Runtime, only: Option<&[String]>) -> Result<Vec<(String, u6
             .iter()
             .map(|n| match relations.get(n) {
                 Some(r) if r.view.is_some() => Ok((n.clone(), r.job)),
-                _ => Err(ExecError::Rejected(
-                    SQLSTATE_UNDEFINED_TABLE,
-                    format!("materialized view \"{n}\" does not exist"),
-                )),
+                _ => Err(ExecError::UndefinedTable(format!(
+                    "materialized view \"{n}\" does not exist"
+                ))),
             })
             .collect(),
     }
@@ -124,9 +114,7 @@ fn chosen_jobs(rt: &Runtime, only: Option<&[String]>) -> Result<Vec<Saved>> {
             .and_then(|r| r.view.clone())
             .ok_or_else(|| ExecError::Internal(format!("{v} is not running")))?;
         if spec.config.checkpoint.interval.is_none() {
-            return Err(ExecError::Rejected(
-                SQLSTATE_NOT_IN_PREREQUISITE_STATE,
-                format!("materialized view \"{v}\" has checkpointing off (execution.checkpointing.interval = off): it has no state to save"),
+            return Err(ExecError::NotInPrerequisiteState(format!("materialized view \"{v}\" has checkpointing off (execution.checkpointing.interval = off): it has no state to save"),
             ));
         }
         out.push(Saved {
@@ -159,10 +147,9 @@ impl Runtime {
         let storage = self.checkpoints.storage.clone();
         let target = self.savepoint_storage();
         if target.get(&metadata_key(name)).await?.is_some() {
-            return Err(ExecError::Rejected(
-                SQLSTATE_DUPLICATE_OBJECT,
-                format!("savepoint \"{name}\" already exists"),
-            ));
+            return Err(ExecError::DuplicateObject(format!(
+                "savepoint \"{name}\" already exists"
+            )));
         }
         let jobs = chosen_jobs(self, only)?;
         let _hold = self.checkpoints.hold_periodic();
@@ -175,9 +162,7 @@ impl Runtime {
                 "materialized view"
             };
             if !list_checkpoints(&storage, job.job).await?.contains(&epoch) {
-                return Err(ExecError::Rejected(
-                    SQLSTATE_NOT_IN_PREREQUISITE_STATE,
-                    format!(
+                return Err(ExecError::NotInPrerequisiteState(format!(
                         "{what} \"{}\" has no completed checkpoint {epoch} to save (is checkpointing on, and did the checkpoint fail?)",
                         job.name
                     ),
@@ -274,16 +259,10 @@ impl Runtime {
             .get(&metadata_key(name))
             .await?
             .ok_or_else(|| {
-                ExecError::Rejected(
-                    SQLSTATE_UNDEFINED_SAVEPOINT,
-                    format!("savepoint \"{name}\" does not exist"),
-                )
+                ExecError::UndefinedSavepoint(format!("savepoint \"{name}\" does not exist"))
             })?;
         SavepointMetadata::from_bytes(&bytes).map_err(|e| {
-            ExecError::Rejected(
-                SQLSTATE_INVALID_PARAMETER,
-                format!("savepoint \"{name}\" cannot be used: {e}"),
-            )
+            ExecError::InvalidParameter(format!("savepoint \"{name}\" cannot be used: {e}"))
         })
     }
 
@@ -301,10 +280,9 @@ impl Runtime {
         let _busy = self.savepoint_busy.try_lock().map_err(|_| busy())?;
         let storage = self.savepoint_storage();
         if storage.get(&metadata_key(name)).await?.is_none() {
-            return Err(ExecError::Rejected(
-                SQLSTATE_UNDEFINED_SAVEPOINT,
-                format!("savepoint \"{name}\" does not exist"),
-            ));
+            return Err(ExecError::UndefinedSavepoint(format!(
+                "savepoint \"{name}\" does not exist"
+            )));
         }
         storage.delete(&metadata_key(name)).await?;
         for (key, _) in storage.list(&key_safe(name)).await? {
@@ -400,24 +378,19 @@ fn check_match(
     ignore_unclaimed: bool,
 ) -> Result<()> {
     if !m.misfit.is_empty() {
-        return Err(ExecError::Rejected(
-            SQLSTATE_DATATYPE_MISMATCH,
-            format!(
-                "savepoint \"{}\" has state for \"{}\" that does not fit: {}",
-                sp.name,
-                saved.name,
-                m.misfit
-                    .iter()
-                    .map(|(uid, was, now)| format!("{uid} was saved as {was}, it is now {now}"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ),
-        ));
+        return Err(ExecError::DatatypeMismatch(format!(
+            "savepoint \"{}\" has state for \"{}\" that does not fit: {}",
+            sp.name,
+            saved.name,
+            m.misfit
+                .iter()
+                .map(|(uid, was, now)| format!("{uid} was saved as {was}, it is now {now}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )));
     }
     if !m.unclaimed.is_empty() && !ignore_unclaimed {
-        return Err(ExecError::Rejected(
-            SQLSTATE_INVALID_PARAMETER,
-            format!(
+        return Err(ExecError::InvalidParameter(format!(
                 "savepoint \"{}\" has state no operator of \"{}\" claims: {} (restore with ignore_unclaimed_state = true to drop it)",
                 sp.name,
                 saved.name,
@@ -426,22 +399,17 @@ fn check_match(
         ));
     }
     if m.matched.iter().any(|u| is_inflight_uid(u)) && saved.parallelism != parallelism {
-        return Err(ExecError::Rejected(
-            SQLSTATE_INVALID_PARAMETER,
-            format!(
+        return Err(ExecError::InvalidParameter(format!(
                 "savepoint \"{}\" holds in-flight data of an unaligned checkpoint at parallelism {}; \"{}\" runs at {parallelism}",
                 sp.name, saved.parallelism, saved.name
             ),
         ));
     }
     if saved.max_parallelism != rt.config.max_parallelism {
-        return Err(ExecError::Rejected(
-            SQLSTATE_INVALID_PARAMETER,
-            format!(
-                "savepoint \"{}\" was taken with pipeline.max-parallelism {}, this server runs {}",
-                sp.name, saved.max_parallelism, rt.config.max_parallelism
-            ),
-        ));
+        return Err(ExecError::InvalidParameter(format!(
+            "savepoint \"{}\" was taken with pipeline.max-parallelism {}, this server runs {}",
+            sp.name, saved.max_parallelism, rt.config.max_parallelism
+        )));
     }
     Ok(())
 }
@@ -486,10 +454,10 @@ async fn load_matched(
                 rows.insert(u.uid.clone(), changes);
             }
             _ => {
-                return Err(ExecError::Rejected(
-                    SQLSTATE_DATATYPE_MISMATCH,
-                    format!("savepoint state of {} does not fit its kind", u.uid),
-                ))
+                return Err(ExecError::DatatypeMismatch(format!(
+                    "savepoint state of {} does not fit its kind",
+                    u.uid
+                )))
             }
         }
     }
@@ -549,9 +517,7 @@ fn check_sources(
     filled: &[&SavepointView],
 ) -> Result<()> {
     if !upstream.iter().all(|u| saved.positions.contains_key(u)) {
-        return Err(ExecError::Rejected(
-            "0A000",
-            format!(
+        return Err(ExecError::Unsupported(format!(
                 "\"{}\" reads another materialized view: its own state cannot be restored (no log positions exist for a view's output); RESTORE ALL rebuilds it from the restored views it reads",
                 saved.name
             ),
@@ -560,31 +526,24 @@ fn check_sources(
     for (table, offset) in &saved.positions {
         if let Some(t) = filled.iter().find(|t| &t.name == table) {
             if t.positions.get(table) != Some(offset) {
-                return Err(ExecError::Rejected(
-                    SQLSTATE_INVALID_PARAMETER,
-                    format!(
-                        "savepoint \"{}\" saved \"{}\" and \"{table}\" at different positions",
-                        sp.name, saved.name
-                    ),
-                ));
+                return Err(ExecError::InvalidParameter(format!(
+                    "savepoint \"{}\" saved \"{}\" and \"{table}\" at different positions",
+                    sp.name, saved.name
+                )));
             }
             continue;
         }
         match w.table_ref(table).map(|t| t.log_start()) {
             Some(s) if s <= *offset => {}
             Some(s) => {
-                return Err(ExecError::Rejected(
-                    SQLSTATE_NOT_IN_PREREQUISITE_STATE,
-                    format!(
+                return Err(ExecError::NotInPrerequisiteState(format!(
                         "savepoint \"{}\" needs the log of \"{table}\" from position {offset}, but it starts at {s} here (was the table re-created? a savepoint that holds the table fills it only while it is empty and was never written)",
                         sp.name
                     ),
                 ))
             }
             None => {
-                return Err(ExecError::Rejected(
-                    SQLSTATE_INVALID_PARAMETER,
-                    format!(
+                return Err(ExecError::InvalidParameter(format!(
                         "savepoint \"{}\" reads \"{table}\", which is not a table here",
                         sp.name
                     ),
@@ -601,10 +560,10 @@ fn saved_view<'a>(sp: &'a SavepointMetadata, view: &str) -> Result<&'a Savepoint
         .iter()
         .find(|v| v.name == view && !v.table)
         .ok_or_else(|| {
-            ExecError::Rejected(
-                SQLSTATE_INVALID_PARAMETER,
-                format!("savepoint \"{}\" holds no state of \"{view}\"", sp.name),
-            )
+            ExecError::InvalidParameter(format!(
+                "savepoint \"{}\" holds no state of \"{view}\"",
+                sp.name
+            ))
         })
 }
 
@@ -660,10 +619,10 @@ pub async fn explain_restore(
             .get(&saved.name)
             .and_then(|r| r.view.clone())
             .ok_or_else(|| {
-                ExecError::Rejected(
-                    SQLSTATE_UNDEFINED_TABLE,
-                    format!("materialized view \"{}\" does not exist", saved.name),
-                )
+                ExecError::UndefinedTable(format!(
+                    "materialized view \"{}\" does not exist",
+                    saved.name
+                ))
             })?;
         let reads_views = views_read(rt, &w, &saved.name);
         if only.is_none() && !reads_views.is_empty() {
@@ -754,9 +713,7 @@ pub async fn restore(
                 .iter()
                 .find(|(v, r)| r.upstream.contains(&t.name) && !names.contains(v))
             {
-                return Err(ExecError::Rejected(
-                    SQLSTATE_NOT_IN_PREREQUISITE_STATE,
-                    format!(
+                return Err(ExecError::NotInPrerequisiteState(format!(
                         "RESTORE ALL would fill table \"{}\" from savepoint \"{name}\", but \"{reader}\" reads it and the savepoint holds no state of it (drop it, or create it after the restore)",
                         t.name
                     ),

@@ -343,9 +343,7 @@ impl RelationStore {
     /// The committed contents. Cached until the next commit that changes them.
     pub fn snapshot(&self) -> Result<RecordBatch> {
         if !self.keeps_rows {
-            return Err(ExecError::Rejected(
-                "0A000",
-                format!(
+            return Err(ExecError::Unsupported(format!(
                     "source \"{}\" does not keep its rows: query it through a materialized view, or declare it with CREATE TABLE ... WITH (connector = ...) to keep them",
                     self.name
                 ),

@@ -376,13 +376,10 @@ impl TableWriter {
     }
 
     fn unchangeable(&self) -> ExecError {
-        ExecError::Rejected(
-            "42809",
-            format!(
-                "cannot change source \"{}\": its rows come from its connector and are not stored",
-                self.name
-            ),
-        )
+        ExecError::WrongObjectType(format!(
+            "cannot change source \"{}\": its rows come from its connector and are not stored",
+            self.name
+        ))
     }
 
     /// Returns the log's end after the change (unsynced unless `sync_now`).

@@ -39,6 +39,9 @@ pub mod sqlstate {
     pub const INVALID_SCHEMA_NAME: &str = "3F000";
     pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
     pub const BAD_COPY_FILE_FORMAT: &str = "22P04";
+    pub const OBJECT_IN_USE: &str = "55006";
+    pub const UNDEFINED_SAVEPOINT: &str = "3B001";
+    pub const DUPLICATE_OBJECT: &str = "42710";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -268,7 +271,21 @@ impl From<ExecError> for SqlError {
             ExecError::UniqueViolation(m) => SqlError::new(sqlstate::UNIQUE_VIOLATION, m),
             ExecError::NotNullViolation(m) => SqlError::new(sqlstate::NOT_NULL_VIOLATION, m),
             ExecError::Overflow(m) => SqlError::new(sqlstate::NUMERIC_OUT_OF_RANGE, m),
-            ExecError::Rejected(code, m) => SqlError::new(code, m),
+            ExecError::ObjectInUse(m) => SqlError::new(sqlstate::OBJECT_IN_USE, m),
+            ExecError::UndefinedTable(m) => SqlError::new(sqlstate::UNDEFINED_TABLE, m),
+            ExecError::UndefinedSavepoint(m) => SqlError::new(sqlstate::UNDEFINED_SAVEPOINT, m),
+            ExecError::DuplicateObject(m) => SqlError::new(sqlstate::DUPLICATE_OBJECT, m),
+            ExecError::NotInPrerequisiteState(m) => {
+                SqlError::new(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, m)
+            }
+            ExecError::InvalidParameter(m) => SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m),
+            ExecError::DatatypeMismatch(m) => SqlError::new(sqlstate::DATATYPE_MISMATCH, m),
+            ExecError::Unsupported(m) => SqlError::new(sqlstate::FEATURE_NOT_SUPPORTED, m),
+            ExecError::WrongObjectType(m) => SqlError::new(sqlstate::WRONG_OBJECT_TYPE, m),
+            ExecError::UndefinedColumn(m) => SqlError::new(sqlstate::UNDEFINED_COLUMN, m),
+            ExecError::InvalidTableDefinition(m) => {
+                SqlError::new(sqlstate::INVALID_TABLE_DEFINITION, m)
+            }
             ExecError::JobFailed(m) => SqlError::new(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, m),
             ExecError::Arrow(a) => {
                 if let Some(err) = raised_sql_error(&a) {

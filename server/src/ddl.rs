@@ -183,7 +183,7 @@ pub async fn create_table(db: &Database, stmt: &Statement, sql: &str) -> SqlResu
     commit_entry(db, entry, schema)?;
     crate::serving::indexes::register(db, &name)?;
     if let Some(spec) = connector {
-        weir_executor::source::spawn(db.runtime(), spec).map_err(SqlError::from)?;
+        weir_executor::source::spawn(db.runtime(), &name, &spec).map_err(SqlError::from)?;
     }
     Ok(Output::command(tag))
 }
@@ -273,7 +273,7 @@ pub async fn restore_table(db: &Database, entry: &RelationEntry) -> SqlResult<us
     }
     // The connector resumes after the table's last logged batch.
     if let Some(spec) = connector {
-        weir_executor::source::spawn(db.runtime(), spec).map_err(SqlError::from)?;
+        weir_executor::source::spawn(db.runtime(), &entry.name, &spec).map_err(SqlError::from)?;
     }
     Ok(rows)
 }

@@ -17,11 +17,9 @@ use datafusion::sql::sqlparser::ast::Statement;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use weir_executor::checkpoint::CheckpointMode;
+use weir_executor::connector_options::ConnectorOptions;
 use weir_executor::exchange::ExchangeKind;
-use weir_executor::sinks::blackhole::BlackholeSpec;
-use weir_executor::sinks::file::FileSinkSpec;
-use weir_executor::sinks::format::SinkFormat;
-use weir_executor::sinks::kafka::{DeliveryGuarantee, KafkaSinkSpec};
+use weir_executor::sinks::SinkTarget;
 use weir_executor::{FragmentInput, FragmentSpec, SinkSpec, StreamGraph, ViewSpec};
 use weir_planner::connector_ddl::SinkInput;
 use weir_planner::{sqlstate, SqlError, SqlResult, WeirStatement};
@@ -39,33 +37,15 @@ async fn sink_spec(
     parallelism: u32,
     settings: &BTreeMap<String, String>,
 ) -> SqlResult<(ViewSpec, Vec<String>)> {
-    let connector = options
-        .iter()
-        .find(|(k, _)| k == "connector")
-        .map(|(_, v)| v.to_ascii_lowercase());
-    let invalid = |m: String| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
     let (schema, mut fragments) = sink_input(db, name, input).await?;
     let schema = schema.as_ref();
-    let sink = match connector.as_deref() {
-        Some("blackhole") => {
-            // The blackhole takes no options of its own.
-            if let Some((k, _)) = options
-                .iter()
-                .find(|(k, _)| !matches!(k.as_str(), "connector" | "type" | "format" | "encode"))
-            {
-                return Err(invalid(format!("unknown sink option \"{k}\"")));
-            }
-            SinkSpec::Blackhole(BlackholeSpec)
-        }
-        Some("kafka") => SinkSpec::Kafka(kafka_sink_spec(name, options, schema)?),
-        Some("file") => SinkSpec::File(file_sink_spec(db, name, options, schema)?),
-        Some(c) => {
-            return Err(SqlError::unsupported(format!(
-                "sink connector '{c}' is not supported yet (blackhole, kafka and file are)"
-            )))
-        }
-        None => return Err(invalid("a sink needs connector = '...'".into())),
+    let target = SinkTarget {
+        name,
+        schema,
+        s3: &db.config.s3(),
     };
+    let sink =
+        weir_executor::sinks::from_options(ConnectorOptions::new(options.to_vec()), &target)?;
     let config = crate::ddl::view_job_config(db, settings)?;
     let exactly_once = sink.connector().exactly_once();
     {
@@ -222,160 +202,6 @@ fn exactly_once_checks(
         }
     }
     Ok(())
-}
-
-/// `connector = 'kafka'` options: `topic`, `properties.bootstrap.server`, other
-/// `properties.*`, `FORMAT PLAIN | UPSERT | DEBEZIUM ENCODE JSON` (UPSERT with
-/// `primary_key = 'col, ...'`), and `sink.delivery-guarantee = 'at-least-once'` (the
-/// default) or `'exactly-once'`.
-fn kafka_sink_spec(
-    name: &str,
-    options: &[(String, String)],
-    schema: &arrow::datatypes::Schema,
-) -> SqlResult<KafkaSinkSpec> {
-    let invalid = |m: String| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
-    let mut topic = None;
-    let mut bootstrap = None;
-    let mut format = "plain".to_string();
-    let mut primary_key = None;
-    let mut guarantee = DeliveryGuarantee::AtLeastOnce;
-    let mut properties = BTreeMap::new();
-    let mut transactional_id_prefix = "weir".to_string();
-    for (k, v) in options {
-        match k.as_str() {
-            "connector" | "type" => {}
-            "topic" => topic = Some(v.clone()),
-            "sink.transactional-id-prefix" if !v.is_empty() => {
-                transactional_id_prefix = v.clone()
-            }
-            "sink.transactional-id-prefix" => {
-                return Err(invalid("sink.transactional-id-prefix must not be empty".into()))
-            }
-            "properties.bootstrap.server" | "properties.bootstrap.servers" => {
-                bootstrap = Some(v.clone())
-            }
-            "format" => format = v.to_ascii_lowercase(),
-            "primary_key" => primary_key = Some(v.clone()),
-            "encode" if v.eq_ignore_ascii_case("json") => {}
-            "encode" => {
-                return Err(SqlError::unsupported(format!(
-                    "sink ENCODE {v} is not supported yet (JSON is)"
-                )))
-            }
-            "sink.delivery-guarantee" => {
-                guarantee = match v.to_ascii_lowercase().as_str() {
-                    "at-least-once" => DeliveryGuarantee::AtLeastOnce,
-                    "exactly-once" => DeliveryGuarantee::ExactlyOnce,
-                    other => {
-                        return Err(invalid(format!(
-                        "invalid sink.delivery-guarantee: {other} (exactly-once or at-least-once)"
-                    )))
-                    }
-                }
-            }
-            other => match other.strip_prefix("properties.") {
-                Some("transactional.id") => return Err(invalid(
-                    "properties.transactional.id is derived from the sink's uid; set sink.transactional-id-prefix instead"
-                        .into(),
-                )),
-                Some(p) => {
-                    properties.insert(p.to_string(), v.clone());
-                }
-                None => return Err(invalid(format!("unknown kafka sink option \"{other}\""))),
-            },
-        }
-    }
-    let format = match (format.as_str(), primary_key) {
-        ("plain", None) => SinkFormat::Plain,
-        ("debezium", None) => SinkFormat::Debezium,
-        ("upsert", Some(pk)) => SinkFormat::Upsert(key_columns(&pk, schema)?),
-        ("upsert", None) => {
-            return Err(invalid(
-                "FORMAT UPSERT needs primary_key = 'column, ...' (the message key)".into(),
-            ))
-        }
-        ("plain" | "debezium", Some(_)) => {
-            return Err(invalid("primary_key is only for FORMAT UPSERT".into()))
-        }
-        (other, _) => {
-            return Err(SqlError::unsupported(format!(
-                "sink FORMAT {other} is not supported yet (PLAIN, UPSERT and DEBEZIUM are)"
-            )))
-        }
-    };
-    Ok(KafkaSinkSpec {
-        sink: name.to_string(),
-        topic: topic.ok_or_else(|| invalid("the kafka sink needs topic = '...'".into()))?,
-        bootstrap_servers: bootstrap.ok_or_else(|| {
-            invalid("the kafka sink needs properties.bootstrap.server = 'host:port'".into())
-        })?,
-        format,
-        guarantee,
-        schema: Arc::new(schema.clone()),
-        properties,
-        transactional_id_prefix,
-    })
-}
-
-/// `connector = 'file'` options: `path` (a folder, `file://` URL or `s3://bucket/prefix`;
-/// S3 settings as for checkpoints) and `FORMAT PLAIN | DEBEZIUM ENCODE JSON` (JSON
-/// lines; Parquet is not built yet).
-fn file_sink_spec(
-    db: &Database,
-    name: &str,
-    options: &[(String, String)],
-    schema: &arrow::datatypes::Schema,
-) -> SqlResult<FileSinkSpec> {
-    let invalid = |m: String| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
-    let mut path = None;
-    let mut format = "plain".to_string();
-    let mut encode = "json".to_string();
-    for (k, v) in options {
-        match k.as_str() {
-            "connector" | "type" => {}
-            "path" => path = Some(v.clone()),
-            "format" => format = v.to_ascii_lowercase(),
-            "encode" => encode = v.to_ascii_lowercase(),
-            other => return Err(invalid(format!("unknown file sink option \"{other}\""))),
-        }
-    }
-    let format = match (format.as_str(), encode.as_str()) {
-        ("plain", "json") => SinkFormat::Plain,
-        ("debezium", "json") => SinkFormat::Debezium,
-        (f, e) => {
-            return Err(SqlError::unsupported(format!(
-                "file sink FORMAT {f} ENCODE {e} is not supported yet (PLAIN or DEBEZIUM ENCODE JSON is)"
-            )))
-        }
-    };
-    let path = path.ok_or_else(|| invalid("the file sink needs path = '...'".into()))?;
-    let storage = weir_storage::object_storage::ObjectStorage::open(&path, &db.config.s3())
-        .map_err(|e| invalid(format!("file sink path {path}: {e}")))?;
-    Ok(FileSinkSpec {
-        sink: name.to_string(),
-        storage,
-        format,
-        schema: Arc::new(schema.clone()),
-    })
-}
-
-/// Positions of the `primary_key` columns (comma-separated names) in `schema`.
-fn key_columns(list: &str, schema: &arrow::datatypes::Schema) -> SqlResult<Vec<usize>> {
-    list.split(',')
-        .map(|c| {
-            let c = c.trim().trim_matches('"');
-            schema
-                .fields()
-                .iter()
-                .position(|f| f.name().eq_ignore_ascii_case(c))
-                .ok_or_else(|| {
-                    SqlError::new(
-                        sqlstate::UNDEFINED_COLUMN,
-                        format!("primary_key column \"{c}\" does not exist"),
-                    )
-                })
-        })
-        .collect()
 }
 
 pub async fn create_sink(

@@ -4,14 +4,26 @@
 //! RisingWave's do.
 
 use super::two_phase::SinkContext;
-use super::SinkConnector;
+use super::{SinkConnector, SinkTarget};
 use crate::chunk::StreamChunk;
+use crate::connector_options::ConnectorOptions;
 use crate::error::Result;
 use crate::operator::Operator;
+use std::sync::Arc;
 
 /// `connector = 'blackhole'`: no options.
 #[derive(Debug, Clone)]
 pub struct BlackholeSpec;
+
+/// Any FORMAT ... ENCODE is accepted: nothing is encoded.
+pub(crate) fn parse_options(
+    o: &mut ConnectorOptions,
+    _: &SinkTarget<'_>,
+) -> Result<Arc<dyn SinkConnector>> {
+    o.take("format");
+    o.take("encode");
+    Ok(Arc::new(BlackholeSpec))
+}
 
 impl SinkConnector for BlackholeSpec {
     fn connector(&self) -> &'static str {

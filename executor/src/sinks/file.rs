@@ -13,9 +13,10 @@
 
 use super::format::{encode, named, SinkFormat, SinkRecord};
 use super::two_phase::{SinkContext, Staged, Staging, TwoPhaseTarget};
-use super::SinkConnector;
+use super::{SinkConnector, SinkTarget};
 use crate::barrier::{Barrier, Epoch};
 use crate::chunk::StreamChunk;
+use crate::connector_options::{invalid, ConnectorOptions};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use arrow::datatypes::SchemaRef;
@@ -36,6 +37,42 @@ pub struct FileSinkSpec {
     pub format: SinkFormat,
     /// The relation's schema: the records' field names.
     pub schema: SchemaRef,
+}
+
+/// `connector = 'file'` options: `path` (a folder, `file://` URL or `s3://bucket/prefix`;
+/// S3 settings as for checkpoints) and `FORMAT PLAIN | DEBEZIUM ENCODE JSON` (JSON
+/// lines; Parquet is not built yet).
+pub(crate) fn parse_options(
+    o: &mut ConnectorOptions,
+    target: &SinkTarget<'_>,
+) -> Result<Arc<dyn SinkConnector>> {
+    let format = o.take("format").unwrap_or_else(|| "plain".into());
+    let encode = o.take("encode").unwrap_or_else(|| "json".into());
+    let path = o.take("path");
+    if let Some(other) = o.first_unknown() {
+        return Err(invalid(format!("unknown file sink option \"{other}\"")));
+    }
+    let format = match (
+        format.to_ascii_lowercase().as_str(),
+        encode.to_ascii_lowercase().as_str(),
+    ) {
+        ("plain", "json") => SinkFormat::Plain,
+        ("debezium", "json") => SinkFormat::Debezium,
+        (f, e) => {
+            return Err(ExecError::Unsupported(format!(
+                "file sink FORMAT {f} ENCODE {e} is not supported yet (PLAIN or DEBEZIUM ENCODE JSON is)"
+            )))
+        }
+    };
+    let path = path.ok_or_else(|| invalid("the file sink needs path = '...'"))?;
+    let storage = ObjectStorage::open(&path, target.s3)
+        .map_err(|e| invalid(format!("file sink path {path}: {e}")))?;
+    Ok(Arc::new(FileSinkSpec {
+        sink: target.name.to_string(),
+        storage,
+        format,
+        schema: Arc::new(target.schema.clone()),
+    }))
 }
 
 impl SinkConnector for FileSinkSpec {

@@ -15,9 +15,10 @@
 use super::format::{encode, named, SinkFormat, SinkRecord};
 use super::kafka_txn::{KafkaTarget, TxnTarget};
 use super::two_phase::{SinkContext, Staging};
-use super::SinkConnector;
+use super::{SinkConnector, SinkTarget};
 use crate::barrier::{Barrier, Epoch};
 use crate::chunk::StreamChunk;
+use crate::connector_options::{invalid, ConnectorOptions};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use rdkafka::config::ClientConfig;
@@ -50,6 +51,104 @@ pub struct KafkaSinkSpec {
     /// transactional id is `<prefix>-<uid>` and its marker group `<prefix>-sink-<uid>`,
     /// so two databases writing to one Kafka cluster must use different prefixes.
     pub transactional_id_prefix: String,
+}
+
+/// `connector = 'kafka'` options: `topic`, `properties.bootstrap.server`, other
+/// `properties.*`, `FORMAT PLAIN | UPSERT | DEBEZIUM ENCODE JSON` (UPSERT with
+/// `primary_key = 'col, ...'`), `sink.delivery-guarantee = 'at-least-once'` (the
+/// default) or `'exactly-once'`, and `sink.transactional-id-prefix` (default `weir`).
+pub(crate) fn parse_options(
+    o: &mut ConnectorOptions,
+    target: &SinkTarget<'_>,
+) -> Result<Arc<dyn SinkConnector>> {
+    let topic = o.require("topic", "kafka sink", "...")?;
+    let bootstrap_servers = o
+        .take_any(&[
+            "properties.bootstrap.server",
+            "properties.bootstrap.servers",
+        ])
+        .ok_or_else(|| invalid("the kafka sink needs properties.bootstrap.server = 'host:port'"))?;
+    let transactional_id_prefix = match o.take("sink.transactional-id-prefix") {
+        None => "weir".to_string(),
+        Some(p) if p.is_empty() => {
+            return Err(invalid("sink.transactional-id-prefix must not be empty"))
+        }
+        Some(p) => p,
+    };
+    let guarantee = match o
+        .take("sink.delivery-guarantee")
+        .map(|g| g.to_ascii_lowercase())
+    {
+        None => DeliveryGuarantee::AtLeastOnce,
+        Some(g) if g == "at-least-once" => DeliveryGuarantee::AtLeastOnce,
+        Some(g) if g == "exactly-once" => DeliveryGuarantee::ExactlyOnce,
+        Some(other) => {
+            return Err(invalid(format!(
+                "invalid sink.delivery-guarantee: {other} (exactly-once or at-least-once)"
+            )))
+        }
+    };
+    match o.take("encode") {
+        Some(e) if !e.eq_ignore_ascii_case("json") => {
+            return Err(ExecError::Unsupported(format!(
+                "sink ENCODE {e} is not supported yet (JSON is)"
+            )))
+        }
+        _ => {}
+    }
+    let format = record_format(o, target.schema)?;
+    let properties: BTreeMap<String, String> = o.take_prefixed("properties.").into_iter().collect();
+    if properties.contains_key("transactional.id") {
+        return Err(invalid(
+            "properties.transactional.id is derived from the sink's uid; set sink.transactional-id-prefix instead",
+        ));
+    }
+    Ok(Arc::new(KafkaSinkSpec {
+        sink: target.name.to_string(),
+        topic,
+        bootstrap_servers,
+        format,
+        guarantee,
+        schema: Arc::new(target.schema.clone()),
+        properties,
+        transactional_id_prefix,
+    }))
+}
+
+/// `FORMAT PLAIN | DEBEZIUM`, or `UPSERT` keyed by `primary_key = 'col, ...'`.
+fn record_format(
+    o: &mut ConnectorOptions,
+    schema: &arrow::datatypes::Schema,
+) -> Result<SinkFormat> {
+    let format = o.take("format").unwrap_or_else(|| "plain".into());
+    match (format.to_ascii_lowercase().as_str(), o.take("primary_key")) {
+        ("plain", None) => Ok(SinkFormat::Plain),
+        ("debezium", None) => Ok(SinkFormat::Debezium),
+        ("upsert", Some(pk)) => Ok(SinkFormat::Upsert(key_columns(&pk, schema)?)),
+        ("upsert", None) => Err(invalid(
+            "FORMAT UPSERT needs primary_key = 'column, ...' (the message key)",
+        )),
+        ("plain" | "debezium", Some(_)) => Err(invalid("primary_key is only for FORMAT UPSERT")),
+        (other, _) => Err(ExecError::Unsupported(format!(
+            "sink FORMAT {other} is not supported yet (PLAIN, UPSERT and DEBEZIUM are)"
+        ))),
+    }
+}
+
+/// Positions of the `primary_key` columns (comma-separated names) in `schema`.
+fn key_columns(list: &str, schema: &arrow::datatypes::Schema) -> Result<Vec<usize>> {
+    list.split(',')
+        .map(|c| {
+            let c = c.trim().trim_matches('"');
+            schema
+                .fields()
+                .iter()
+                .position(|f| f.name().eq_ignore_ascii_case(c))
+                .ok_or_else(|| {
+                    ExecError::UndefinedColumn(format!("primary_key column \"{c}\" does not exist"))
+                })
+        })
+        .collect()
 }
 
 impl SinkConnector for KafkaSinkSpec {

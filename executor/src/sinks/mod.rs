@@ -12,7 +12,8 @@
 //!   sink's state at checkpoint barriers, committed when the checkpoint completes.
 //! - [`format`]: PLAIN / UPSERT / DEBEZIUM records, and their checkpointed bytes.
 //!
-//! The server parses each connector's options (`server/src/sink.rs`) into its spec.
+//! Each connector parses its own `WITH (...)` options beside its code, and is
+//! registered by name in [`CONNECTORS`], one line each.
 
 pub mod blackhole;
 pub mod file;
@@ -21,12 +22,16 @@ pub mod kafka;
 pub mod kafka_txn;
 pub mod two_phase;
 
-use crate::error::Result;
+use crate::connector_options::ConnectorOptions;
+use crate::error::{ExecError, Result};
 use crate::operator::Operator;
+use arrow::datatypes::Schema;
+use std::sync::Arc;
 use two_phase::SinkContext;
+use weir_storage::object_storage::S3Settings;
 
 /// What deploying and checking a sink needs to know about its connector.
-pub trait SinkConnector {
+pub trait SinkConnector: std::fmt::Debug + Send + Sync {
     /// The `connector = '...'` name.
     fn connector(&self) -> &'static str;
 
@@ -45,18 +50,54 @@ pub trait SinkConnector {
 
 /// The connector at the end of a `CREATE SINK` job.
 #[derive(Debug, Clone)]
-pub enum SinkSpec {
-    Blackhole(blackhole::BlackholeSpec),
-    Kafka(kafka::KafkaSinkSpec),
-    File(file::FileSinkSpec),
-}
+pub struct SinkSpec(Arc<dyn SinkConnector>);
 
 impl SinkSpec {
     pub fn connector(&self) -> &dyn SinkConnector {
-        match self {
-            SinkSpec::Blackhole(s) => s,
-            SinkSpec::Kafka(s) => s,
-            SinkSpec::File(s) => s,
-        }
+        self.0.as_ref()
     }
+}
+
+/// The sink a connector's options are checked against.
+pub struct SinkTarget<'a> {
+    /// The sink's name.
+    pub name: &'a str,
+    /// The rows it writes: column names become record fields.
+    pub schema: &'a Schema,
+    /// Object-storage settings, for sinks that write files.
+    pub s3: &'a S3Settings,
+}
+
+/// Parses one connector's options (taking every key it knows).
+type ParseOptions = fn(&mut ConnectorOptions, &SinkTarget<'_>) -> Result<Arc<dyn SinkConnector>>;
+
+/// Every sink connector, by the name users write in `connector = '...'`.
+const CONNECTORS: &[(&str, ParseOptions)] = &[
+    ("blackhole", blackhole::parse_options),
+    ("kafka", kafka::parse_options),
+    ("file", file::parse_options),
+];
+
+/// The sink's connector from its `WITH (...)` options.
+pub fn from_options(mut options: ConnectorOptions, target: &SinkTarget<'_>) -> Result<SinkSpec> {
+    let Some(name) = options.take("connector") else {
+        return Err(ExecError::InvalidParameter(
+            "a sink needs connector = '...'".into(),
+        ));
+    };
+    let Some((_, parse)) = CONNECTORS
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(&name))
+    else {
+        let known: Vec<&str> = CONNECTORS.iter().map(|(n, _)| *n).collect();
+        return Err(ExecError::Unsupported(format!(
+            "sink connector '{name}' is not supported yet (supported: {})",
+            known.join(", ")
+        )));
+    };
+    // RisingWave's `type = 'append-only' | 'upsert'`: the format says it here.
+    options.take("type");
+    let spec = parse(&mut options, target)?;
+    options.finish(&format!("{} sink", name.to_ascii_lowercase()))?;
+    Ok(SinkSpec(spec))
 }

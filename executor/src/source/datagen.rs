@@ -10,8 +10,10 @@
 //! so a row is the same whenever it is generated: after a crash the table resumes at
 //! its logged position and regenerates exactly the rows after it.
 
+use crate::connector_options::{invalid, ConnectorOptions};
 use crate::error::{ExecError, Result};
-use crate::runtime::Runtime;
+use crate::source::generated::GeneratedRows;
+use crate::source::{ConnectorTable, SourceConnector, SourceContext, SourceSpec};
 use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use std::sync::Arc;
@@ -28,7 +30,6 @@ pub enum FieldGen {
 
 #[derive(Debug, Clone)]
 pub struct DatagenSpec {
-    pub table: String,
     /// One generator per column, in column order.
     pub fields: Vec<FieldGen>,
     /// `number-of-rows`; the shortest sequence bounds it too. `None`: unbounded.
@@ -129,27 +130,106 @@ pub fn rows(spec: &DatagenSpec, schema: &SchemaRef, from: i64, to: i64) -> Resul
     RecordBatch::try_new(schema.clone(), columns).map_err(|e| ExecError::Internal(e.to_string()))
 }
 
-/// Starts generating into `spec.table` (see [`crate::source::generated`]).
-pub fn spawn(rt: &Arc<Runtime>, spec: DatagenSpec) -> Result<()> {
-    let run = crate::source::generated::Run {
-        table: spec.table.clone(),
-        total: spec.total(),
-        batch: BATCH_ROWS.min(
-            spec.rows_per_second
-                .map_or(BATCH_ROWS, |r| (r as i64).max(1)),
-        ),
-        max_per_second: spec.rows_per_second,
-        splits: 1,
-    };
-    crate::source::generated::spawn(rt, run, generated_rows(&spec))
+impl SourceConnector for DatagenSpec {
+    /// Generates into the context's table (see [`crate::source::generated`]).
+    fn start(&self, ctx: SourceContext) -> Result<()> {
+        let run = crate::source::generated::Run {
+            total: self.total(),
+            batch: BATCH_ROWS.min(
+                self.rows_per_second
+                    .map_or(BATCH_ROWS, |r| (r as i64).max(1)),
+            ),
+            max_per_second: self.rows_per_second,
+            splits: 1,
+        };
+        crate::source::generated::spawn(ctx, run, self.generated())
+    }
+
+    fn generated_rows(&self) -> Option<GeneratedRows> {
+        Some(self.generated())
+    }
 }
 
-/// The spec's rows function, for generating and for regenerating an unstored source.
-pub fn generated_rows(spec: &DatagenSpec) -> crate::source::generated::GeneratedRows {
-    let spec = spec.clone();
-    crate::source::generated::GeneratedRows {
-        rows: Arc::new(move |schema, from, to| rows(&spec, schema, from, to)),
-        position_key: POSITION_KEY,
+impl DatagenSpec {
+    /// The spec's rows function, for generating and for regenerating an unstored source.
+    fn generated(&self) -> GeneratedRows {
+        let spec = self.clone();
+        GeneratedRows {
+            rows: Arc::new(move |schema, from, to| rows(&spec, schema, from, to)),
+            position_key: POSITION_KEY,
+        }
+    }
+}
+
+/// `connector = 'datagen'` options: `rows-per-second` (default 10,000, Flink's; `0`: as
+/// fast as possible; RisingWave's `datagen.rows.per.second` too), `number-of-rows`, and
+/// per column `fields.<col>.kind = 'random' | 'sequence'` with `start` / `end`
+/// (sequence) or `min` / `max` / `length` (random; defaults 0 / 1000 / 10).
+pub(crate) fn parse_options(
+    o: &mut ConnectorOptions,
+    table: &ConnectorTable<'_>,
+) -> Result<SourceSpec> {
+    let rate = match o
+        .take_number("rows-per-second")?
+        .or(o.take_number("datagen.rows.per.second")?)
+    {
+        None => Some(10_000.0),
+        Some(0.0) => None,
+        Some(r) if r > 0.0 => Some(r),
+        Some(r) => return Err(invalid(format!("invalid rows-per-second: {r}"))),
+    };
+    let rows = match o.take_number("number-of-rows")? {
+        Some(n) if n >= 0.0 => Some(n as i64),
+        Some(n) => return Err(invalid(format!("invalid number-of-rows: {n}"))),
+        None => None,
+    };
+    let fields = table
+        .columns
+        .iter()
+        .map(|c| field_options(o, c))
+        .collect::<Result<Vec<_>>>()?;
+    // `fields.<x>.*` left over names no column (or no setting of one).
+    if let Some(k) = o.first_unknown().filter(|k| k.starts_with("fields.")) {
+        return Err(ExecError::UndefinedColumn(format!(
+            "datagen option \"{k}\": no column \"{}\" or no such setting",
+            k["fields.".len()..].split('.').next().unwrap_or_default()
+        )));
+    }
+    Ok(Arc::new(DatagenSpec {
+        fields,
+        rows,
+        rows_per_second: rate,
+    }))
+}
+
+/// Column `c`'s `fields.<c>.*` options.
+fn field_options(o: &mut ConnectorOptions, c: &str) -> Result<FieldGen> {
+    let key = |k: &str| format!("fields.{c}.{k}");
+    let kind = o.take(&key("kind")).unwrap_or_else(|| "random".into());
+    match kind.to_ascii_lowercase().as_str() {
+        "sequence" => {
+            let start = o.take_number(&key("start"))?;
+            let end = o.take_number(&key("end"))?;
+            let (Some(start), Some(end)) = (start, end) else {
+                return Err(invalid(format!(
+                    "a sequence column needs fields.{c}.start and fields.{c}.end"
+                )));
+            };
+            Ok(FieldGen::Sequence {
+                start: start as i64,
+                end: end as i64,
+            })
+        }
+        "random" => Ok(FieldGen::Random {
+            min: o.take_number(&key("min"))?.unwrap_or(0.0),
+            max: o.take_number(&key("max"))?.unwrap_or(1000.0),
+            length: o
+                .take_number(&key("length"))?
+                .map_or(10, |n| n.max(0.0) as usize),
+        }),
+        other => Err(invalid(format!(
+            "fields.{c}.kind must be random or sequence, not {other}"
+        ))),
     }
 }
 
@@ -162,7 +242,6 @@ mod tests {
     #[test]
     fn sequences_bound_the_table_and_random_values_repeat() {
         let spec = DatagenSpec {
-            table: "t".into(),
             fields: vec![
                 FieldGen::Sequence { start: 5, end: 9 },
                 FieldGen::Random {

@@ -10,11 +10,11 @@
 
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
-use crate::runtime::Runtime;
+use crate::source::SourceContext;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use weir_storage::source_positions::SourcePositions;
 
@@ -40,9 +40,8 @@ impl GeneratedRows {
     }
 }
 
-/// One generator's table and pace.
+/// One generator's pace.
 pub struct Run {
-    pub table: String,
     /// Indexes to generate; `None`: unbounded.
     pub total: Option<i64>,
     /// Indexes per write (one log entry).
@@ -97,8 +96,7 @@ impl Turn {
 
 /// What every split of one run shares.
 struct Generation<'a> {
-    rt: &'a Weak<Runtime>,
-    handle: &'a tokio::runtime::Handle,
+    ctx: &'a SourceContext,
     run: &'a Run,
     generated: &'a GeneratedRows,
     schema: SchemaRef,
@@ -110,50 +108,32 @@ struct Generation<'a> {
 
 /// Starts `run.splits` threads that write `generated`'s batches into the table; they
 /// stop when the table is dropped or `total` is reached.
-pub fn spawn(rt: &Arc<Runtime>, run: Run, generated: GeneratedRows) -> Result<()> {
-    rt.note_connector(&run.table);
-    let weak = Arc::downgrade(rt);
-    let handle = tokio::runtime::Handle::current();
+pub fn spawn(ctx: SourceContext, run: Run, generated: GeneratedRows) -> Result<()> {
     std::thread::Builder::new()
-        .name(format!("generate-{}", run.table))
+        .name(format!("generate-{}", ctx.table()))
         .spawn(move || {
-            let Some((schema, first)) = start(&weak, &handle, &run, generated.position_key) else {
+            let Some(start) = ctx.start() else {
                 return;
             };
+            let first = start
+                .positions
+                .get(generated.position_key)
+                .copied()
+                .unwrap_or(0) as i64;
             let g = Generation {
-                rt: &weak,
-                handle: &handle,
+                ctx: &ctx,
                 run: &run,
                 generated: &generated,
-                schema,
+                schema: start.schema,
                 first,
                 turn: Turn::new(),
             };
             if let Err(e) = generate_splits(&g) {
-                tracing::error!(table = %run.table, error = %e, "generator stopped");
-                if let Some(rt) = weak.upgrade() {
-                    rt.fail_source(&run.table, &e.to_string());
-                }
+                ctx.fail(&e.to_string());
             }
         })
         .map_err(|e| ExecError::Internal(format!("cannot start the generator: {e}")))?;
     Ok(())
-}
-
-/// The table's schema and the next index to generate (`None`: the table is gone).
-fn start(
-    rt: &Weak<Runtime>,
-    handle: &tokio::runtime::Handle,
-    run: &Run,
-    position_key: &str,
-) -> Option<(SchemaRef, i64)> {
-    let rt = rt.upgrade()?;
-    let mut w = handle.block_on(rt.lock_writes());
-    let t = w.table(&run.table)?;
-    Some((
-        t.schema.clone(),
-        t.source_positions().get(position_key).copied().unwrap_or(0) as i64,
-    ))
 }
 
 /// Runs every split (this thread is split 0) until all have ended; the first error.
@@ -197,16 +177,7 @@ fn generate(g: &Generation<'_>, split: u64) -> Result<()> {
         if !g.turn.wait_for(k) {
             return Ok(());
         }
-        let Some(rt) = g.rt.upgrade() else {
-            g.turn.stop();
-            return Ok(());
-        };
-        let written = g.handle.block_on(async {
-            let mut w = rt.lock_writes().await;
-            let t = w.table(&run.table)?;
-            Some(t.write_generated(from, end, batch, positions).await)
-        });
-        match written {
+        match g.ctx.write_generated(from, end, batch, positions) {
             // The table was dropped.
             None => {
                 g.turn.stop();

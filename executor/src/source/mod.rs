@@ -14,40 +14,88 @@
 //!   index, positioned like a Kafka partition.
 //! - [`datagen`]: sequence and random columns (Flink's and RisingWave's `datagen`).
 //! - [`generated`]: the write loop both generators share.
+//! - [`context`]: what a connector may do with its table (it never sees the runtime).
+//!
+//! Each connector parses its own `WITH (...)` options beside its code and is
+//! registered by name in [`CONNECTORS`], one line each.
 
+pub mod context;
 pub mod datagen;
 pub mod decode;
 pub mod generated;
 pub mod kafka;
 pub mod nexmark;
 
-/// A table's connector.
-#[derive(Debug, Clone)]
-pub enum SourceSpec {
-    Kafka(kafka::KafkaSpec),
-    Nexmark(nexmark::NexmarkSpec),
-    Datagen(datagen::DatagenSpec),
-}
+use crate::connector_options::ConnectorOptions;
+use crate::error::{ExecError, Result};
+pub use context::SourceContext;
+use std::sync::Arc;
 
-/// Starts the connector feeding its table.
-pub fn spawn(rt: &std::sync::Arc<crate::Runtime>, spec: SourceSpec) -> crate::Result<()> {
-    match spec {
-        SourceSpec::Kafka(k) => kafka::spawn(rt, k),
-        SourceSpec::Nexmark(n) => nexmark::spawn(rt, n),
-        SourceSpec::Datagen(d) => datagen::spawn(rt, d),
+/// A table's connector: what `CREATE TABLE ... WITH (connector = '...')` parsed into.
+pub trait SourceConnector: std::fmt::Debug + Send + Sync {
+    /// Starts feeding the context's table; returns once the connector runs. It stops
+    /// by itself when the table is dropped.
+    fn start(&self, ctx: SourceContext) -> Result<()>;
+
+    /// How its rows are made again for an unstored source (`CREATE SOURCE` over a
+    /// generator); `None` for a connector whose records exist only once (Kafka).
+    fn generated_rows(&self) -> Option<generated::GeneratedRows> {
+        None
     }
 }
 
-impl SourceSpec {
-    /// How a generator's rows are made again (for an unstored source); `None` for a
-    /// Kafka source, whose records exist only once.
-    pub fn generated_rows(&self) -> Option<generated::GeneratedRows> {
-        match self {
-            SourceSpec::Kafka(_) => None,
-            SourceSpec::Nexmark(n) => Some(nexmark::generated_rows(n)),
-            SourceSpec::Datagen(d) => Some(datagen::generated_rows(d)),
-        }
-    }
+pub type SourceSpec = Arc<dyn SourceConnector>;
+
+/// The table a connector's options are checked against.
+pub struct ConnectorTable<'a> {
+    pub name: &'a str,
+    /// Column names, in order (`INCLUDE ... AS name`, generator fields).
+    pub columns: &'a [String],
+    pub has_primary_key: bool,
+}
+
+/// Parses one connector's options (taking every key it knows).
+type ParseOptions = fn(&mut ConnectorOptions, &ConnectorTable<'_>) -> Result<SourceSpec>;
+
+/// Every source connector, by the name users write in `connector = '...'`.
+const CONNECTORS: &[(&str, ParseOptions)] = &[
+    ("kafka", kafka::options::parse),
+    ("nexmark", nexmark::options::parse),
+    ("datagen", datagen::parse_options),
+];
+
+/// The table's connector from its `WITH (...)` options; `None` for a table written by
+/// SQL only (which then takes no options).
+pub fn from_options(
+    mut options: ConnectorOptions,
+    table: &ConnectorTable<'_>,
+) -> Result<Option<SourceSpec>> {
+    let Some(name) = options.take("connector") else {
+        return match options.first_unknown() {
+            Some(k) => Err(ExecError::InvalidParameter(format!(
+                "unknown table option \"{k}\" (a table takes options only with a connector)"
+            ))),
+            None => Ok(None),
+        };
+    };
+    let Some((_, parse)) = CONNECTORS
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(&name))
+    else {
+        let known: Vec<&str> = CONNECTORS.iter().map(|(n, _)| *n).collect();
+        return Err(ExecError::Unsupported(format!(
+            "connector '{name}' is not supported (supported: {})",
+            known.join(", ")
+        )));
+    };
+    let spec = parse(&mut options, table)?;
+    options.finish(&format!("{} connector", name.to_ascii_lowercase()))?;
+    Ok(Some(spec))
+}
+
+/// Starts `spec` feeding `table`.
+pub fn spawn(rt: &Arc<crate::Runtime>, table: &str, spec: &SourceSpec) -> Result<()> {
+    spec.start(SourceContext::new(rt, table))
 }
 
 /// What to do with a record that cannot be decoded into the table's row.

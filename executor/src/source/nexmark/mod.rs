@@ -12,11 +12,12 @@
 
 pub mod generator;
 mod java_random;
+pub(crate) mod options;
 pub mod queries;
 
 use crate::error::Result;
-use crate::runtime::Runtime;
 use crate::source::generated::GeneratedRows;
+use crate::source::{SourceConnector, SourceContext};
 use arrow::array::{
     ArrayRef, Int64Builder, RecordBatch, StringBuilder, TimestampMillisecondBuilder,
 };
@@ -101,7 +102,6 @@ impl Field {
 
 #[derive(Debug, Clone)]
 pub struct NexmarkSpec {
-    pub table: String,
     pub kind: Kind,
     /// `nexmark.event.num`: events of all kinds to generate; `None`: unbounded.
     pub events: Option<i64>,
@@ -204,23 +204,30 @@ pub fn rows(spec: &NexmarkSpec, schema: &SchemaRef, from: i64, to: i64) -> Resul
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
-/// The spec's rows function, for generating and for regenerating an unstored source.
-pub fn generated_rows(spec: &NexmarkSpec) -> GeneratedRows {
-    let spec = spec.clone();
-    GeneratedRows {
-        rows: Arc::new(move |schema, from, to| rows(&spec, schema, from, to)),
-        position_key: POSITION_KEY,
+impl SourceConnector for NexmarkSpec {
+    /// Generates into the context's table (see [`crate::source::generated`]).
+    fn start(&self, ctx: SourceContext) -> Result<()> {
+        let run = crate::source::generated::Run {
+            total: self.events,
+            batch: BATCH_EVENTS,
+            max_per_second: self.max_events_per_second,
+            splits: self.splits,
+        };
+        crate::source::generated::spawn(ctx, run, self.generated())
+    }
+
+    fn generated_rows(&self) -> Option<GeneratedRows> {
+        Some(self.generated())
     }
 }
 
-/// Starts generating into `spec.table` (see [`crate::source::generated`]).
-pub fn spawn(rt: &Arc<Runtime>, spec: NexmarkSpec) -> Result<()> {
-    let run = crate::source::generated::Run {
-        table: spec.table.clone(),
-        total: spec.events,
-        batch: BATCH_EVENTS,
-        max_per_second: spec.max_events_per_second,
-        splits: spec.splits,
-    };
-    crate::source::generated::spawn(rt, run, generated_rows(&spec))
+impl NexmarkSpec {
+    /// The spec's rows function, for generating and for regenerating an unstored source.
+    fn generated(&self) -> GeneratedRows {
+        let spec = self.clone();
+        GeneratedRows {
+            rows: Arc::new(move |schema, from, to| rows(&spec, schema, from, to)),
+            position_key: POSITION_KEY,
+        }
+    }
 }

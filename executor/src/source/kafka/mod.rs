@@ -9,18 +9,22 @@
 //! `PARTITION_DISCOVERY` and read from their beginning. The consumer reads with
 //! `isolation.level = read_committed`.
 
-use super::decode::{decode, Encode};
-use super::{BadRecord, BadRecordPolicy};
+pub mod options;
+
+use super::decode::{decode, BadIndexes, Encode};
+use super::{BadRecordPolicy, SourceConnector, SourceContext};
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
-use crate::runtime::Runtime;
 use crate::table_writer::UpsertOp;
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Schema, SchemaRef};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message as _;
+use rdkafka::producer::BaseProducer;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir_storage::source_positions::SourcePositions;
 
@@ -71,7 +75,6 @@ impl Metadata {
 
 #[derive(Debug, Clone)]
 pub struct KafkaSpec {
-    pub table: String,
     pub topic: String,
     pub bootstrap_servers: String,
     pub startup: StartupMode,
@@ -102,10 +105,10 @@ impl KafkaSpec {
         format!("kafka:{}:{partition}", self.topic)
     }
 
-    fn consumer(&self) -> Result<BaseConsumer> {
+    fn consumer(&self, table: &str) -> Result<BaseConsumer> {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.bootstrap_servers)
-            .set("group.id", format!("weir-{}", self.table))
+            .set("group.id", format!("weir-{table}"))
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("isolation.level", "read_committed")
@@ -114,32 +117,28 @@ impl KafkaSpec {
             c.set(k, v);
         }
         c.create()
-            .map_err(|e| ExecError::Internal(format!("kafka consumer for {}: {e}", self.table)))
+            .map_err(|e| ExecError::Internal(format!("kafka consumer for {table}: {e}")))
     }
 }
 
-/// Starts reading `spec.topic` into `spec.table`; returns once the reader runs. The
-/// reader stops by itself when the table is dropped.
-pub fn spawn(rt: &Arc<Runtime>, spec: KafkaSpec) -> Result<()> {
-    rt.note_connector(&spec.table);
-    for reader in 0..spec.readers.max(1) {
-        let consumer = spec.consumer()?;
-        let weak = Arc::downgrade(rt);
-        let handle = tokio::runtime::Handle::current();
-        let spec = spec.clone();
-        std::thread::Builder::new()
-            .name(format!("kafka-{}-{reader}", spec.table))
-            .spawn(move || {
-                if let Err(e) = read(&weak, &handle, &spec, reader, consumer) {
-                    tracing::error!(table = %spec.table, error = %e, "kafka source stopped");
-                    if let Some(rt) = weak.upgrade() {
-                        rt.fail_source(&spec.table, &e.to_string());
+/// Starts `readers` threads reading `topic` into the context's table; returns once
+/// they run.
+impl SourceConnector for KafkaSpec {
+    fn start(&self, ctx: SourceContext) -> Result<()> {
+        for reader in 0..self.readers.max(1) {
+            let consumer = self.consumer(ctx.table())?;
+            let (spec, ctx) = (self.clone(), ctx.clone());
+            std::thread::Builder::new()
+                .name(format!("kafka-{}-{reader}", ctx.table()))
+                .spawn(move || {
+                    if let Err(e) = read(&ctx, &spec, reader, consumer) {
+                        ctx.fail(&e.to_string());
                     }
-                }
-            })
-            .map_err(|e| ExecError::Internal(format!("cannot start the kafka reader: {e}")))?;
+                })
+                .map_err(|e| ExecError::Internal(format!("cannot start the kafka reader: {e}")))?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 fn partitions(consumer: &BaseConsumer, topic: &str) -> Result<Vec<i32>> {
@@ -222,240 +221,295 @@ fn start_offsets(
     Ok(tpl)
 }
 
-/// One polled batch, decoded: plain rows, or upserts.
-struct Decoded<'a> {
-    schema: &'a arrow::datatypes::SchemaRef,
+/// Records polled in one batch: `(partition, offset, payload)`, and per record its
+/// timestamp and key when metadata columns or upserts need them.
+struct Polled {
+    records: Vec<(i32, i64, Vec<u8>)>,
+    meta: Vec<(Option<i64>, Option<Vec<u8>>)>,
+}
+
+/// One polled batch, decoded: plain rows or upserts, and the bad records.
+struct Decoded {
     /// Rows of the good records, in record order (plain format).
-    batch: &'a Option<arrow::array::RecordBatch>,
-    upserts: &'a Option<Upserts>,
+    batch: Option<RecordBatch>,
+    upserts: Option<Upserts>,
+    bad: BadIndexes,
 }
 
-/// Writes the decoded records before record index `upto` into the table, logged with
-/// `positions`. `None` when the table was dropped.
-fn write(
-    rt: &Runtime,
-    handle: &tokio::runtime::Handle,
-    spec: &KafkaSpec,
-    d: Decoded<'_>,
-    upto: usize,
-    positions: SourcePositions,
-) -> Option<Result<()>> {
-    handle.block_on(async {
-        let mut w = rt.lock_writes().await;
-        let t = w.table(&spec.table)?;
-        Some(match d.upserts {
-            Some(u) => {
-                let ops: Vec<UpsertOp> = u
-                    .order
-                    .iter()
-                    .filter(|(r, _)| *r < upto)
-                    .map(|(_, op)| *op)
-                    .collect();
-                t.upsert_from_source(&u.rows, &u.keys, &ops, positions)
-                    .await
-            }
-            None => {
-                // Every record before the first bad one is good, so the first `upto`
-                // rows are exactly those records (`upto` is at most the row count
-                // whenever it is not the whole batch).
-                let rows = match d.batch {
-                    Some(b) => b.slice(0, upto.min(b.num_rows())),
-                    None => arrow::array::RecordBatch::new_empty(d.schema.clone()),
-                };
-                t.write_from_source(StreamChunk::inserts(rows), positions)
-                    .await
-            }
-        })
-    })
+/// The schemas a reader decodes into.
+struct Schemas {
+    table: SchemaRef,
+    /// Every column but the metadata ones: what a payload fills.
+    payload: SchemaRef,
+    /// The primary-key columns: what a tombstone's key fills.
+    key: SchemaRef,
 }
 
-fn read(
-    rt: &Weak<Runtime>,
-    handle: &tokio::runtime::Handle,
-    spec: &KafkaSpec,
-    reader: u32,
+/// One reader thread: its partitions, and the positions after its last written batch.
+struct Reader<'a> {
+    ctx: &'a SourceContext,
+    spec: &'a KafkaSpec,
+    index: u32,
     consumer: BaseConsumer,
-) -> Result<()> {
-    let (schema, mut positions, pk) = {
-        let Some(rt) = rt.upgrade() else {
-            return Ok(());
-        };
-        let mut w = handle.block_on(rt.lock_writes());
-        let Some(t) = w.table(&spec.table) else {
-            return Ok(());
-        };
-        (
-            t.schema.clone(),
-            t.source_positions().clone(),
-            t.primary_key().to_vec(),
-        )
+    schemas: Schemas,
+    /// Only this reader's partitions: the table writer merges each reader's positions
+    /// into the table's, so one reader never moves another's back.
+    positions: SourcePositions,
+    known: Vec<i32>,
+    last_discovery: Instant,
+    /// Created on the first bad record of a dead-letter table, then reused.
+    dlq_producer: Option<BaseProducer>,
+}
+
+/// Reads until the table is gone (`Ok`) or reading cannot go on (`Err`).
+fn read(ctx: &SourceContext, spec: &KafkaSpec, index: u32, consumer: BaseConsumer) -> Result<()> {
+    let Some(mut reader) = Reader::open(ctx, spec, index, consumer)? else {
+        return Ok(());
     };
-    if spec.upsert && pk.is_empty() {
-        return Err(ExecError::Internal(format!(
-            "FORMAT UPSERT needs a primary key on {}",
-            spec.table
-        )));
-    }
-    let pk_schema: arrow::datatypes::SchemaRef = Arc::new(arrow::datatypes::Schema::new(
-        pk.iter()
-            .map(|&c| schema.field(c).clone())
-            .collect::<Vec<_>>(),
-    ));
-    // The payload fills every column but the metadata ones.
-    let payload_schema: arrow::datatypes::SchemaRef = Arc::new(arrow::datatypes::Schema::new(
-        schema
-            .fields()
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !spec.metadata.iter().any(|(c, _)| c == i))
-            .map(|(_, f)| f.as_ref().clone())
-            .collect::<Vec<_>>(),
-    ));
-    // This reader's partitions, and only their positions: the table writer merges each
-    // reader's positions into the table's, so one reader never moves another's back.
-    let mine =
-        |all: Vec<i32>| -> Vec<i32> { all.into_iter().filter(|p| spec.owns(reader, *p)).collect() };
-    let mut known = mine(partitions(&consumer, &spec.topic)?);
-    positions.retain(|k, _| known.iter().any(|p| spec.position_key(*p) == *k));
-    let tpl = start_offsets(&consumer, spec, &known, &positions, true)?;
-    consumer
-        .assign(&tpl)
-        .map_err(|e| ExecError::Internal(format!("kafka assign: {e}")))?;
-    let mut last_discovery = Instant::now();
-    // Created on the first bad record of a dead-letter table, then reused.
-    let mut dlq_producer = None;
-    tracing::info!(table = %spec.table, topic = %spec.topic, partitions = known.len(), "kafka source reading");
     loop {
-        // One batch: up to BATCH_RECORDS records or BATCH_WAIT.
+        let polled = reader.poll();
+        let decoded = reader.decode(&polled)?;
+        reader.handle_bad_records(&polled, &decoded)?;
+        if !reader.write_batch(&polled, &decoded)? {
+            return Ok(());
+        }
+        reader.discover_partitions()?;
+    }
+}
+
+impl<'a> Reader<'a> {
+    /// Assigns this reader's partitions at their start offsets; `None`: no table.
+    fn open(
+        ctx: &'a SourceContext,
+        spec: &'a KafkaSpec,
+        index: u32,
+        consumer: BaseConsumer,
+    ) -> Result<Option<Self>> {
+        let Some(start) = ctx.start() else {
+            return Ok(None);
+        };
+        if spec.upsert && start.primary_key.is_empty() {
+            return Err(ExecError::Internal(format!(
+                "FORMAT UPSERT needs a primary key on {}",
+                ctx.table()
+            )));
+        }
+        let schema = &start.schema;
+        let columns = |keep: &dyn Fn(usize) -> bool| -> SchemaRef {
+            Arc::new(Schema::new(
+                (0..schema.fields().len())
+                    .filter(|&i| keep(i))
+                    .map(|i| schema.field(i).clone())
+                    .collect::<Vec<_>>(),
+            ))
+        };
+        let schemas = Schemas {
+            payload: columns(&|i| !spec.metadata.iter().any(|(c, _)| *c == i)),
+            key: Arc::new(Schema::new(
+                start
+                    .primary_key
+                    .iter()
+                    .map(|&c| schema.field(c).clone())
+                    .collect::<Vec<_>>(),
+            )),
+            table: start.schema.clone(),
+        };
+        let mut reader = Reader {
+            ctx,
+            spec,
+            index,
+            schemas,
+            positions: start.positions,
+            known: vec![],
+            last_discovery: Instant::now(),
+            dlq_producer: None,
+            consumer,
+        };
+        reader.known = reader.my_partitions()?;
+        let known = &reader.known;
+        reader
+            .positions
+            .retain(|k, _| known.iter().any(|p| spec.position_key(*p) == *k));
+        let tpl = start_offsets(&reader.consumer, spec, known, &reader.positions, true)?;
+        reader
+            .consumer
+            .assign(&tpl)
+            .map_err(|e| ExecError::Internal(format!("kafka assign: {e}")))?;
+        tracing::info!(table = %ctx.table(), topic = %spec.topic, partitions = reader.known.len(), "kafka source reading");
+        Ok(Some(reader))
+    }
+
+    fn my_partitions(&self) -> Result<Vec<i32>> {
+        let all = partitions(&self.consumer, &self.spec.topic)?;
+        Ok(all
+            .into_iter()
+            .filter(|p| self.spec.owns(self.index, *p))
+            .collect())
+    }
+
+    /// One batch: up to BATCH_RECORDS records or BATCH_WAIT.
+    fn poll(&self) -> Polled {
         let started = Instant::now();
-        let mut records: Vec<(i32, i64, Vec<u8>)> = Vec::new();
-        let mut meta: Vec<(Option<i64>, Option<Vec<u8>>)> = Vec::new();
-        while records.len() < BATCH_RECORDS && started.elapsed() < BATCH_WAIT {
-            match consumer.poll(Duration::from_millis(20)) {
+        let keep_meta = !self.spec.metadata.is_empty() || self.spec.upsert;
+        let mut polled = Polled {
+            records: vec![],
+            meta: vec![],
+        };
+        while polled.records.len() < BATCH_RECORDS && started.elapsed() < BATCH_WAIT {
+            match self.consumer.poll(Duration::from_millis(20)) {
                 None => {}
                 Some(Ok(m)) => {
-                    records.push((
+                    polled.records.push((
                         m.partition(),
                         m.offset(),
                         m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
                     ));
-                    if !spec.metadata.is_empty() || spec.upsert {
-                        meta.push((m.timestamp().to_millis(), m.key().map(<[u8]>::to_vec)));
+                    if keep_meta {
+                        polled
+                            .meta
+                            .push((m.timestamp().to_millis(), m.key().map(<[u8]>::to_vec)));
                     }
                 }
                 Some(Err(e)) => {
-                    tracing::warn!(table = %spec.table, error = %e, "kafka poll");
+                    tracing::warn!(table = %self.ctx.table(), error = %e, "kafka poll");
                     break;
                 }
             }
         }
-        let Some(rt) = rt.upgrade() else {
-            return Ok(());
-        };
-        let mut next = positions.clone();
-        for (p, o, _) in &records {
-            next.insert(spec.position_key(*p), (*o + 1) as u64);
-        }
-        let (batch, bad, upserts) = if spec.upsert {
-            let (u, bad) = decode_upserts(
-                spec,
-                (&schema, &payload_schema, &pk_schema),
-                &records,
-                &meta,
-            )?;
-            (None, bad, Some(u))
-        } else {
-            let payloads: Vec<&[u8]> = records.iter().map(|(_, _, b)| b.as_slice()).collect();
-            let (batch, bad) = decode(
-                &payload_schema,
-                &spec.encode,
-                &payloads,
-                spec.max_record_bytes,
-            )?;
-            let batch = match batch {
-                Some(b) if !spec.metadata.is_empty() => {
-                    let good: Vec<usize> = (0..records.len())
-                        .filter(|i| !bad.iter().any(|(b, _)| b == i))
-                        .collect();
-                    Some(with_metadata(&schema, spec, b, &good, &records, &meta)?)
-                }
-                other => other,
-            };
-            (batch, bad, None)
-        };
-        if let Some((i, reason)) = bad.first() {
-            let (p, o, _) = &records[*i];
-            if spec.bad_records == BadRecordPolicy::Fail {
-                let msg = format!(
-                    "bad record in {} partition {p} offset {o}: {reason} (bad_records = 'fail': ingestion stopped)",
-                    spec.topic
-                );
-                // The records before it are kept: written with the positions up to it.
-                let mut upto = positions.clone();
-                for (p, o, _) in &records[..*i] {
-                    upto.insert(spec.position_key(*p), (*o + 1) as u64);
-                }
-                let decoded = Decoded {
-                    schema: &schema,
-                    batch: &batch,
-                    upserts: &upserts,
-                };
-                write(&rt, handle, spec, decoded, *i, upto).unwrap_or(Ok(()))?;
-                rt.note_bad_record(BadRecord {
-                    table: spec.table.clone(),
-                    partition: *p,
-                    offset: *o,
-                    reason: msg.clone(),
-                    at_ms: crate::checkpoint::uploader::chrono_now_ms(),
-                });
-                return Err(ExecError::Internal(msg));
-            }
-        }
-        if let (BadRecordPolicy::DeadLetter(dlq), false) = (&spec.bad_records, bad.is_empty()) {
-            dead_letter(spec, &mut dlq_producer, dlq, &bad, &records)?;
-        }
-        for (i, reason) in &bad {
-            let (p, o, _) = &records[*i];
-            rt.note_bad_record(BadRecord {
-                table: spec.table.clone(),
-                partition: *p,
-                offset: *o,
-                reason: reason.clone(),
-                at_ms: crate::checkpoint::uploader::chrono_now_ms(),
+        polled
+    }
+
+    fn decode(&self, p: &Polled) -> Result<Decoded> {
+        let (spec, s) = (self.spec, &self.schemas);
+        if spec.upsert {
+            let (u, bad) = decode_upserts(spec, s, &p.records, &p.meta)?;
+            return Ok(Decoded {
+                batch: None,
+                upserts: Some(u),
+                bad,
             });
         }
-        if next != positions {
-            let decoded = Decoded {
-                schema: &schema,
-                batch: &batch,
-                upserts: &upserts,
-            };
-            match write(&rt, handle, spec, decoded, records.len(), next.clone()) {
-                None => return Ok(()), // the table was dropped
-                Some(Ok(())) => positions = next,
-                Some(Err(e)) => {
-                    return Err(ExecError::Internal(format!(
-                        "writing records of {} into {}: {e}",
-                        spec.topic, spec.table
-                    )))
-                }
+        let payloads: Vec<&[u8]> = p.records.iter().map(|(_, _, b)| b.as_slice()).collect();
+        let (batch, bad) = decode(&s.payload, &spec.encode, &payloads, spec.max_record_bytes)?;
+        let batch = match batch {
+            Some(b) if !spec.metadata.is_empty() => {
+                let good: Vec<usize> = (0..p.records.len())
+                    .filter(|i| !bad.iter().any(|(b, _)| b == i))
+                    .collect();
+                Some(with_metadata(
+                    &s.table, spec, b, &good, &p.records, &p.meta,
+                )?)
             }
+            other => other,
+        };
+        Ok(Decoded {
+            batch,
+            upserts: None,
+            bad,
+        })
+    }
+
+    /// The positions after `records`, on top of the written ones.
+    fn positions_after(&self, records: &[(i32, i64, Vec<u8>)]) -> SourcePositions {
+        let mut next = self.positions.clone();
+        for (p, o, _) in records {
+            next.insert(self.spec.position_key(*p), (*o + 1) as u64);
         }
-        if last_discovery.elapsed() >= PARTITION_DISCOVERY {
-            last_discovery = Instant::now();
-            let now = mine(partitions(&consumer, &spec.topic)?);
-            let added: Vec<i32> = now.iter().filter(|p| !known.contains(p)).copied().collect();
-            if !added.is_empty() {
-                tracing::info!(table = %spec.table, partitions = ?added, "kafka source found new partitions");
-                // Every record polled so far is written, so the partitions already
-                // assigned are exactly where the table's log says: only add the new.
-                let more = start_offsets(&consumer, spec, &added, &positions, false)?;
-                consumer
-                    .incremental_assign(&more)
-                    .map_err(|e| ExecError::Internal(format!("kafka assign: {e}")))?;
-                known = now;
+        next
+    }
+
+    /// Applies `bad_records`: `fail` writes the records before the first bad one and
+    /// stops; `dead-letter` copies them out; all are counted and listed.
+    fn handle_bad_records(&mut self, p: &Polled, d: &Decoded) -> Result<()> {
+        let spec = self.spec;
+        if let (Some((i, reason)), BadRecordPolicy::Fail) = (d.bad.first(), &spec.bad_records) {
+            let (part, offset, _) = &p.records[*i];
+            let msg = format!(
+                "bad record in {} partition {part} offset {offset}: {reason} (bad_records = 'fail': ingestion stopped)",
+                spec.topic
+            );
+            // The records before it are kept: written with the positions up to it.
+            let upto = self.positions_after(&p.records[..*i]);
+            self.write(d, *i, upto).unwrap_or(Ok(()))?;
+            self.ctx.bad_record(*part, *offset, msg.clone());
+            return Err(ExecError::Internal(msg));
+        }
+        if let (BadRecordPolicy::DeadLetter(dlq), false) = (&spec.bad_records, d.bad.is_empty()) {
+            dead_letter(spec, &mut self.dlq_producer, dlq, &d.bad, &p.records)?;
+        }
+        for (i, reason) in &d.bad {
+            let (part, offset, _) = &p.records[*i];
+            self.ctx.bad_record(*part, *offset, reason.clone());
+        }
+        Ok(())
+    }
+
+    /// Writes the batch with the positions after it; `false` once the table is gone.
+    fn write_batch(&mut self, p: &Polled, d: &Decoded) -> Result<bool> {
+        let next = self.positions_after(&p.records);
+        if next == self.positions {
+            return Ok(self.ctx.start().is_some());
+        }
+        match self.write(d, p.records.len(), next.clone()) {
+            None => Ok(false),
+            Some(Ok(())) => {
+                self.positions = next;
+                Ok(true)
             }
+            Some(Err(e)) => Err(ExecError::Internal(format!(
+                "writing records of {} into {}: {e}",
+                self.spec.topic,
+                self.ctx.table()
+            ))),
         }
+    }
+
+    /// Writes the decoded records before record index `upto`, logged with `positions`.
+    /// `None` when the table was dropped.
+    fn write(&self, d: &Decoded, upto: usize, positions: SourcePositions) -> Option<Result<()>> {
+        if let Some(u) = &d.upserts {
+            let ops: Vec<UpsertOp> = u
+                .order
+                .iter()
+                .filter(|(r, _)| *r < upto)
+                .map(|(_, op)| *op)
+                .collect();
+            return self.ctx.upsert(&u.rows, &u.keys, &ops, positions);
+        }
+        // Every record before the first bad one is good, so the first `upto` rows are
+        // exactly those records (`upto` is at most the row count whenever it is not
+        // the whole batch).
+        let rows = match &d.batch {
+            Some(b) => b.slice(0, upto.min(b.num_rows())),
+            None => RecordBatch::new_empty(self.schemas.table.clone()),
+        };
+        self.ctx.write(StreamChunk::inserts(rows), positions)
+    }
+
+    /// Every PARTITION_DISCOVERY, assigns partitions added to the topic since.
+    fn discover_partitions(&mut self) -> Result<()> {
+        if self.last_discovery.elapsed() < PARTITION_DISCOVERY {
+            return Ok(());
+        }
+        self.last_discovery = Instant::now();
+        let now = self.my_partitions()?;
+        let added: Vec<i32> = now
+            .iter()
+            .filter(|p| !self.known.contains(p))
+            .copied()
+            .collect();
+        if added.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(table = %self.ctx.table(), partitions = ?added, "kafka source found new partitions");
+        // Every record polled so far is written, so the partitions already assigned
+        // are exactly where the table's log says: only add the new.
+        let more = start_offsets(&self.consumer, self.spec, &added, &self.positions, false)?;
+        self.consumer
+            .incremental_assign(&more)
+            .map_err(|e| ExecError::Internal(format!("kafka assign: {e}")))?;
+        self.known = now;
+        Ok(())
     }
 }
 
@@ -559,14 +613,11 @@ struct Upserts {
 /// primary keys. Returns the upserts and the bad records (by record index).
 fn decode_upserts(
     spec: &KafkaSpec,
-    (schema, payload_schema, pk_schema): (
-        &arrow::datatypes::SchemaRef,
-        &arrow::datatypes::SchemaRef,
-        &arrow::datatypes::SchemaRef,
-    ),
+    schemas: &Schemas,
     records: &[(i32, i64, Vec<u8>)],
     meta: &[(Option<i64>, Option<Vec<u8>>)],
-) -> Result<(Upserts, super::decode::BadIndexes)> {
+) -> Result<(Upserts, BadIndexes)> {
+    let (schema, payload_schema, pk_schema) = (&schemas.table, &schemas.payload, &schemas.key);
     let (puts, tombs): (Vec<usize>, Vec<usize>) =
         (0..records.len()).partition(|&i| !records[i].2.is_empty());
     let mut bad = Vec::new();

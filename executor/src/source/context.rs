@@ -1,0 +1,134 @@
+//! What a source connector may do with its table, and nothing more: read where the
+//! table stopped, write rows together with the positions after them, report a bad
+//! record, fail. The connector never sees the runtime; the context holds it weakly,
+//! so a dropped table (or a stopped database) ends the connector's next write with
+//! `None` instead of keeping the table alive.
+//!
+//! Connectors run on their own threads (librdkafka's consumer blocks), so every call
+//! here blocks on the runtime's tokio handle.
+
+use super::BadRecord;
+use crate::chunk::StreamChunk;
+use crate::error::Result;
+use crate::runtime::Runtime;
+use crate::table_writer::{TableWriter, UpsertOp};
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use std::sync::{Arc, Weak};
+use weir_storage::source_positions::SourcePositions;
+
+/// A connector's handle on its table.
+#[derive(Clone)]
+pub struct SourceContext {
+    table: String,
+    runtime: Weak<Runtime>,
+    handle: tokio::runtime::Handle,
+}
+
+/// The table as the connector finds it when it starts.
+#[derive(Debug, Clone)]
+pub struct TableStart {
+    pub schema: SchemaRef,
+    /// Where the table's log says the connector stopped.
+    pub positions: SourcePositions,
+    pub primary_key: Vec<usize>,
+}
+
+impl SourceContext {
+    /// Called from a tokio task: the handle is the current runtime's.
+    pub(crate) fn new(runtime: &Arc<Runtime>, table: &str) -> Self {
+        runtime.note_connector(table);
+        Self {
+            table: table.to_string(),
+            runtime: Arc::downgrade(runtime),
+            handle: tokio::runtime::Handle::current(),
+        }
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// `None` once the table is gone.
+    pub fn start(&self) -> Option<TableStart> {
+        self.with_table(|t| {
+            Box::pin(async move {
+                TableStart {
+                    schema: t.schema.clone(),
+                    positions: t.source_positions().clone(),
+                    primary_key: t.primary_key().to_vec(),
+                }
+            })
+        })
+    }
+
+    /// Appends `chunk`, logged with `positions` as one entry. `None`: the table is gone.
+    pub fn write(&self, chunk: StreamChunk, positions: SourcePositions) -> Option<Result<()>> {
+        self.with_table(|t| Box::pin(t.write_from_source(chunk, positions)))
+    }
+
+    /// Applies upserts (`FORMAT UPSERT`), logged with `positions`.
+    pub fn upsert(
+        &self,
+        rows: &RecordBatch,
+        keys: &RecordBatch,
+        ops: &[UpsertOp],
+        positions: SourcePositions,
+    ) -> Option<Result<()>> {
+        // Borrows the batches, so not through `with_table` (whose futures own theirs).
+        let rt = self.runtime.upgrade()?;
+        self.handle.block_on(async {
+            let mut w = rt.lock_writes().await;
+            let t = w.table(&self.table)?;
+            Some(t.upsert_from_source(rows, keys, ops, positions).await)
+        })
+    }
+
+    /// Appends generated rows `from..to` (an unstored source logs only the range).
+    pub fn write_generated(
+        &self,
+        from: i64,
+        to: i64,
+        batch: RecordBatch,
+        positions: SourcePositions,
+    ) -> Option<Result<()>> {
+        self.with_table(|t| Box::pin(t.write_generated(from, to, batch, positions)))
+    }
+
+    /// A record that could not be decoded: counted, listed by `SHOW SOURCE ERRORS`.
+    pub fn bad_record(&self, partition: i32, offset: i64, reason: String) {
+        if let Some(rt) = self.runtime.upgrade() {
+            rt.note_bad_record(BadRecord {
+                table: self.table.clone(),
+                partition,
+                offset,
+                reason,
+                at_ms: crate::checkpoint::uploader::chrono_now_ms(),
+            });
+        }
+    }
+
+    /// The connector stopped for good: the table shows FAILED with the reason.
+    pub fn fail(&self, reason: &str) {
+        tracing::error!(table = %self.table, error = %reason, "source connector stopped");
+        if let Some(rt) = self.runtime.upgrade() {
+            rt.fail_source(&self.table, reason);
+        }
+    }
+
+    /// Runs `f` on the table's writer under the write lock.
+    fn with_table<T>(
+        &self,
+        f: impl for<'a> FnOnce(
+            &'a mut TableWriter,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>,
+    ) -> Option<T> {
+        let rt = self.runtime.upgrade()?;
+        self.handle.block_on(async {
+            let mut w = rt.lock_writes().await;
+            let t = w.table(&self.table)?;
+            Some(f(t).await)
+        })
+    }
+}
