@@ -275,7 +275,7 @@ pub(crate) async fn deploy_view(
         parallelism,
         restored.map(|r| r.start).unwrap_or_default(),
     );
-    rt.last_replayed.lock().insert(name.to_string(), replayed);
+    rt.registry.note_replayed(name, replayed);
     start(rt, actors, backfill, subscriptions).await?;
     Ok(RelationRuntime {
         hub,

@@ -23,6 +23,8 @@
 //! - [`metrics`]: Prometheus metrics with Flink's names.
 //! - [`aggregate`] and [`operators`]: the operators; [`bytes`]: reading their encoded state.
 //! - [`sinks`]: the last operator of a sink job, one connector per file.
+//! - [`jobs`]: the job registry: status, restarts and failures that outlive a
+//!   deployment, connectors' bad records.
 //! - [`connector_options`]: `WITH (...)` options that sources and sinks parse beside
 //!   their code.
 //! - [`append_only`]: which fragments only insert (their min / max keep one value).
@@ -46,6 +48,7 @@ pub(crate) mod error;
 pub mod exchange;
 pub(crate) mod graph;
 pub(crate) mod hub;
+pub mod jobs;
 pub mod metrics;
 pub(crate) mod operator;
 pub mod operators;
@@ -64,4 +67,5 @@ pub use chunk::{Op, StreamChunk};
 pub use deploy::Restore;
 pub use error::{ExecError, Result};
 pub use graph::{FragmentInput, FragmentSpec, OperatorSpec, SinkSpec, StreamGraph};
-pub use runtime::{JobStatus, Runtime, RuntimeConfig, ViewSpec, WriteState};
+pub use jobs::JobStatus;
+pub use runtime::{Runtime, RuntimeConfig, ViewSpec, WriteState};

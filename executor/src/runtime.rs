@@ -7,7 +7,6 @@
 
 use crate::actor::{Actor, ActorOutput, JobHealth};
 use crate::barrier::{Barrier, BarrierKind, Epoch, Message};
-use crate::checkpoint::restart::RestartTracker;
 use crate::checkpoint::{
     CheckpointCoordinator, FailoverStrategy, JobConfig, JobStart, RestartStrategy,
 };
@@ -17,6 +16,7 @@ use crate::error::{ExecError, Result};
 use crate::exchange::CHANNEL_CAPACITY;
 use crate::graph::StreamGraph;
 use crate::hub::RelationHub;
+use crate::jobs::{JobInfo, JobStatus};
 use crate::operators::materialize::materialize_uid;
 use crate::operators::materialize::MaterializeOperator;
 use crate::store::RelationStore;
@@ -70,43 +70,6 @@ pub struct ViewSpec {
     pub config: JobConfig,
 }
 
-/// A job's life, for `SHOW JOBS`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JobStatus {
-    Running,
-    Restarting,
-    /// Past its restart strategy's limit; serving its last consistent contents.
-    Failed,
-}
-
-impl JobStatus {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            JobStatus::Running => "RUNNING",
-            JobStatus::Restarting => "RESTARTING",
-            JobStatus::Failed => "FAILED",
-        }
-    }
-}
-
-/// One row of `SHOW JOBS`.
-#[derive(Debug, Clone)]
-pub struct JobInfo {
-    pub name: String,
-    pub status: JobStatus,
-    pub parallelism: u32,
-    pub restarts: u32,
-    pub last_failure: Option<String>,
-}
-
-/// Restart bookkeeping that outlives each deployment of a job.
-pub struct JobLife {
-    pub status: JobStatus,
-    pub tracker: RestartTracker,
-    pub restarts: u32,
-    pub last_failure: Option<String>,
-}
-
 pub(crate) struct RelationRuntime {
     pub hub: Arc<RelationHub>,
     pub store: Arc<RelationStore>,
@@ -157,7 +120,8 @@ pub struct Runtime {
     next_actor: AtomicU64,
     /// Where actors report failures (see [`crate::supervisor`]).
     pub(crate) failures_tx: mpsc::UnboundedSender<(u64, String)>,
-    pub(crate) lives: Mutex<HashMap<String, JobLife>>,
+    /// Jobs' status and restarts, connectors' bad records: what outlives a deployment.
+    pub registry: crate::jobs::JobRegistry,
     /// Off during startup recovery: a table's log must not be truncated below what a
     /// view that is not restored yet still needs.
     truncation: std::sync::atomic::AtomicBool,
@@ -166,12 +130,6 @@ pub struct Runtime {
     pub(crate) savepoint_pins: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
     /// Held while a savepoint is taken or restored: the two exclude each other.
     pub(crate) savepoint_busy: tokio::sync::Mutex<()>,
-    /// Table-log rows each view replayed at its last deployment.
-    pub(crate) last_replayed: Mutex<HashMap<String, usize>>,
-    /// The latest records connectors skipped as bad (`SHOW SOURCE ERRORS`).
-    bad_records: Mutex<std::collections::VecDeque<crate::source::BadRecord>>,
-    /// Tables fed by a connector: `SHOW JOBS` lists them with the views.
-    connector_tables: Mutex<std::collections::BTreeSet<String>>,
     /// `WriteState::next_epoch`, readable without the write lock: a reader that needs
     /// epoch `e` only injects a barrier when none covering `e` was injected yet.
     open_epoch: AtomicU64,
@@ -184,50 +142,7 @@ pub struct Runtime {
     pub(crate) indexes: Mutex<HashMap<String, Vec<crate::store_index::IndexSpec>>>,
 }
 
-impl Runtime {
-    /// Records a record a connector skipped (oldest forgotten past a bound).
-    pub(crate) fn note_bad_record(&self, r: crate::source::BadRecord) {
-        tracing::warn!(table = %r.table, partition = r.partition, offset = r.offset, reason = %r.reason, "bad record skipped");
-        crate::metrics::metrics()
-            .source_bad_records
-            .with_label_values(&[r.table.as_str()])
-            .inc();
-        let mut q = self.bad_records.lock();
-        if q.len() >= crate::source::BAD_RECORDS_KEPT {
-            q.pop_front();
-        }
-        q.push_back(r);
-    }
-
-    /// The latest bad records connectors skipped, oldest first.
-    pub fn bad_records(&self) -> Vec<crate::source::BadRecord> {
-        self.bad_records.lock().iter().cloned().collect()
-    }
-
-    /// A table's connector started (its job shows in `SHOW JOBS`).
-    pub(crate) fn note_connector(&self, table: &str) {
-        self.connector_tables.lock().insert(table.to_string());
-    }
-
-    /// True when `name` is a table fed by a connector.
-    pub fn has_connector(&self, name: &str) -> bool {
-        self.connector_tables.lock().contains(name)
-    }
-
-    /// A connector stopped: its table shows FAILED with the reason.
-    pub(crate) fn fail_source(&self, table: &str, reason: &str) {
-        if let Some(life) = self.lives.lock().get_mut(table) {
-            life.status = JobStatus::Failed;
-            life.last_failure = Some(reason.to_string());
-        }
-    }
-
-    /// Table-log rows the view replayed when it was last deployed (from a checkpoint or
-    /// a savepoint; a fresh view backfills instead and replays none).
-    pub fn replayed_rows(&self, view: &str) -> usize {
-        self.last_replayed.lock().get(view).copied().unwrap_or(0)
-    }
-}
+impl Runtime {}
 
 /// Barriers in flight past which a reader waits for one to commit instead of
 /// injecting another (see `Runtime::ensure_committed`).
@@ -264,13 +179,10 @@ impl Runtime {
             backend: config.state_backend.clone(),
             next_actor: AtomicU64::new(1),
             failures_tx,
-            lives: Mutex::new(HashMap::new()),
+            registry: Default::default(),
             truncation: std::sync::atomic::AtomicBool::new(false),
             savepoint_pins: Mutex::new(BTreeMap::new()),
             savepoint_busy: tokio::sync::Mutex::new(()),
-            last_replayed: Mutex::new(HashMap::new()),
-            bad_records: Mutex::new(std::collections::VecDeque::new()),
-            connector_tables: Mutex::new(std::collections::BTreeSet::new()),
             open_epoch: AtomicU64::new(last_epoch + 1),
             durable_tx,
             acknowledged_epoch: AtomicU64::new(0),
@@ -606,15 +518,7 @@ impl Runtime {
                 parallelism: 1,
             },
         );
-        self.lives.lock().insert(
-            name.to_string(),
-            JobLife {
-                status: JobStatus::Running,
-                tracker: RestartTracker::new(RestartStrategy::None),
-                restarts: 0,
-                last_failure: None,
-            },
-        );
+        self.registry.start(name, RestartStrategy::None);
         Ok(replay)
     }
 
@@ -653,15 +557,7 @@ impl Runtime {
         let strategy = spec.config.restart.clone();
         let rel = crate::deploy::deploy_view(self, w, job, name, spec, from).await?;
         self.relations.write().insert(name.to_string(), rel);
-        self.lives.lock().insert(
-            name.to_string(),
-            JobLife {
-                status: JobStatus::Running,
-                tracker: RestartTracker::new(strategy),
-                restarts: 0,
-                last_failure: None,
-            },
-        );
+        self.registry.start(name, strategy);
         Ok(())
     }
 
@@ -687,7 +583,7 @@ impl Runtime {
 
     fn remove_relation(&self, name: &str) {
         let removed = self.relations.write().remove(name);
-        self.lives.lock().remove(name);
+        self.registry.forget(name);
         self.indexes.lock().remove(name);
         if let Some(rel) = removed {
             self.teardown(&rel);
@@ -811,18 +707,19 @@ impl Runtime {
     /// Every job's status, for `SHOW JOBS`.
     pub fn jobs(&self) -> Vec<JobInfo> {
         let relations = self.relations.write();
-        let lives = self.lives.lock();
         relations
             .iter()
             .map(|(name, r)| {
-                let life = lives.get(name);
+                let life = self.registry.state(name);
                 JobInfo {
                     name: name.clone(),
-                    status: life.map(|l| l.status.clone()).unwrap_or(JobStatus::Running),
+                    status: life
+                        .as_ref()
+                        .map_or(JobStatus::Running, |l| l.status.clone()),
                     parallelism: r.parallelism,
-                    restarts: life.map(|l| l.restarts).unwrap_or(0),
+                    restarts: life.as_ref().map_or(0, |l| l.restarts),
                     last_failure: life
-                        .and_then(|l| l.last_failure.clone())
+                        .and_then(|l| l.last_failure)
                         .or_else(|| r.health.failure()),
                 }
             })

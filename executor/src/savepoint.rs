@@ -782,7 +782,7 @@ pub async fn restore(
     }
     crate::supervisor::restart_with(rt, &names, given, fills).await?;
     for r in reports.iter_mut().filter(|r| r.rebuilt_from.is_empty()) {
-        r.replayed_rows = rt.last_replayed.lock().get(&r.view).copied().unwrap_or(0);
+        r.replayed_rows = rt.registry.replayed_rows(&r.view);
     }
     // The restored state becomes the latest checkpoint at once: a crash from here on
     // recovers it, not what the views held before the restore.

@@ -9,12 +9,11 @@
 //! consistent contents until `ALTER MATERIALIZED VIEW ... RESUME`.
 
 use crate::checkpoint::FailoverStrategy;
-use crate::error::{ExecError, Result};
+use crate::error::Result;
 use crate::metrics::metrics;
-use crate::runtime::{JobStatus, Runtime};
+use crate::runtime::Runtime;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 pub(crate) fn spawn(
@@ -63,27 +62,7 @@ fn on_failure(rt: &Arc<Runtime>, job: u64, reason: String) {
     else {
         return;
     };
-    let delay = {
-        let mut lives = rt.lives.lock();
-        let Some(life) = lives.get_mut(&name) else {
-            return;
-        };
-        life.last_failure = Some(reason.clone());
-        let delay = if is_view {
-            life.tracker
-                .on_failure(Instant::now(), rand::random::<f64>())
-        } else {
-            None
-        };
-        life.status = if delay.is_some() {
-            life.restarts += 1;
-            JobStatus::Restarting
-        } else {
-            JobStatus::Failed
-        };
-        delay
-    };
-    let Some(delay) = delay else {
+    let Some(delay) = rt.registry.on_failure(&name, &reason, is_view) else {
         tracing::error!(job = %name, %reason, "job FAILED: restart strategy exhausted");
         return;
     };
@@ -98,10 +77,7 @@ fn on_failure(rt: &Arc<Runtime>, job: u64, reason: String) {
         let Some(rt) = weak.upgrade() else { return };
         if let Err(e) = restart(&rt, &name).await {
             tracing::error!(job = %name, error = %e, "restart failed");
-            if let Some(life) = rt.lives.lock().get_mut(&name) {
-                life.status = JobStatus::Failed;
-                life.last_failure = Some(format!("restart failed: {e}"));
-            }
+            rt.registry.fail(&name, &format!("restart failed: {e}"));
         }
     });
 }
@@ -245,9 +221,7 @@ pub(crate) async fn restart_with(
         };
         // A job that failed again while catching up has been handled by `on_failure`.
         if healthy {
-            if let Some(life) = rt.lives.lock().get_mut(&v) {
-                life.status = JobStatus::Running;
-            }
+            rt.registry.running(&v);
         }
         tracing::info!(job = %v, "job restarted from its latest checkpoint");
     }
@@ -257,13 +231,6 @@ pub(crate) async fn restart_with(
 /// `ALTER MATERIALIZED VIEW v RESUME`: restarts a FAILED (or running) view now and
 /// gives its restart strategy a fresh start.
 pub async fn resume(rt: &Arc<Runtime>, name: &str) -> Result<()> {
-    {
-        let mut lives = rt.lives.lock();
-        let life = lives
-            .get_mut(name)
-            .ok_or_else(|| ExecError::Internal(format!("no job named {name}")))?;
-        life.tracker.reset();
-        life.status = JobStatus::Restarting;
-    }
+    rt.registry.resume(name)?;
     restart(rt, name).await
 }

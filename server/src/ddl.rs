@@ -684,7 +684,7 @@ pub async fn create_view(
     commit_entry(db, entry, plan.schema.clone())?;
     crate::serving::indexes::register(db, &name)?;
     if let (Some(sp), Some(mut r)) = (&plan.restore_from, report) {
-        r.replayed_rows = rt.replayed_rows(&name);
+        r.replayed_rows = rt.registry.replayed_rows(&name);
         session.notices.push(crate::show::restore_notice(sp, &r));
         // Restored state is checkpointed at once, as after RESTORE.
         rt.checkpoint_now().await.map_err(SqlError::from)?;

@@ -77,7 +77,7 @@ pub fn show_jobs(db: &Database) -> SqlResult<Output> {
         .filter(|r| {
             r.kind == RelationKind::MaterializedView
                 || r.kind == RelationKind::Sink
-                || db.runtime().has_connector(&r.name)
+                || db.runtime().registry.has_connector(&r.name)
         })
         .map(|r| {
             let j = jobs.iter().find(|j| j.name == r.name);
@@ -110,6 +110,7 @@ fn ms_to_text(ms: i64) -> String {
 pub fn show_source_errors(db: &Database) -> SqlResult<Output> {
     let rows = db
         .runtime()
+        .registry
         .bad_records()
         .into_iter()
         .map(|r| {

@@ -37,7 +37,7 @@ pub struct TableStart {
 impl SourceContext {
     /// Called from a tokio task: the handle is the current runtime's.
     pub(crate) fn new(runtime: &Arc<Runtime>, table: &str) -> Self {
-        runtime.note_connector(table);
+        runtime.registry.note_connector(table);
         Self {
             table: table.to_string(),
             runtime: Arc::downgrade(runtime),
@@ -98,7 +98,7 @@ impl SourceContext {
     /// A record that could not be decoded: counted, listed by `SHOW SOURCE ERRORS`.
     pub fn bad_record(&self, partition: i32, offset: i64, reason: String) {
         if let Some(rt) = self.runtime.upgrade() {
-            rt.note_bad_record(BadRecord {
+            rt.registry.note_bad_record(BadRecord {
                 table: self.table.clone(),
                 partition,
                 offset,
@@ -112,7 +112,7 @@ impl SourceContext {
     pub fn fail(&self, reason: &str) {
         tracing::error!(table = %self.table, error = %reason, "source connector stopped");
         if let Some(rt) = self.runtime.upgrade() {
-            rt.fail_source(&self.table, reason);
+            rt.registry.fail(&self.table, reason);
         }
     }
 
