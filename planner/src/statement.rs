@@ -265,7 +265,7 @@ fn parse_savepoint_statement(sql: &str, ws: &[&str]) -> SqlResult<WeirStatement>
 /// Parses one statement (as produced by [`split_statements`]).
 pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
     check_complexity(sql)?;
-    let rewritten = crate::window_tvf::rewrite(&crate::connector_ddl::rewrite(sql))?;
+    let rewritten = crate::window_tvf::normalize(&crate::connector_ddl::rewrite(sql))?;
     let rewritten = crate::window_tvf::rewrite_emit_on_window_close(&rewritten);
     let sql = rewritten.as_str();
     let w = words(sql);
@@ -407,7 +407,7 @@ fn parse_sqlparser(sql: &str) -> SqlResult<Statement> {
         0 => Err(SqlError::syntax("empty statement")),
         1 => {
             let mut stmt = stmts.remove(0);
-            crate::window_tvf::hide_session_helpers(&mut stmt);
+            crate::window_tvf::expand(&mut stmt)?;
             crate::output_names::alias_duplicate_items(&mut stmt);
             Ok(stmt)
         }

@@ -1,12 +1,20 @@
-//! Windowing table-valued functions, rewritten into plain SQL before parsing:
+//! Windowing table-valued functions:
 //!
 //! - Flink: `TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size))`,
-//!   `TABLE(HOP(TABLE t, DESCRIPTOR(ts), slide, size))` and
-//!   `TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), step, size))`;
-//! - RisingWave style: `TUMBLE(t, ts, size)`, `HOP(t, ts, slide, size)` and
-//!   `CUMULATE(t, ts, step, size)` in FROM.
+//!   `TABLE(HOP(TABLE t, DESCRIPTOR(ts), slide, size))`,
+//!   `TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), step, size))` and
+//!   `TABLE(SESSION(TABLE t PARTITION BY k, DESCRIPTOR(ts), gap))`;
+//! - RisingWave style: `TUMBLE(t, ts, size)`, `HOP(t, ts, slide, size)`,
+//!   `CUMULATE(t, ts, step, size)` and `SESSION(t PARTITION BY k, ts, gap)` in FROM.
 //!
-//! Both add the columns `window_start` and `window_end` to every row of `t`:
+//! Two steps. [`normalize`] works on tokens, before parsing: it spells Flink's form and
+//! `PARTITION BY` (which no SQL parser takes inside a call) as a plain table-function
+//! call, `F(t, ts, ..., __weir_partition_by(k))`, by dropping and moving tokens; it
+//! builds no SQL. [`expand`] then works on the parsed statement: every such call in
+//! FROM becomes a derived table, built as a tree from fixed templates whose holes
+//! (`__ts`, `__size`, `__t`, ...) are filled with the call's own expressions.
+//!
+//! All add the columns `window_start` and `window_end` to every row of `t`:
 //!
 //! - TUMBLE is a projection: `window_start = window_bound(ts, size, 0)` (= `date_bin(size,
 //!   ts)`: windows aligned to the Unix epoch, as in Flink and RisingWave),
@@ -18,27 +26,40 @@
 //!   `step` up to `size` (`size` a multiple of `step`); a row is in every such window
 //!   that ends after it: a UNION ALL of `size / step` filtered projections, copy `k`
 //!   with `window_end = window_bound(ts, size, k * step)`.
+//! - SESSION depends on the gaps between rows, which a projection cannot see: it
+//!   expands to window functions (`lag`, running `max`), which views keep up to date
+//!   with the OverWindow operator.
 //!
-//! `window_bound` is a Weir function (the server's `functions` module).
+//! `window_bound` is a Weir function (the server's `functions` module). So windows need
+//! no operator of their own: an aggregation grouped by `window_start` is an ordinary
+//! keyed aggregation, and the same SQL runs as a batch SELECT. The derived table keeps
+//! the windowed table's name as its alias unless the call has one, so `bid.auction`
+//! after `TUMBLE(bid, ...)` resolves as in Flink and RisingWave.
 //!
-//! So windows need no operator of their own: an aggregation grouped by `window_start`
-//! is an ordinary keyed aggregation, and the same SQL runs as a batch SELECT.
 //! `... EMIT ON WINDOW CLOSE` at the end of CREATE MATERIALIZED VIEW becomes the view
 //! option `emit_on_window_close`: the top aggregation then emits each window once,
 //! when the watermark closes it.
-//!
-//! SESSION windows depend on the gaps between rows, which a projection cannot see: they
-//! expand to window functions (`lag`, running `max`) instead, which views keep up to
-//! date with the OverWindow operator.
 
 use crate::error::{SqlError, SqlResult};
 use datafusion::sql::sqlparser::ast::{
-    ExcludeSelectItem, Ident, ObjectName, Query, SelectItem, SetExpr, Statement, TableFactor,
-    VisitMut, VisitorMut,
+    visit_relations_mut, ExcludeSelectItem, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
+    Ident, ObjectName, ObjectNamePart, Query, SelectItem, SetExpr, SetOperator, SetQuantifier,
+    Statement, TableAlias, TableFactor, Value, VisitMut, VisitorMut, WindowType,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use std::ops::ControlFlow;
+
+const WINDOW_FUNCS: [&str; 4] = ["tumble", "hop", "session", "cumulate"];
+
+/// The trailing argument [`normalize`] moves a SESSION's `PARTITION BY` keys into.
+const PARTITION_MARK: &str = "__weir_partition_by";
+
+/// The SESSION expansion's helper column, left out of its result.
+const SESSION_MARK: &str = "__weir_session_mark";
+
+// ---- Step 1: tokens --------------------------------------------------------------
 
 fn is_word(t: &Token, w: &str) -> bool {
     matches!(t, Token::Word(word) if word.quote_style.is_none() && word.value.eq_ignore_ascii_case(w))
@@ -72,23 +93,157 @@ fn closing(tokens: &[Token], open: usize) -> Option<usize> {
     None
 }
 
-/// The top-level comma-separated arguments between `open` and `close`, as text.
-fn arguments(tokens: &[Token], open: usize, close: usize) -> Vec<String> {
-    let mut args = vec![String::new()];
+/// The top-level comma-separated arguments between `open` and `close`, without the
+/// whitespace around them.
+fn arguments(tokens: &[Token], open: usize, close: usize) -> Vec<Vec<Token>> {
+    let mut args = vec![Vec::new()];
     let mut depth = 0usize;
     for t in &tokens[open + 1..close] {
         match t {
             Token::LParen => depth += 1,
             Token::RParen => depth -= 1,
             Token::Comma if depth == 0 => {
-                args.push(String::new());
+                args.push(Vec::new());
                 continue;
             }
             _ => {}
         }
-        args.last_mut().expect("non-empty").push_str(&t.to_string());
+        args.last_mut().expect("non-empty").push(t.clone());
     }
-    args.into_iter().map(|a| a.trim().to_string()).collect()
+    args.into_iter().map(trim).collect()
+}
+
+fn trim(mut t: Vec<Token>) -> Vec<Token> {
+    while t.last().is_some_and(|t| matches!(t, Token::Whitespace(_))) {
+        t.pop();
+    }
+    let lead = t
+        .iter()
+        .take_while(|t| matches!(t, Token::Whitespace(_)))
+        .count();
+    t.split_off(lead)
+}
+
+/// Flink's argument forms: `TABLE t` is `t`, `DESCRIPTOR(c)` is `c`.
+fn unwrap_flink_arg(arg: Vec<Token>) -> Vec<Token> {
+    match arg.first() {
+        Some(t) if is_word(t, "table") => trim(arg[1..].to_vec()),
+        Some(t) if is_word(t, "descriptor") => match significant(&arg, 1) {
+            Some(open)
+                if arg[open] == Token::LParen && closing(&arg, open) == Some(arg.len() - 1) =>
+            {
+                trim(arg[open + 1..arg.len() - 1].to_vec())
+            }
+            _ => arg,
+        },
+        _ => arg,
+    }
+}
+
+/// The call `func(args)` as a plain table-function call: Flink's argument forms
+/// unwrapped, and `t PARTITION BY k | (k1, k2)` in the first argument moved to a
+/// trailing `__weir_partition_by(k1, k2)` argument.
+fn plain_call(func: &str, args: Vec<Vec<Token>>) -> Vec<Token> {
+    let mut args: Vec<Vec<Token>> = args.into_iter().map(unwrap_flink_arg).collect();
+    let partition = args.first().and_then(|first| {
+        let at = first.iter().position(|t| is_word(t, "partition"))?;
+        let by = significant(first, at + 1).filter(|&b| is_word(&first[b], "by"))?;
+        Some((at, by))
+    });
+    if let Some((at, by)) = partition {
+        let first = std::mem::take(&mut args[0]);
+        let mut keys = trim(first[by + 1..].to_vec());
+        if keys.first() == Some(&Token::LParen) && closing(&keys, 0) == Some(keys.len() - 1) {
+            keys = keys[1..keys.len() - 1].to_vec();
+        }
+        args[0] = trim(first[..at].to_vec());
+        let mut mark = vec![Token::make_word(PARTITION_MARK, None), Token::LParen];
+        mark.extend(keys);
+        mark.push(Token::RParen);
+        args.push(mark);
+    }
+    let mut out = vec![Token::make_word(func, None), Token::LParen];
+    for (i, a) in args.into_iter().enumerate() {
+        if i > 0 {
+            out.extend([
+                Token::Comma,
+                Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space),
+            ]);
+        }
+        out.extend(a);
+    }
+    out.push(Token::RParen);
+    out
+}
+
+/// Spells every windowing call in `sql` as a plain table-function call (see the
+/// module doc); the text is returned unchanged when there is none (or when it does
+/// not tokenize: the parser reports that).
+pub fn normalize(sql: &str) -> SqlResult<String> {
+    let lower = sql.to_ascii_lowercase();
+    if !WINDOW_FUNCS.iter().any(|f| lower.contains(f)) {
+        return Ok(sql.to_string());
+    }
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+        return Ok(sql.to_string());
+    };
+    let mut out: Vec<Token> = Vec::with_capacity(tokens.len());
+    let mut i = 0;
+    let mut changed = false;
+    let unbalanced = || SqlError::syntax("unbalanced parentheses");
+    while i < tokens.len() {
+        // Flink: TABLE ( F ( ... ) )
+        if let Some((func, f)) = flink_call(&tokens, i) {
+            let inner_open = significant(&tokens, f + 1)
+                .filter(|&o| tokens[o] == Token::LParen)
+                .ok_or_else(|| SqlError::syntax(format!("expected ( after {func}")))?;
+            let inner_close = closing(&tokens, inner_open).ok_or_else(unbalanced)?;
+            let open = significant(&tokens, i + 1).ok_or_else(unbalanced)?;
+            let close = closing(&tokens, open).ok_or_else(unbalanced)?;
+            out.extend(plain_call(
+                func,
+                arguments(&tokens, inner_open, inner_close),
+            ));
+            i = close + 1;
+            changed = true;
+            continue;
+        }
+        // RisingWave: F ( t, ts, ... ) directly after FROM, JOIN or a comma.
+        if let Some(func) = WINDOW_FUNCS.iter().find(|w| is_word(&tokens[i], w)) {
+            let before = out
+                .iter()
+                .rev()
+                .find(|t| !matches!(t, Token::Whitespace(_)));
+            let in_from = matches!(before, Some(Token::Comma))
+                || before.is_some_and(|t| is_word(t, "from") || is_word(t, "join"));
+            if let Some(open) =
+                significant(&tokens, i + 1).filter(|&o| in_from && tokens[o] == Token::LParen)
+            {
+                let close = closing(&tokens, open).ok_or_else(unbalanced)?;
+                out.extend(plain_call(func, arguments(&tokens, open, close)));
+                i = close + 1;
+                changed = true;
+                continue;
+            }
+        }
+        out.push(tokens[i].clone());
+        i += 1;
+    }
+    if !changed {
+        return Ok(sql.to_string());
+    }
+    Ok(out.iter().map(Token::to_string).collect())
+}
+
+/// `TABLE ( F (` at `i`: the window function and the index of its name.
+fn flink_call(tokens: &[Token], i: usize) -> Option<(&'static str, usize)> {
+    if !is_word(&tokens[i], "table") {
+        return None;
+    }
+    let open = significant(tokens, i + 1).filter(|&o| tokens[o] == Token::LParen)?;
+    let f = significant(tokens, open + 1)?;
+    let func = WINDOW_FUNCS.iter().find(|w| is_word(&tokens[f], w))?;
+    Some((func, f))
 }
 
 /// `INTERVAL 'n' unit` or `INTERVAL 'n unit'` in milliseconds.
@@ -112,75 +267,295 @@ pub fn interval_millis(text: &str) -> Option<i64> {
     Some((n * ms).round() as i64)
 }
 
-fn tumble(table: &str, ts: &str, size: &str) -> SqlResult<String> {
-    let size_ms = interval_millis(size).filter(|s| *s > 0).ok_or_else(|| {
+// ---- Step 2: the parsed statement ------------------------------------------------
+
+/// Replaces every windowing call in FROM by the derived table that computes it.
+pub fn expand(stmt: &mut Statement) -> SqlResult<()> {
+    struct Expand;
+    impl VisitorMut for Expand {
+        type Break = SqlError;
+        fn post_visit_table_factor(&mut self, tf: &mut TableFactor) -> ControlFlow<SqlError> {
+            match window_table(tf) {
+                Ok(Some(derived)) => *tf = derived,
+                Ok(None) => {}
+                Err(e) => return ControlFlow::Break(e),
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    match stmt.visit(&mut Expand) {
+        ControlFlow::Break(e) => Err(e),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// The derived table of a windowing call; `None` for any other table factor.
+fn window_table(tf: &TableFactor) -> SqlResult<Option<TableFactor>> {
+    let TableFactor::Table {
+        name,
+        alias,
+        args: Some(args),
+        ..
+    } = tf
+    else {
+        return Ok(None);
+    };
+    let func = match name.0.as_slice() {
+        [ObjectNamePart::Identifier(id)] if id.quote_style.is_none() => {
+            id.value.to_ascii_lowercase()
+        }
+        _ => return Ok(None),
+    };
+    if !WINDOW_FUNCS.contains(&func.as_str()) {
+        return Ok(None);
+    }
+    let mut exprs = args
+        .args
+        .iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e.clone()),
+            other => Err(SqlError::syntax(format!(
+                "unexpected argument {other} of {}",
+                func.to_ascii_uppercase()
+            ))),
+        })
+        .collect::<SqlResult<Vec<Expr>>>()?;
+    let keys = partition_keys(&mut exprs);
+    let Some(table) = exprs.first().and_then(table_name) else {
+        return Err(SqlError::syntax(format!(
+            "the first argument of {} must be a table name",
+            func.to_ascii_uppercase()
+        )));
+    };
+    let query = match (func.as_str(), &exprs[1..]) {
+        ("tumble", [ts, size]) => tumble(&table, ts, size)?,
+        ("hop", [ts, slide, size]) => hop(&table, ts, slide, size)?,
+        ("cumulate", [ts, step, size]) => cumulate(&table, ts, step, size)?,
+        ("session", [ts, gap]) => session(&table, keys.unwrap_or_default(), ts, gap)?,
+        ("tumble", _) => return Err(SqlError::syntax("TUMBLE takes (table, time column, size)")),
+        ("hop", _) => {
+            return Err(SqlError::syntax(
+                "HOP takes (table, time column, slide, size)",
+            ))
+        }
+        ("cumulate", _) => {
+            return Err(SqlError::syntax(
+                "CUMULATE takes (table, time column, step, size)",
+            ))
+        }
+        _ => {
+            return Err(SqlError::syntax(
+                "SESSION takes (table [PARTITION BY keys], time column, gap)",
+            ))
+        }
+    };
+    if keys_given(&func, &args.args) {
+        return Err(SqlError::syntax(format!(
+            "{} takes no PARTITION BY (SESSION does)",
+            func.to_ascii_uppercase()
+        )));
+    }
+    let last = table.0.last().and_then(|p| p.as_ident()).cloned();
+    let alias = alias.clone().or_else(|| {
+        last.map(|name| TableAlias {
+            explicit: true,
+            name,
+            columns: vec![],
+            at: None,
+        })
+    });
+    Ok(Some(TableFactor::Derived {
+        lateral: false,
+        subquery: Box::new(query),
+        alias,
+        sample: None,
+    }))
+}
+
+/// Whether a non-SESSION call was given `PARTITION BY` keys.
+fn keys_given(func: &str, args: &[FunctionArg]) -> bool {
+    func != "session"
+        && args.iter().any(|a| {
+            matches!(a, FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Function(f)))
+                if f.name.to_string().eq_ignore_ascii_case(PARTITION_MARK))
+        })
+}
+
+/// Takes the trailing `__weir_partition_by(keys)` argument off `exprs`.
+fn partition_keys(exprs: &mut Vec<Expr>) -> Option<Vec<Expr>> {
+    let Some(Expr::Function(f)) = exprs.last() else {
+        return None;
+    };
+    if !f.name.to_string().eq_ignore_ascii_case(PARTITION_MARK) {
+        return None;
+    }
+    let keys = match &f.args {
+        FunctionArguments::List(l) => l
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => vec![],
+    };
+    exprs.pop();
+    Some(keys)
+}
+
+fn table_name(e: &Expr) -> Option<ObjectName> {
+    match e {
+        Expr::Identifier(id) => Some(ObjectName::from(vec![id.clone()])),
+        Expr::CompoundIdentifier(ids) => Some(ObjectName::from(ids.clone())),
+        _ => None,
+    }
+}
+
+fn number(n: i64) -> Expr {
+    Expr::Value(Value::Number(n.to_string(), false).into())
+}
+
+/// The literal interval `e` in milliseconds.
+fn millis(e: &Expr) -> Option<i64> {
+    interval_millis(&e.to_string())
+}
+
+/// A fixed query template with its holes filled: each `__name` identifier by its
+/// expression, `PARTITION BY __keys` by `keys`, and the relation `__t` by `table`.
+struct Template<'a> {
+    holes: Vec<(&'static str, Expr)>,
+    keys: &'a [Expr],
+    table: &'a ObjectName,
+}
+
+impl Template<'_> {
+    fn fill(&self, sql: &str) -> Query {
+        let mut stmt = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .expect("a window template parses")
+            .remove(0);
+        let _ = visit_relations_mut(&mut stmt, |name| {
+            if name.to_string() == "__t" {
+                *name = self.table.clone();
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        let _ = stmt.visit(&mut FillHoles(self));
+        match stmt {
+            Statement::Query(q) => *q,
+            _ => unreachable!("templates are queries"),
+        }
+    }
+
+    /// `sql` once per branch, each with its own numbers in the holes, joined by UNION
+    /// ALL.
+    fn union_all(&mut self, sql: &str, branches: Vec<Vec<(&'static str, i64)>>) -> Query {
+        let common = self.holes.clone();
+        let mut branches = branches.into_iter().map(|numbers| {
+            self.holes = common.clone();
+            self.holes
+                .extend(numbers.into_iter().map(|(h, n)| (h, number(n))));
+            self.fill(sql)
+        });
+        let mut query = branches.next().expect("at least one window per row");
+        for b in branches {
+            query.body = Box::new(SetExpr::SetOperation {
+                left: query.body,
+                op: SetOperator::Union,
+                set_quantifier: SetQuantifier::All,
+                right: b.body,
+            });
+        }
+        query
+    }
+}
+
+struct FillHoles<'a, 'b>(&'a Template<'b>);
+
+impl VisitorMut for FillHoles<'_, '_> {
+    type Break = ();
+    fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+        match e {
+            Expr::Identifier(id) => {
+                if let Some((_, filled)) = self.0.holes.iter().find(|(h, _)| id.value == *h) {
+                    *e = filled.clone();
+                }
+            }
+            Expr::Function(f) => {
+                if let Some(WindowType::WindowSpec(spec)) = &mut f.over {
+                    spec.partition_by = std::mem::take(&mut spec.partition_by)
+                        .into_iter()
+                        .flat_map(|p| match &p {
+                            Expr::Identifier(id) if id.value == "__keys" => self.0.keys.to_vec(),
+                            _ => vec![p],
+                        })
+                        .collect();
+                }
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+fn tumble(table: &ObjectName, ts: &Expr, size: &Expr) -> SqlResult<Query> {
+    let size_ms = millis(size).filter(|s| *s > 0).ok_or_else(|| {
         SqlError::syntax(format!(
             "TUMBLE needs a literal interval of seconds, minutes, hours or days (got {size})"
         ))
     })?;
-    Ok(format!(
-        "(SELECT *, window_bound({ts}, {size}, 0) AS window_start, \
-         window_bound({ts}, {size}, {size_ms}) AS window_end FROM {table})"
+    let t = Template {
+        holes: vec![
+            ("__ts", ts.clone()),
+            ("__size", size.clone()),
+            ("__size_ms", number(size_ms)),
+        ],
+        keys: &[],
+        table,
+    };
+    Ok(t.fill(
+        "SELECT *, window_bound(__ts, __size, 0) AS window_start, \
+         window_bound(__ts, __size, __size_ms) AS window_end FROM __t",
     ))
 }
 
-/// `(step_ms, copies)` of a window function whose `size` must be a multiple of its
-/// `step` (HOP's slide, CUMULATE's step): each row lands in `copies = size / step`
-/// windows, at most 1000.
-fn windows_per_row(func: &str, step_name: &str, step: &str, size: &str) -> SqlResult<(i64, i64)> {
-    let bad = || {
-        SqlError::syntax(format!(
-            "{func} needs literal intervals with the size a multiple of the {step_name} (got {step_name} {step}, size {size})"
-        ))
-    };
-    let step_ms = interval_millis(step).filter(|s| *s > 0).ok_or_else(bad)?;
-    let size_ms = interval_millis(size).ok_or_else(bad)?;
-    if size_ms < step_ms || size_ms % step_ms != 0 {
-        return Err(bad());
-    }
-    let copies = size_ms / step_ms;
-    if copies > 1000 {
-        return Err(SqlError::unsupported(format!(
-            "{func} with {copies} windows per row is not supported (at most 1000)"
-        )));
-    }
-    Ok((step_ms, copies))
-}
-
-fn hop(table: &str, ts: &str, slide: &str, size: &str) -> SqlResult<String> {
+fn hop(table: &ObjectName, ts: &Expr, slide: &Expr, size: &Expr) -> SqlResult<Query> {
     let (slide_ms, copies) = windows_per_row("HOP", "slide", slide, size)?;
     let size_ms = slide_ms * copies;
-    let branches: Vec<String> = (0..copies)
-        .map(|j| {
-            let start = -j * slide_ms;
-            format!(
-                "SELECT *, window_bound({ts}, {slide}, {start}) AS window_start, \
-                 window_bound({ts}, {slide}, {}) AS window_end FROM {table}",
-                start + size_ms
-            )
-        })
-        .collect();
-    Ok(format!("({})", branches.join(" UNION ALL ")))
+    let mut t = Template {
+        holes: vec![("__ts", ts.clone()), ("__slide", slide.clone())],
+        keys: &[],
+        table,
+    };
+    // Copy j starts j slides before the row's own slide.
+    Ok(t.union_all(
+        "SELECT *, window_bound(__ts, __slide, __start) AS window_start, \
+         window_bound(__ts, __slide, __end) AS window_end FROM __t",
+        (0..copies)
+            .map(|j| {
+                vec![
+                    ("__start", -j * slide_ms),
+                    ("__end", size_ms - j * slide_ms),
+                ]
+            })
+            .collect(),
+    ))
 }
 
-fn cumulate(table: &str, ts: &str, step: &str, size: &str) -> SqlResult<String> {
+fn cumulate(table: &ObjectName, ts: &Expr, step: &Expr, size: &Expr) -> SqlResult<Query> {
     let (step_ms, copies) = windows_per_row("CUMULATE", "step", step, size)?;
-    let branches: Vec<String> = (1..=copies)
-        .map(|k| {
-            let end = format!("window_bound({ts}, {size}, {})", k * step_ms);
-            format!(
-                "SELECT *, window_bound({ts}, {size}, 0) AS window_start, {end} AS window_end \
-                 FROM {table} WHERE {ts} < {end}"
-            )
-        })
-        .collect();
-    Ok(format!("({})", branches.join(" UNION ALL ")))
+    let mut t = Template {
+        holes: vec![("__ts", ts.clone()), ("__size", size.clone())],
+        keys: &[],
+        table,
+    };
+    Ok(t.union_all(
+        "SELECT *, window_bound(__ts, __size, 0) AS window_start, \
+         window_bound(__ts, __size, __end) AS window_end \
+         FROM __t WHERE __ts < window_bound(__ts, __size, __end)",
+        (1..=copies).map(|k| vec![("__end", k * step_ms)]).collect(),
+    ))
 }
-
-/// The alias of the derived table a SESSION window expands to, and the helper column
-/// its `SELECT *` leaves out (see [`hide_session_helpers`]).
-pub const SESSION_ALIAS: &str = "__weir_session";
-pub const SESSION_MARK: &str = "__weir_session_mark";
 
 /// `SESSION(t [PARTITION BY k | (k1, k2)], ts, gap)`: a session per partition is a run
 /// of rows whose times are at most `gap` apart (Flink merges `[ts, ts + gap)` windows
@@ -192,214 +567,57 @@ pub const SESSION_MARK: &str = "__weir_session_mark";
 /// 3. `window_end` = the latest time of the row's session, plus the gap.
 ///
 /// Rows without a time belong to no session.
-fn session(table: &str, ts: &str, gap: &str) -> SqlResult<String> {
-    interval_millis(gap).filter(|g| *g > 0).ok_or_else(|| {
+fn session(table: &ObjectName, keys: Vec<Expr>, ts: &Expr, gap: &Expr) -> SqlResult<Query> {
+    millis(gap).filter(|g| *g > 0).ok_or_else(|| {
         SqlError::syntax(format!(
             "SESSION needs a literal positive interval gap (got {gap})"
         ))
     })?;
-    let lower = table.to_ascii_lowercase();
-    let (table, keys) = match lower.find(" partition by ") {
-        Some(at) => {
-            let keys = table[at + " partition by ".len()..].trim();
-            let keys = keys
-                .strip_prefix('(')
-                .and_then(|k| k.strip_suffix(')'))
-                .unwrap_or(keys);
-            (table[..at].trim(), keys.trim())
-        }
-        None => (table.trim(), ""),
+    let t = Template {
+        holes: vec![("__ts", ts.clone()), ("__gap", gap.clone())],
+        keys: &keys,
+        table,
     };
-    let partition = |extra: &str| {
-        let list: Vec<&str> = [keys, extra]
-            .into_iter()
-            .filter(|s| !s.is_empty())
-            .collect();
-        if list.is_empty() {
-            String::new()
-        } else {
-            format!("PARTITION BY {} ", list.join(", "))
+    let mut q = t.fill(
+        "SELECT * FROM (SELECT *, max(__ts) OVER (PARTITION BY __keys, window_start) + __gap \
+         AS window_end FROM (SELECT *, max(__weir_session_mark) OVER (PARTITION BY __keys \
+         ORDER BY __ts) AS window_start FROM (SELECT *, CASE WHEN lag(__ts) OVER (PARTITION \
+         BY __keys ORDER BY __ts) + __gap >= __ts THEN NULL ELSE __ts END AS \
+         __weir_session_mark FROM __t WHERE __ts IS NOT NULL) AS __weir_session_1) \
+         AS __weir_session_2) AS __weir_session_3",
+    );
+    // Postgres' syntax has no `* EXCLUDE`; the tree does.
+    if let SetExpr::Select(select) = q.body.as_mut() {
+        if let [SelectItem::Wildcard(options)] = select.projection.as_mut_slice() {
+            options.opt_exclude = Some(ExcludeSelectItem::Single(ObjectName::from(vec![
+                Ident::new(SESSION_MARK),
+            ])));
         }
+    }
+    Ok(q)
+}
+
+/// `(step_ms, copies)` of a window function whose `size` must be a multiple of its
+/// `step` (HOP's slide, CUMULATE's step): each row lands in `copies = size / step`
+/// windows, at most 1000.
+fn windows_per_row(func: &str, step_name: &str, step: &Expr, size: &Expr) -> SqlResult<(i64, i64)> {
+    let bad = || {
+        SqlError::syntax(format!(
+            "{func} needs literal intervals with the size a multiple of the {step_name} (got {step_name} {step}, size {size})"
+        ))
     };
-    let by_key = partition("");
-    let by_session = partition("window_start");
-    Ok(format!(
-        "(SELECT * FROM (SELECT *, max({ts}) OVER ({by_session}) + {gap} AS window_end FROM \
-         (SELECT *, max({SESSION_MARK}) OVER ({by_key}ORDER BY {ts}) AS window_start FROM \
-         (SELECT *, CASE WHEN lag({ts}) OVER ({by_key}ORDER BY {ts}) + {gap} >= {ts} \
-         THEN NULL ELSE {ts} END AS {SESSION_MARK} FROM {table} WHERE {ts} IS NOT NULL) \
-         AS __weir_session_1) AS __weir_session_2) AS {SESSION_ALIAS})"
-    ))
-}
-
-/// Leaves the SESSION expansion's helper column out of its `SELECT *` (Postgres' syntax
-/// has no `* EXCLUDE`, so the rewrite marks the select with [`SESSION_ALIAS`] and the
-/// exclusion is set on the parsed statement).
-pub fn hide_session_helpers(stmt: &mut Statement) {
-    struct Hide;
-    impl VisitorMut for Hide {
-        type Break = ();
-        fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<()> {
-            let SetExpr::Select(select) = q.body.as_mut() else {
-                return ControlFlow::Continue(());
-            };
-            let is_session = matches!(
-                select.from.as_slice(),
-                [twj] if twj.joins.is_empty() && matches!(
-                    &twj.relation,
-                    TableFactor::Derived { alias: Some(a), .. } if a.name.value == SESSION_ALIAS
-                )
-            );
-            if let (true, [SelectItem::Wildcard(options)]) =
-                (is_session, select.projection.as_mut_slice())
-            {
-                options.opt_exclude = Some(ExcludeSelectItem::Single(ObjectName::from(vec![
-                    Ident::new(SESSION_MARK),
-                ])));
-            }
-            ControlFlow::Continue(())
-        }
+    let step_ms = millis(step).filter(|s| *s > 0).ok_or_else(bad)?;
+    let size_ms = millis(size).ok_or_else(bad)?;
+    if size_ms < step_ms || size_ms % step_ms != 0 {
+        return Err(bad());
     }
-    let _ = stmt.visit(&mut Hide);
-}
-
-/// The expansion of one window function call with arguments `args` (Flink's `TABLE t`
-/// and `DESCRIPTOR(c)` already unwrapped).
-fn expand(func: &str, args: &[String]) -> SqlResult<String> {
-    match (func, args) {
-        ("tumble", [t, ts, size]) => tumble(t, ts, size),
-        ("hop", [t, ts, slide, size]) => hop(t, ts, slide, size),
-        ("session", [t, ts, gap]) => session(t, ts, gap),
-        ("cumulate", [t, ts, step, size]) => cumulate(t, ts, step, size),
-        ("cumulate", _) => Err(SqlError::syntax(
-            "CUMULATE takes (table, time column, step, size)",
-        )),
-        ("session", _) => Err(SqlError::syntax(
-            "SESSION takes (table [PARTITION BY keys], time column, gap)",
-        )),
-        ("tumble", _) => Err(SqlError::syntax("TUMBLE takes (table, time column, size)")),
-        ("hop", _) => Err(SqlError::syntax(
-            "HOP takes (table, time column, slide, size)",
-        )),
-        (other, _) => Err(SqlError::unsupported(format!(
-            "{} windows are not supported yet (TUMBLE, HOP, CUMULATE and SESSION are)",
-            other.to_ascii_uppercase()
-        ))),
+    let copies = size_ms / step_ms;
+    if copies > 1000 {
+        return Err(SqlError::unsupported(format!(
+            "{func} with {copies} windows per row is not supported (at most 1000)"
+        )));
     }
-}
-
-/// Flink's argument forms `TABLE t` and `DESCRIPTOR(c)`, unwrapped.
-fn unwrap_flink_arg(arg: &str) -> String {
-    let trimmed = arg.trim();
-    let lower = trimmed.to_ascii_lowercase();
-    if lower.starts_with("table ") {
-        return trimmed[6..].trim().to_string();
-    }
-    if lower.starts_with("descriptor") {
-        let inner = trimmed[10..].trim();
-        if inner.starts_with('(') && inner.ends_with(')') {
-            return inner[1..inner.len() - 1].trim().to_string();
-        }
-    }
-    trimmed.to_string()
-}
-
-/// ` AS <table>` after an expansion that the user gave no alias, so that columns
-/// qualified by the table's name (`bid.auction` after `TUMBLE(bid, ...)`) resolve as
-/// they do in Flink and RisingWave. Empty when an alias follows the call at `close`
-/// or the windowed input is not a plain table name.
-fn default_alias(tokens: &[Token], close: usize, args: &[String]) -> String {
-    use datafusion::sql::sqlparser::keywords::{Keyword, RESERVED_FOR_TABLE_ALIAS};
-    let aliased = significant(tokens, close + 1).is_some_and(|n| match &tokens[n] {
-        Token::Word(w) if w.keyword == Keyword::AS => true,
-        Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("emit") => false,
-        Token::Word(w) => !RESERVED_FOR_TABLE_ALIAS.contains(&w.keyword),
-        _ => false,
-    });
-    let table = args
-        .first()
-        .and_then(|t| t.split_whitespace().next())
-        .unwrap_or("");
-    let name = table.rsplit('.').next().unwrap_or("");
-    let plain = !name.is_empty()
-        && !name.starts_with('(')
-        && name
-            .chars()
-            .all(|c| c.is_alphanumeric() || c == '_' || c == '"');
-    if aliased || !plain {
-        return String::new();
-    }
-    format!(" AS {name}")
-}
-
-const WINDOW_FUNCS: [&str; 4] = ["tumble", "hop", "session", "cumulate"];
-
-/// Rewrites every windowing TVF in `sql`; the text is returned unchanged when there is
-/// none (or when it does not tokenize: the parser reports that).
-pub fn rewrite(sql: &str) -> SqlResult<String> {
-    let lower = sql.to_ascii_lowercase();
-    if !WINDOW_FUNCS.iter().any(|f| lower.contains(f)) {
-        return Ok(sql.to_string());
-    }
-    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
-        return Ok(sql.to_string());
-    };
-    let mut out = String::with_capacity(sql.len());
-    let mut i = 0;
-    let mut changed = false;
-    while i < tokens.len() {
-        // Flink: TABLE ( F ( ... ) )
-        if is_word(&tokens[i], "table") {
-            if let Some(open) = significant(&tokens, i + 1).filter(|&o| tokens[o] == Token::LParen)
-            {
-                if let Some(f) = significant(&tokens, open + 1) {
-                    if let Some(func) = WINDOW_FUNCS.iter().find(|w| is_word(&tokens[f], w)) {
-                        let inner_open = significant(&tokens, f + 1)
-                            .filter(|&o| tokens[o] == Token::LParen)
-                            .ok_or_else(|| SqlError::syntax(format!("expected ( after {func}")))?;
-                        let inner_close = closing(&tokens, inner_open)
-                            .ok_or_else(|| SqlError::syntax("unbalanced parentheses"))?;
-                        let close = closing(&tokens, open)
-                            .ok_or_else(|| SqlError::syntax("unbalanced parentheses"))?;
-                        let args: Vec<String> = arguments(&tokens, inner_open, inner_close)
-                            .iter()
-                            .map(|a| unwrap_flink_arg(a))
-                            .collect();
-                        out.push_str(&expand(func, &args)?);
-                        out.push_str(&default_alias(&tokens, close, &args));
-                        i = close + 1;
-                        changed = true;
-                        continue;
-                    }
-                }
-            }
-        }
-        // RisingWave: F ( t, ts, ... ) directly after FROM, JOIN or a comma.
-        if let Some(func) = WINDOW_FUNCS.iter().find(|w| is_word(&tokens[i], w)) {
-            let before = tokens[..i]
-                .iter()
-                .rev()
-                .find(|t| !matches!(t, Token::Whitespace(_)));
-            let in_from = matches!(before, Some(Token::Comma))
-                || before.is_some_and(|t| is_word(t, "from") || is_word(t, "join"));
-            if let Some(open) = significant(&tokens, i + 1).filter(|&o| tokens[o] == Token::LParen)
-            {
-                if in_from {
-                    let close = closing(&tokens, open)
-                        .ok_or_else(|| SqlError::syntax("unbalanced parentheses"))?;
-                    let args = arguments(&tokens, open, close);
-                    out.push_str(&expand(func, &args)?);
-                    out.push_str(&default_alias(&tokens, close, &args));
-                    i = close + 1;
-                    changed = true;
-                    continue;
-                }
-            }
-        }
-        out.push_str(&tokens[i].to_string());
-        i += 1;
-    }
-    Ok(if changed { out } else { sql.to_string() })
+    Ok((step_ms, copies))
 }
 
 /// The view option `EMIT ON WINDOW CLOSE` turns into.
@@ -442,6 +660,15 @@ pub fn rewrite_emit_on_window_close(sql: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both steps, printed.
+    fn rewrite(sql: &str) -> SqlResult<String> {
+        let mut stmt = Parser::parse_sql(&PostgreSqlDialect {}, &normalize(sql)?)
+            .map_err(|e| SqlError::syntax(e.to_string()))?
+            .remove(0);
+        expand(&mut stmt)?;
+        Ok(stmt.to_string())
+    }
 
     #[test]
     fn flink_and_risingwave_tumble_expand_alike() {
@@ -523,6 +750,39 @@ mod tests {
     }
 
     #[test]
+    fn session_partitions_by_its_keys_and_hides_its_mark() {
+        let flink = rewrite(
+            "SELECT * FROM TABLE(SESSION(TABLE bid PARTITION BY (bidder, auction), DESCRIPTOR(ts), INTERVAL '5' SECOND))",
+        )
+        .unwrap();
+        let rw = rewrite(
+            "SELECT * FROM SESSION(bid PARTITION BY bidder, auction, ts, INTERVAL '5' SECOND)",
+        );
+        // RisingWave's form takes one key without parentheses: the second is a column.
+        assert!(rw.is_err(), "{rw:?}");
+        let rw = rewrite(
+            "SELECT * FROM SESSION(bid PARTITION BY (bidder, auction), ts, INTERVAL '5' SECOND)",
+        )
+        .unwrap();
+        assert_eq!(flink, rw);
+        assert!(
+            rw.contains("SELECT * EXCLUDE __weir_session_mark FROM")
+                && rw.contains("max(ts) OVER (PARTITION BY bidder, auction, window_start)")
+                && rw.contains("lag(ts) OVER (PARTITION BY bidder, auction ORDER BY ts)")
+                && rw.ends_with(") AS bid"),
+            "{rw}"
+        );
+        let unkeyed = rewrite("SELECT * FROM SESSION(bid, ts, INTERVAL '5' SECOND)").unwrap();
+        assert!(
+            unkeyed.contains("max(ts) OVER (PARTITION BY window_start)"),
+            "{unkeyed}"
+        );
+        assert!(
+            rewrite("SELECT * FROM TUMBLE(bid PARTITION BY x, ts, INTERVAL '5' SECOND)").is_err()
+        );
+    }
+
+    #[test]
     fn bad_windows_are_refused() {
         assert!(
             rewrite("SELECT * FROM HOP(bid, ts, INTERVAL '3' SECOND, INTERVAL '10' SECOND)")
@@ -560,6 +820,7 @@ mod tests {
     #[test]
     fn other_uses_are_left_alone() {
         let sql = "SELECT 'tumble(' AS x, hop FROM t";
+        assert_eq!(normalize(sql).unwrap(), sql);
         assert_eq!(rewrite(sql).unwrap(), sql);
         assert_eq!(interval_millis("INTERVAL '5' SECOND"), Some(5000));
         assert_eq!(interval_millis("INTERVAL '2 minutes'"), Some(120_000));

@@ -185,12 +185,11 @@ pub struct StatementParser {
 
 impl StatementParser {
     async fn describe(&self, sql: &str, declared: &[Option<Type>]) -> Result<Prepared, SqlError> {
-        let sql = crate::pg_catalog::rewrite_psql_syntax(sql);
         // Parse may declare more parameters than the text uses (Postgres allows it).
-        let n = params::count_placeholders(&sql).max(declared.len());
+        let n = params::count_placeholders(sql).max(declared.len());
         let mut inferred: Vec<Option<Type>> = vec![None; n];
         let mut schema = None;
-        match parse_statement(&sql)? {
+        match parse_statement(sql)? {
             WeirStatement::Sql(mut stmt) => {
                 crate::statements::expand(&self.db, &mut stmt)?;
                 use datafusion::sql::sqlparser::ast::Statement as S;
@@ -209,7 +208,7 @@ impl StatementParser {
                             }
                         }
                     }
-                    for (idx, t) in params::cast_types(&sql) {
+                    for (idx, t) in params::cast_types(sql) {
                         if (1..=n).contains(&idx) && inferred[idx - 1].is_none() {
                             inferred[idx - 1] = Some(t);
                         }
@@ -221,11 +220,11 @@ impl StatementParser {
                         ));
                     }
                 } else if n == 0 && returns_rows(&stmt) {
-                    schema = self.dry_run_schema(&sql).await?;
+                    schema = self.dry_run_schema(sql).await?;
                 }
             }
             WeirStatement::Empty | WeirStatement::Flush => {}
-            _ if n == 0 => schema = self.dry_run_schema(&sql).await?,
+            _ if n == 0 => schema = self.dry_run_schema(sql).await?,
             _ => {}
         }
         let param_types = (0..n)
@@ -239,7 +238,7 @@ impl StatementParser {
             })
             .collect();
         Ok(Prepared {
-            sql,
+            sql: sql.to_string(),
             param_types,
             schema,
         })
@@ -329,10 +328,9 @@ impl SimpleQueryHandler for Connection {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let sql = crate::pg_catalog::rewrite_psql_syntax(query);
         let mut session = self.session.lock().await;
         apply_startup_options(client.metadata(), &mut session)?;
-        let results = self.db.execute(&mut session, &sql).await;
+        let results = self.db.execute(&mut session, query).await;
         send_notices(client, &mut session).await?;
         release_statements(client, &mut session);
         let mut responses = Vec::with_capacity(results.len());

@@ -32,7 +32,7 @@ pub use functions::version_string;
 pub use objects::{
     NAMESPACE_INFORMATION_SCHEMA, NAMESPACE_PG_CATALOG, NAMESPACE_PUBLIC, RELATION_OID_BASE,
 };
-pub use rewrite::{is_catalog_table, needs_catalog, rewrite_psql_syntax, rewrite_statement};
+pub use rewrite::{is_catalog_table, needs_catalog, rewrite_statement};
 pub use tables::{SERVER_VERSION, SERVER_VERSION_NUM};
 pub use types::type_oid;
 

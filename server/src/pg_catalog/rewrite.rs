@@ -15,8 +15,9 @@
 //! - `array_upper(current_schemas(b), 1)` is folded to its constant (the search path is
 //!   fixed), so it can be an argument of the `generate_series` table function.
 //!
-//! Text rewriting ([`rewrite_psql_syntax`]) is kept only for psql's `\d` follow-up
-//! queries whose correlated subqueries DataFusion cannot plan at all.
+//! - psql's `\d` follow-up queries about objects Weir does not have become a query of
+//!   no rows, and their column-default and collation subqueries (correlated in a way
+//!   DataFusion cannot plan) become NULL.
 
 use datafusion::sql::sqlparser::ast::{
     visit_expressions, visit_expressions_mut, visit_relations, visit_relations_mut, AccessExpr,
@@ -24,7 +25,6 @@ use datafusion::sql::sqlparser::ast::{
     FunctionArgumentList, FunctionArguments, GroupByExpr, Ident, ObjectName, ObjectNamePart, Query,
     SelectItem, SetExpr, Statement, TableFactor, Value,
 };
-use regex::Regex;
 use std::ops::ControlFlow;
 use std::sync::LazyLock;
 
@@ -45,6 +45,10 @@ fn ident_value(name: &ObjectName, i: usize) -> Option<String> {
 /// catalog (`pg_catalog` or `information_schema`).
 pub fn rewrite_statement(stmt: &mut Statement) -> bool {
     let mut reads_catalog = false;
+    if reads_absent_catalog(stmt) {
+        *stmt = no_rows();
+        return true;
+    }
     let _ = visit_relations_mut(stmt, |name| {
         match name.0.len() {
             1 if ident_value(name, 0).is_some_and(|n| is_catalog_table(&n)) => {
@@ -198,6 +202,7 @@ fn rewrite_expr(e: &mut Expr) {
                 }
             }
         }
+        Expr::Subquery(q) if is_default_or_collation_lookup(q) => *e = null_text(),
         Expr::Subquery(q) => aggregate_catalog_lookup(q),
         Expr::Collate { expr, collation } => {
             let name = ident_value(collation, collation.0.len() - 1).unwrap_or_default();
@@ -348,38 +353,85 @@ fn plain_operator(parts: &[String]) -> Option<BinaryOperator> {
 /// DataFusion cannot plan (`array(subquery)`, `= any(...)` over subqueries); their
 /// honest answer is "none".
 const ABSENT: &[&str] = &[
-    "pg_catalog.pg_policy",
-    "pg_catalog.pg_statistic_ext",
-    "pg_catalog.pg_publication",
-    "pg_catalog.pg_inherits",
-    "pg_catalog.pg_trigger",
-    "pg_catalog.pg_rewrite",
+    "pg_policy",
+    "pg_statistic_ext",
+    "pg_publication",
+    "pg_inherits",
+    "pg_trigger",
+    "pg_rewrite",
 ];
 
-/// `\d name` asks for column defaults and collations through correlated scalar
-/// subqueries DataFusion cannot plan; Weir has neither, so both are NULL.
-static DEFAULT_SUBQUERY: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?s)\(SELECT pg_catalog\.pg_get_expr\(d\.adbin.*?a\.atthasdef\)")
-        .expect("valid regex")
-});
-static COLLATION_SUBQUERY: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?s)\(SELECT c\.collname FROM pg_catalog\.pg_collation c.*?t\.typcollation\)")
-        .expect("valid regex")
-});
+/// Whether `stmt` reads one of the [`ABSENT`] catalog tables.
+fn reads_absent_catalog(stmt: &Statement) -> bool {
+    let mut absent = false;
+    let _ = visit_relations(stmt, |name| {
+        let in_catalog = match name.0.len() {
+            1 => true,
+            2 => ident_value(name, 0).as_deref() == Some("pg_catalog"),
+            _ => false,
+        };
+        absent |= in_catalog
+            && ident_value(name, name.0.len() - 1).is_some_and(|t| ABSENT.contains(&t.as_str()));
+        ControlFlow::<()>::Continue(())
+    });
+    absent
+}
 
-/// Rewrites the psql queries the AST rewriting cannot help (see [`ABSENT`],
-/// [`DEFAULT_SUBQUERY`]); any other text is returned unchanged.
-pub fn rewrite_psql_syntax(sql: &str) -> String {
-    if !sql.contains("pg_catalog.") {
-        return sql.to_string();
+/// `SELECT CAST(NULL AS TEXT) AS none WHERE false`: no rows.
+fn no_rows() -> Statement {
+    use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
+    static NONE: LazyLock<Statement> = LazyLock::new(|| {
+        Parser::parse_sql(
+            &PostgreSqlDialect {},
+            "SELECT CAST(NULL AS TEXT) AS none WHERE false",
+        )
+        .expect("a valid query")
+        .remove(0)
+    });
+    NONE.clone()
+}
+
+fn null_text() -> Expr {
+    Expr::Cast {
+        kind: CastKind::Cast,
+        expr: Box::new(Expr::Value(Value::Null.into())),
+        data_type: DataType::Text,
+        array: false,
+        format: None,
     }
-    if ABSENT.iter().any(|t| sql.contains(t)) {
-        return "SELECT CAST(NULL AS TEXT) AS none WHERE false".to_string();
-    }
-    let sql = DEFAULT_SUBQUERY.replace_all(sql, "CAST(NULL AS TEXT)");
-    COLLATION_SUBQUERY
-        .replace_all(&sql, "CAST(NULL AS TEXT)")
-        .into_owned()
+}
+
+/// `\d name` asks for column defaults (`(SELECT pg_get_expr(d.adbin, d.adrelid) ...)`)
+/// and collations (`(SELECT c.collname FROM pg_collation c ...)`) through correlated
+/// scalar subqueries DataFusion cannot plan; Weir has neither, so both are NULL.
+fn is_default_or_collation_lookup(q: &Query) -> bool {
+    let SetExpr::Select(select) = q.body.as_ref() else {
+        return false;
+    };
+    let Some(SelectItem::UnnamedExpr(item)) = select.projection.first() else {
+        return false;
+    };
+    let compound = |e: &Expr, want: [&str; 2]| match e {
+        Expr::CompoundIdentifier(parts) => {
+            parts.len() == 2 && parts.iter().zip(want).all(|(p, w)| p.value == w)
+        }
+        _ => false,
+    };
+    let default = match item {
+        Expr::Function(f) => {
+            ident_value(&f.name, f.name.0.len() - 1).as_deref() == Some("pg_get_expr")
+                && matches!(&f.args, FunctionArguments::List(l) if l.args.first().is_some_and(|a| {
+                    matches!(a, FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) if compound(e, ["d", "adbin"]))
+                }))
+        }
+        _ => false,
+    };
+    let collation = compound(item, ["c", "collname"])
+        && select.from.iter().any(|t| {
+            matches!(&t.relation, TableFactor::Table { name, .. }
+                if ident_value(name, name.0.len() - 1).as_deref() == Some("pg_collation"))
+        });
+    default || collation
 }
 
 #[cfg(test)]
@@ -441,10 +493,27 @@ mod tests {
 
     #[test]
     fn absent_objects_have_empty_answers() {
-        assert_eq!(
-            rewrite_psql_syntax("SELECT pol.polname FROM pg_catalog.pg_policy pol"),
-            "SELECT CAST(NULL AS TEXT) AS none WHERE false"
+        let (s, catalog) =
+            rewritten("SELECT pol.polname FROM pg_policy pol WHERE pol.polrelid = 1");
+        assert_eq!(s, "SELECT CAST(NULL AS TEXT) AS none WHERE false");
+        assert!(catalog);
+        assert_eq!(rewritten("SELECT 1").0, "SELECT 1");
+    }
+
+    #[test]
+    fn psql_default_and_collation_subqueries_are_null() {
+        let (s, _) = rewritten(
+            "SELECT a.attname, (SELECT pg_catalog.pg_get_expr(d.adbin, d.adrelid, true) \
+             FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum \
+             AND a.atthasdef), (SELECT c.collname FROM pg_catalog.pg_collation c, \
+             pg_catalog.pg_type t WHERE c.oid = a.attcollation AND t.oid = a.atttypid \
+             AND a.attcollation <> t.typcollation) AS attcollation \
+             FROM pg_catalog.pg_attribute a",
         );
-        assert_eq!(rewrite_psql_syntax("SELECT 1"), "SELECT 1");
+        assert_eq!(
+            s,
+            "SELECT a.attname, CAST(NULL AS TEXT), CAST(NULL AS TEXT) AS attcollation \
+             FROM pg_catalog.pg_attribute a"
+        );
     }
 }
