@@ -295,6 +295,56 @@ pub struct UnalignedSetup {
     pub inflight_uid: String,
 }
 
+/// What [`Actor::run`]'s loop keeps between events.
+struct Loop {
+    /// Exactly-once: an input that delivered barrier `done + 1` is not read meanwhile.
+    align: bool,
+    open: Vec<bool>,
+    /// Barriers each input delivered.
+    seen: Vec<usize>,
+    /// Barriers this actor processed.
+    done: usize,
+    /// Barriers not yet delivered by every open input, with their first arrival.
+    pending: VecDeque<(Barrier, Instant)>,
+    /// The unaligned checkpoint in progress, and the epoch of the last one.
+    cut: Option<Cut>,
+    last_cut: u64,
+    /// Messages taken off a channel early (while a cut waits for its markers), in
+    /// channel order; read before the channel itself. `None`: the channel closed.
+    stash: Vec<VecDeque<Option<Message>>>,
+    /// Each input's side: a join's two sides have different columns, so watermarks
+    /// combine per side.
+    sides: Vec<usize>,
+    watermarks: Vec<crate::watermark::InputWatermarks>,
+    /// Which stashed input goes first next.
+    rotate: usize,
+}
+
+impl Loop {
+    fn new(actor: &Actor) -> Self {
+        let n = actor.inputs.len();
+        let sides: Vec<usize> = (0..n)
+            .map(|i| actor.input_sides.get(i).copied().unwrap_or(0))
+            .collect();
+        let watermarks = (0..=sides.iter().copied().max().unwrap_or(0))
+            .map(|_| crate::watermark::InputWatermarks::new(n))
+            .collect();
+        Loop {
+            align: actor.mode == CheckpointMode::ExactlyOnce,
+            open: vec![true; n],
+            seen: vec![0; n],
+            done: 0,
+            pending: VecDeque::new(),
+            cut: None,
+            last_cut: 0,
+            stash: vec![VecDeque::new(); n],
+            sides,
+            watermarks,
+            rotate: 0,
+        }
+    }
+}
+
 impl Actor {
     /// The loop. Inputs deliver barriers in epoch order; `seen[i]` counts the barriers
     /// input `i` delivered and `done` those this actor processed. Barrier `done + 1`
@@ -314,155 +364,183 @@ impl Actor {
         mut unaligned: Option<UnalignedSetup>,
         initial: Vec<(usize, StreamChunk)>,
     ) {
-        let n = self.inputs.len();
-        let mut open = vec![true; n];
-        let mut seen = vec![0usize; n];
-        let mut done = 0usize;
-        let mut pending: VecDeque<(Barrier, Instant)> = VecDeque::new();
+        let mut l = Loop::new(&self);
         let mut clock = ActorClock::new(&self.job_name, self.id);
-        let align = self.mode == CheckpointMode::ExactlyOnce;
-        let mut cut: Option<Cut> = None;
-        let mut last_cut: u64 = 0;
         // Data an unaligned checkpoint overtook: processed before anything new.
         for (side, chunk) in initial {
             if let Err(e) = self.on_chunk(side, chunk, &mut clock).await {
                 self.health.fail(e.to_string());
             }
         }
-        // Messages taken off a channel early (while a cut waits for its markers), in
-        // channel order; read before the channel itself. `None`: the channel closed.
-        let mut stash: Vec<VecDeque<Option<Message>>> = vec![VecDeque::new(); n];
-        // Watermarks combine per input side: a join's two sides have different columns.
-        let sides: Vec<usize> = (0..n)
-            .map(|i| self.input_sides.get(i).copied().unwrap_or(0))
-            .collect();
-        let mut watermarks: Vec<crate::watermark::InputWatermarks> =
-            (0..=sides.iter().copied().max().unwrap_or(0))
-                .map(|_| crate::watermark::InputWatermarks::new(n))
-                .collect();
-        let mut rotate = 0usize;
         loop {
-            if let Some(c) = &mut cut {
-                self.drain_overtaken(c, &mut stash);
+            if let Some(c) = &mut l.cut {
+                self.drain_overtaken(c, &mut l.stash);
             }
-            self.advance_cut(&mut cut, &mut last_cut, &unaligned, &stash, &mut clock)
-                .await;
+            self.advance_cut(
+                &mut l.cut,
+                &mut l.last_cut,
+                &unaligned,
+                &l.stash,
+                &mut clock,
+            )
+            .await;
             let waited = Instant::now();
-            let aligning_cut = cut.as_ref().filter(|c| c.state.is_none());
-            let readable: Vec<usize> = (0..n)
-                .filter(|&i| open[i] && !(align && seen[i] > done))
-                .filter(|&i| aligning_cut.is_none_or(|c| c.waiting[i]))
-                .collect();
-            let timeout_at = match (aligning_cut, &unaligned) {
-                (Some(c), Some(u)) => Some(c.first_arrival + u.aligned_timeout),
-                _ => None,
-            };
-            rotate = rotate.wrapping_add(1);
-            let stashed = (0..n)
-                .map(|k| (k + rotate) % n)
-                .find(|i| readable.contains(i) && !stash[*i].is_empty());
-            // The lane goes first, also ahead of stashed data.
-            let lane_now = unaligned.as_mut().and_then(|u| u.lane.try_recv().ok());
-            let event = match (lane_now, stashed) {
-                (Some(b), _) => Some(Event::Lane(b)),
-                (None, Some(i)) => Some(Event::Input(i, stash[i].pop_front().flatten(), true)),
-                (None, None) => {
-                    let lane = unaligned.as_mut().map(|u| &mut u.lane);
-                    next_event(&mut self.inputs, &readable, lane, timeout_at).await
-                }
-            };
+            let event = self.next_event(&mut l, &mut unaligned).await;
             clock.idle += waited.elapsed();
             let Some(event) = event else {
                 return;
             };
-            match event {
-                Event::Lane(b) => {
-                    if b.checkpoints(self.job) && b.epoch > last_cut && cut.is_none() {
-                        cut = Some(self.begin_cut(b, &open));
-                    }
-                }
-                Event::AlignmentTimeout => {}
-                Event::Input(idx, None, _) => {
-                    open[idx] = false;
-                    if let Some(c) = &mut cut {
-                        c.waiting[idx] = false;
-                    }
-                    if !open.iter().any(|o| *o) {
-                        return;
-                    }
-                }
-                Event::Input(idx, Some(Message::Chunk(chunk)), stashed) => {
-                    let started = Instant::now();
-                    clock.records_in.inc_by(chunk.len() as u64);
-                    // Stashed chunks were recorded when they were taken off the channel.
-                    if let Some(c) = cut
-                        .as_mut()
-                        .filter(|c| !stashed && c.state.is_some() && c.waiting[idx])
-                    {
-                        c.inflight[idx].push(chunk.clone());
-                    }
-                    let side = self.input_sides.get(idx).copied().unwrap_or(0);
-                    if let Err(e) = self.on_chunk(side, chunk, &mut clock).await {
-                        self.health.fail(e.to_string());
-                    }
-                    clock.busy += started.elapsed();
-                }
-                Event::Input(idx, Some(Message::Watermark(w)), _) => {
-                    let side = sides[idx];
-                    let side_open: Vec<bool> =
-                        (0..n).map(|k| open[k] && sides[k] == side).collect();
-                    let combined = watermarks[side].observe(idx, w, &side_open);
-                    if let (Some(w), None) = (combined, self.health.failure()) {
-                        let mut ws = vec![w];
-                        for (k, op) in self.chain.iter_mut().enumerate() {
-                            let mut next = Vec::new();
-                            for w in ws {
-                                let out = if k == 0 {
-                                    op.process_watermark_from(side, w)
-                                } else {
-                                    op.process_watermark(w)
-                                };
-                                next.extend(out.unwrap_or_default());
-                            }
-                            ws = next;
-                        }
-                        for w in ws {
-                            let _ = self.output.send(Message::Watermark(w)).await;
-                        }
-                    }
-                }
-                Event::Input(idx, Some(Message::Marker(b)), _) => {
-                    // A marker can beat its lane copy: then it starts the cut.
-                    if b.epoch > last_cut && cut.is_none() {
-                        cut = Some(self.begin_cut(b.clone(), &open));
-                    }
-                    if let Some(c) = cut.as_mut().filter(|c| c.barrier.epoch == b.epoch) {
-                        c.waiting[idx] = false;
-                    }
-                }
-                Event::Input(idx, Some(Message::Barrier(b)), _) => {
-                    seen[idx] += 1;
-                    if seen[idx] > done + pending.len() {
-                        pending.push_back((b, Instant::now()));
-                    }
-                }
+            if !self.on_event(event, &mut l, &mut clock).await {
+                return;
             }
-            self.advance_cut(&mut cut, &mut last_cut, &unaligned, &stash, &mut clock)
+            self.advance_cut(
+                &mut l.cut,
+                &mut l.last_cut,
+                &unaligned,
+                &l.stash,
+                &mut clock,
+            )
+            .await;
+            self.process_aligned_barriers(&mut l, unaligned.is_none(), &mut clock)
                 .await;
-            // Process every barrier that all open inputs have delivered.
-            while !pending.is_empty() && open.iter().zip(&seen).all(|(o, s)| !*o || *s > done) {
-                let (b, first_arrival) = pending.pop_front().expect("non-empty");
-                done += 1;
-                let alignment_ms = first_arrival.elapsed().as_millis() as u64;
-                metrics()
-                    .alignment_time
-                    .with_label_values(&[&clock.labels[0], &clock.labels[1]])
-                    .set(alignment_ms as i64);
-                let snapshot_here = unaligned.is_none();
-                self.on_barrier(b, alignment_ms, snapshot_here, &mut clock)
-                    .await;
-                clock.publish();
+        }
+    }
+
+    /// The next thing to handle: the priority lane first, then stashed messages, then
+    /// the inputs that may be read (not those already aligned on a barrier, nor, while
+    /// a cut aligns, those whose marker is in). `None` once there is nothing more.
+    async fn next_event(
+        &mut self,
+        l: &mut Loop,
+        unaligned: &mut Option<UnalignedSetup>,
+    ) -> Option<Event> {
+        let aligning_cut = l.cut.as_ref().filter(|c| c.state.is_none());
+        let readable: Vec<usize> = (0..l.open.len())
+            .filter(|&i| l.open[i] && !(l.align && l.seen[i] > l.done))
+            .filter(|&i| aligning_cut.is_none_or(|c| c.waiting[i]))
+            .collect();
+        let timeout_at = match (aligning_cut, &unaligned) {
+            (Some(c), Some(u)) => Some(c.first_arrival + u.aligned_timeout),
+            _ => None,
+        };
+        // Stashed inputs take turns, so one cannot starve the others.
+        l.rotate = l.rotate.wrapping_add(1);
+        let n = l.open.len();
+        let stashed = (0..n)
+            .map(|k| (k + l.rotate) % n)
+            .find(|i| readable.contains(i) && !l.stash[*i].is_empty());
+        // The lane goes first, also ahead of stashed data.
+        let lane_now = unaligned.as_mut().and_then(|u| u.lane.try_recv().ok());
+        match (lane_now, stashed) {
+            (Some(b), _) => Some(Event::Lane(b)),
+            (None, Some(i)) => Some(Event::Input(i, l.stash[i].pop_front().flatten(), true)),
+            (None, None) => {
+                let lane = unaligned.as_mut().map(|u| &mut u.lane);
+                next_event(&mut self.inputs, &readable, lane, timeout_at).await
             }
+        }
+    }
+
+    /// Handles one event; `false` once every input has closed.
+    async fn on_event(&mut self, event: Event, l: &mut Loop, clock: &mut ActorClock) -> bool {
+        match event {
+            Event::Lane(b) => {
+                if b.checkpoints(self.job) && b.epoch > l.last_cut && l.cut.is_none() {
+                    l.cut = Some(self.begin_cut(b, &l.open));
+                }
+            }
+            Event::AlignmentTimeout => {}
+            Event::Input(idx, None, _) => {
+                l.open[idx] = false;
+                if let Some(c) = &mut l.cut {
+                    c.waiting[idx] = false;
+                }
+                return l.open.iter().any(|o| *o);
+            }
+            Event::Input(idx, Some(Message::Chunk(chunk)), stashed) => {
+                let started = Instant::now();
+                clock.records_in.inc_by(chunk.len() as u64);
+                // Stashed chunks were recorded when they were taken off the channel.
+                if let Some(c) = l
+                    .cut
+                    .as_mut()
+                    .filter(|c| !stashed && c.state.is_some() && c.waiting[idx])
+                {
+                    c.inflight[idx].push(chunk.clone());
+                }
+                if let Err(e) = self.on_chunk(l.sides[idx], chunk, clock).await {
+                    self.health.fail(e.to_string());
+                }
+                clock.busy += started.elapsed();
+            }
+            Event::Input(idx, Some(Message::Watermark(w)), _) => {
+                self.on_input_watermark(idx, w, l).await;
+            }
+            Event::Input(idx, Some(Message::Marker(b)), _) => {
+                // A marker can beat its lane copy: then it starts the cut.
+                if b.epoch > l.last_cut && l.cut.is_none() {
+                    l.cut = Some(self.begin_cut(b.clone(), &l.open));
+                }
+                if let Some(c) = l.cut.as_mut().filter(|c| c.barrier.epoch == b.epoch) {
+                    c.waiting[idx] = false;
+                }
+            }
+            Event::Input(idx, Some(Message::Barrier(b)), _) => {
+                l.seen[idx] += 1;
+                if l.seen[idx] > l.done + l.pending.len() {
+                    l.pending.push_back((b, Instant::now()));
+                }
+            }
+        }
+        true
+    }
+
+    /// Combines input `idx`'s watermark with the other inputs of its side; a new
+    /// combined watermark passes through the chain and on downstream.
+    async fn on_input_watermark(&mut self, idx: usize, w: crate::barrier::Watermark, l: &mut Loop) {
+        let side = l.sides[idx];
+        let side_open: Vec<bool> = (0..l.open.len())
+            .map(|k| l.open[k] && l.sides[k] == side)
+            .collect();
+        let combined = l.watermarks[side].observe(idx, w, &side_open);
+        let (Some(w), None) = (combined, self.health.failure()) else {
+            return;
+        };
+        let mut ws = vec![w];
+        for (k, op) in self.chain.iter_mut().enumerate() {
+            let mut next = Vec::new();
+            for w in ws {
+                let out = if k == 0 {
+                    op.process_watermark_from(side, w)
+                } else {
+                    op.process_watermark(w)
+                };
+                next.extend(out.unwrap_or_default());
+            }
+            ws = next;
+        }
+        for w in ws {
+            let _ = self.output.send(Message::Watermark(w)).await;
+        }
+    }
+
+    /// Processes every barrier that all open inputs have delivered, in order.
+    async fn process_aligned_barriers(
+        &mut self,
+        l: &mut Loop,
+        snapshot_here: bool,
+        clock: &mut ActorClock,
+    ) {
+        while !l.pending.is_empty() && l.open.iter().zip(&l.seen).all(|(o, s)| !*o || *s > l.done) {
+            let (b, first_arrival) = l.pending.pop_front().expect("non-empty");
+            l.done += 1;
+            let alignment_ms = first_arrival.elapsed().as_millis() as u64;
+            metrics()
+                .alignment_time
+                .with_label_values(&[&clock.labels[0], &clock.labels[1]])
+                .set(alignment_ms as i64);
+            self.on_barrier(b, alignment_ms, snapshot_here, clock).await;
+            clock.publish();
         }
     }
 

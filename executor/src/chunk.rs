@@ -121,7 +121,7 @@ impl StreamChunk {
         column: usize,
         below: &datafusion::common::ScalarValue,
     ) -> crate::error::Result<StreamChunk> {
-        let late = crate::watermark::below_mask(&self.columns()[column], below)?;
+        let late = below_mask(&self.columns()[column], below)?;
         let keep: Vec<u32> = (0..self.len())
             .filter(|&i| !late.value(i))
             .map(|i| i as u32)
@@ -169,4 +169,17 @@ impl StreamChunk {
             batch,
         })
     }
+}
+/// Whether each value of `col` is below `below` (NULL: not below): which rows a
+/// watermark makes late, or which state entries it makes dead.
+pub(crate) fn below_mask(
+    col: &arrow::array::ArrayRef,
+    below: &datafusion::common::ScalarValue,
+) -> crate::error::Result<arrow::array::BooleanArray> {
+    use arrow::array::Array;
+    let m = arrow::compute::kernels::cmp::lt(col, &arrow::array::Scalar::new(below.to_array()?))?;
+    Ok(match m.nulls() {
+        Some(n) => arrow::array::BooleanArray::new(m.values() & n.inner(), None),
+        None => m,
+    })
 }

@@ -15,7 +15,7 @@
 //! error that lists it, unless `ignore_unclaimed_state`; a uid of the view that the
 //! savepoint lacks starts empty and is reported.
 
-use crate::checkpoint::coordinator::JobStart;
+use crate::checkpoint::restore::JobStart;
 use crate::checkpoint::restore::{list_checkpoints, read_chain, read_metadata, RestoredJob};
 use crate::checkpoint::uploader::{chrono_now_ms, key_safe, materialize_chain, merge_chain};
 use crate::deploy::{is_inflight_uid, rows_derived_from_state, state_uids};

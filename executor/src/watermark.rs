@@ -97,20 +97,6 @@ impl WatermarkGenerator {
 }
 
 /// A timestamp watermark in milliseconds since the epoch (for the metric).
-/// Whether each value of `col` is below `below` (NULL: not below): which rows a
-/// watermark makes late, or which state entries it makes dead.
-pub fn below_mask(
-    col: &arrow::array::ArrayRef,
-    below: &ScalarValue,
-) -> Result<arrow::array::BooleanArray> {
-    use arrow::array::Array;
-    let m = arrow::compute::kernels::cmp::lt(col, &arrow::array::Scalar::new(below.to_array()?))?;
-    Ok(match m.nulls() {
-        Some(n) => arrow::array::BooleanArray::new(m.values() & n.inner(), None),
-        None => m,
-    })
-}
-
 pub fn millis(w: &Watermark) -> Option<i64> {
     Some(match &w.value {
         ScalarValue::TimestampSecond(Some(v), _) => v * 1000,

@@ -1,4 +1,5 @@
-//! RisingWave's connector DDL, rewritten into what sqlparser reads:
+//! Connector DDL the Postgres grammar does not have, taken off the statement as
+//! tokens and put back into the parsed statement as options and columns:
 //!
 //! - `CREATE SOURCE s (...)` is `CREATE TABLE s (...)` with the option
 //!   `"weir.source" = 'true'`: a source is a table fed by its connector. Over a
@@ -7,280 +8,378 @@
 //!   records are kept, as Materialize keeps source data, so views over it recover like
 //!   views over any table.
 //! - `DROP SOURCE s` is `DROP TABLE s`.
-//! - Bare dotted keys in `WITH (...)` (`properties.bootstrap.server = '...'`) are quoted.
-//! - A trailing `FORMAT f ENCODE e [(k = v, ...)]` becomes the options
-//!   `"format" = 'f', "encode" = 'e'` (plus the encode options).
-//! - `INCLUDE partition | offset | timestamp | key [AS name]` clauses (Kafka message
-//!   metadata) become columns (`int`, `bigint`, `timestamptz`, `bytea`; default names
-//!   `_kafka_<what>`) and options `"include.<name>" = '<what>'`.
+//! - `WITH (...)` keys may be dotted (`properties.bootstrap.server = '...'`).
+//! - `FORMAT f ENCODE e [(k = v, ...)]` becomes the options `format = 'f'`,
+//!   `encode = 'e'` (plus the encode options).
+//! - `INCLUDE partition | offset | timestamp | key [AS name]` (Kafka message metadata)
+//!   becomes a column (`int`, `bigint`, `timestamptz`, `bytea`; default name
+//!   `_kafka_<what>`) and the option `include.<name> = '<what>'`.
+//! - `WATERMARK FOR col AS expr` in the column list becomes the options
+//!   `watermark.column` and `watermark.expr` (the expression itself).
+//! - RisingWave's `APPEND ONLY` is accepted and dropped (Weir's operators take the
+//!   append-only path chunk by chunk).
+//! - `CREATE MATERIALIZED VIEW ... EMIT ON WINDOW CLOSE` becomes the view option
+//!   `emit_on_window_close = true`.
+//!
+//! [`extract`] removes these clauses from the token stream (it prints no SQL of its
+//! own: the tokens left are the user's); [`Clauses::apply`] adds them to the parsed
+//! statement. [`parse_sink`] reads `CREATE SINK` the same way.
 
-/// Byte ranges `[start, end)` in the statement.
-type Spans = Vec<(usize, usize)>;
+use crate::error::{SqlError, SqlResult};
+use datafusion::sql::sqlparser::ast::{
+    ColumnDef, CreateTableOptions, DataType, Expr, Ident, SqlOption, Statement, TimezoneInfo, Value,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
-/// Top-level words (outside quotes and parentheses) with their byte ranges, and the
-/// byte range of each top-level parenthesised group.
-pub(crate) fn scan(sql: &str) -> (Spans, Spans) {
-    let bytes = sql.as_bytes();
-    let mut words = Vec::new();
-    let mut groups = Vec::new();
+/// The view option `EMIT ON WINDOW CLOSE` turns into.
+pub const EMIT_ON_WINDOW_CLOSE: &str = "emit_on_window_close";
+
+/// The option `CREATE SOURCE` adds.
+pub const SOURCE_OPTION: &str = "weir.source";
+
+/// Options as (key, value) in order.
+type Options = Vec<(String, Expr)>;
+
+/// What [`extract`] took off a statement, to be added to its parsed form.
+#[derive(Debug, Default)]
+pub struct Clauses {
+    /// Options, in order: the `WITH` list, then what the other clauses mean.
+    options: Options,
+    /// Metadata columns (`INCLUDE`).
+    columns: Vec<(String, DataType)>,
+}
+
+fn is_word(t: &Token, w: &str) -> bool {
+    matches!(t, Token::Word(word) if word.quote_style.is_none() && word.value.eq_ignore_ascii_case(w))
+}
+
+fn text(s: &str) -> Expr {
+    Expr::Value(Value::SingleQuotedString(s.to_string()).into())
+}
+
+/// The statement's tokens without whitespace and comments.
+fn tokens(sql: &str) -> Option<Vec<Token>> {
+    let all = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    Some(
+        all.into_iter()
+            .filter(|t| !matches!(t, Token::Whitespace(_)))
+            .collect(),
+    )
+}
+
+/// Tokens back to text, one space between them (the parser reads this as it read
+/// the original).
+fn untokenize(tokens: &[Token]) -> String {
+    tokens
+        .iter()
+        .map(Token::to_string)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The index of the `)` closing the `(` at `open`.
+pub(crate) fn closing(t: &[Token], open: usize) -> Option<usize> {
     let mut depth = 0usize;
-    let mut quote: Option<u8> = None;
-    let mut word_start: Option<usize> = None;
-    let mut group_start = 0;
-    for (i, &c) in bytes.iter().enumerate() {
-        if let Some(q) = quote {
-            if c == q {
-                quote = None;
-            }
-            continue;
-        }
-        let is_word = c.is_ascii_alphanumeric() || c == b'_';
-        if depth == 0 {
-            match (word_start, is_word) {
-                (None, true) => word_start = Some(i),
-                (Some(s), false) => {
-                    words.push((s, i));
-                    word_start = None;
-                }
-                _ => {}
-            }
-        }
-        match c {
-            b'\'' | b'"' => quote = Some(c),
-            b'(' => {
+    for (i, tok) in t.iter().enumerate().skip(open) {
+        match tok {
+            Token::LParen => depth += 1,
+            Token::RParen => {
+                depth = depth.checked_sub(1)?;
                 if depth == 0 {
-                    group_start = i;
-                }
-                depth += 1;
-            }
-            b')' => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    groups.push((group_start, i + 1));
+                    return Some(i);
                 }
             }
             _ => {}
         }
     }
-    if let Some(s) = word_start {
-        words.push((s, bytes.len()));
-    }
-    (words, groups)
+    None
 }
 
-/// Splits `inner` (the text between a group's parentheses) at top-level commas.
-fn split_items(inner: &str) -> Vec<String> {
-    let mut out = Vec::new();
+/// The top-level comma-separated items of the group `(`..`)` at `open`..`close`.
+fn items(t: &[Token], open: usize, close: usize) -> Vec<Vec<Token>> {
+    let mut out = vec![vec![]];
     let mut depth = 0usize;
-    let mut quote: Option<char> = None;
-    let mut cur = String::new();
-    for c in inner.chars() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None => match c {
-                '\'' | '"' => quote = Some(c),
-                '(' => depth += 1,
-                ')' => depth = depth.saturating_sub(1),
-                ',' if depth == 0 => {
-                    out.push(std::mem::take(&mut cur));
-                    continue;
-                }
-                _ => {}
-            },
+    for tok in &t[open + 1..close] {
+        match tok {
+            Token::LParen => depth += 1,
+            Token::RParen => depth = depth.saturating_sub(1),
+            Token::Comma if depth == 0 => {
+                out.push(vec![]);
+                continue;
+            }
+            Token::Whitespace(_) => continue,
+            _ => {}
         }
-        cur.push(c);
+        out.last_mut().expect("non-empty").push(tok.clone());
     }
-    if !cur.trim().is_empty() {
-        out.push(cur);
-    }
+    out.retain(|i| !i.is_empty());
     out
 }
 
-/// `a.b = v` -> `"a.b" = v`; anything else unchanged.
-fn quote_key(item: &str) -> String {
-    let Some((key, value)) = item.split_once('=') else {
-        return item.to_string();
-    };
-    let k = key.trim();
-    if (k.contains('.') || k.contains('-')) && !k.starts_with('"') && !k.starts_with('\'') {
-        format!(" \"{k}\" ={value}")
-    } else {
-        item.to_string()
-    }
+fn expr_of(tokens: Vec<Token>) -> SqlResult<Expr> {
+    Parser::new(&PostgreSqlDialect {})
+        .with_tokens(tokens)
+        .parse_expr()
+        .map_err(|e| crate::error::parser_error(&e))
 }
 
-/// Rewrites connector DDL (see the module docs); other statements are returned as is.
-pub fn rewrite(sql: &str) -> String {
-    // `DROP SOURCE [IF EXISTS] s` drops the table a source is.
-    let (words, _) = scan(sql);
-    let lower = sql.to_ascii_lowercase();
-    if let [(a, b), (c, d), ..] = words[..] {
-        if &lower[a..b] == "drop" && &lower[c..d] == "source" {
-            let mut out = sql.to_string();
-            out.replace_range(c..d, "TABLE");
-            return out;
-        }
-    }
-    let (sql, watermark) = strip_watermark(sql);
-    rewrite_options(&sql, watermark)
-}
-
-/// `WATERMARK FOR col AS expr` in the column list (Flink's syntax) is removed from it
-/// and returned as the options `"watermark.column"` and `"watermark.expr"`.
-fn strip_watermark(sql: &str) -> (String, Vec<String>) {
-    let lower = sql.to_ascii_lowercase();
-    let (words, groups) = scan(sql);
-    let word = |i: usize| -> Option<&str> { words.get(i).map(|&(s, e)| &lower[s..e]) };
-    if word(0) != Some("create") || !matches!(word(1), Some("table") | Some("source")) {
-        return (sql.to_string(), vec![]);
-    }
-    let Some(&(gs, ge)) = groups.first() else {
-        return (sql.to_string(), vec![]);
-    };
-    let items = split_items(&sql[gs + 1..ge - 1]);
-    let Some(i) = items.iter().position(|it| {
-        let w: Vec<String> = it
-            .split_whitespace()
-            .take(2)
-            .map(str::to_ascii_lowercase)
-            .collect();
-        w == ["watermark", "for"]
-    }) else {
-        return (sql.to_string(), vec![]);
-    };
-    let item = items[i].trim();
-    let rest = item["watermark".len()..].trim_start()["for".len()..].trim_start();
-    let (column, expr) = match rest.find(|c: char| c.is_whitespace()) {
-        Some(end)
-            if rest[end..]
-                .trim_start()
-                .to_ascii_lowercase()
-                .starts_with("as") =>
-        {
-            (&rest[..end], rest[end..].trim_start()[2..].trim())
-        }
-        _ => (rest, ""),
-    };
-    let kept: Vec<&str> = items
-        .iter()
-        .enumerate()
-        .filter(|(k, _)| *k != i)
-        .map(|(_, it)| it.as_str())
-        .collect();
-    let out = format!("{}({}){}", &sql[..gs], kept.join(","), &sql[ge..]);
-    let column = column.trim_matches('"').to_string();
-    (
-        out,
-        vec![
-            format!("\"watermark.column\" = '{}'", column.replace('\'', "''")),
-            format!("\"watermark.expr\" = '{}'", expr.replace('\'', "''")),
-        ],
-    )
-}
-
-fn rewrite_options(sql: &str, watermark: Vec<String>) -> String {
-    let lower = sql.to_ascii_lowercase();
-    let (words, groups) = scan(sql);
-    let word = |i: usize| -> Option<&str> { words.get(i).map(|&(s, e)| &lower[s..e]) };
-    if word(0) != Some("create") || !matches!(word(1), Some("table") | Some("source")) {
-        return sql.to_string();
-    }
-    let mut body = sql.to_string();
-    // `INCLUDE what [AS name]` clauses: removed here, added back as columns below.
-    let mut includes: Vec<(String, String)> = Vec::new();
-    let mut include_spans: Vec<(usize, usize)> = Vec::new();
-    let mut wi = 0;
-    while wi < words.len() {
-        if word(wi) == Some("include") {
-            let what = word(wi + 1).unwrap_or_default().to_string();
-            let (name, last) = if word(wi + 2) == Some("as") {
-                (word(wi + 3).unwrap_or_default().to_string(), wi + 3)
-            } else {
-                (format!("_kafka_{what}"), wi + 1)
-            };
-            include_spans.push((words[wi].0, words[last.min(words.len() - 1)].1));
-            includes.push((name, what));
-            wi = last + 1;
-        } else {
-            wi += 1;
-        }
-    }
-    // `FORMAT f ENCODE e [(...)]` at the end.
-    let mut extra: Vec<String> = watermark;
-    if let Some(fi) = (0..words.len()).rev().find(|&i| word(i) == Some("format")) {
-        if word(fi + 2) == Some("encode") && word(fi + 3).is_some() {
-            let (start, _) = words[fi];
-            extra.push(format!(
-                "\"format\" = '{}'",
-                word(fi + 1).unwrap_or_default()
-            ));
-            extra.push(format!(
-                "\"encode\" = '{}'",
-                word(fi + 3).unwrap_or_default()
-            ));
-            let encode_end = words[fi + 3].1;
-            if let Some(&(gs, ge)) = groups.iter().find(|(gs, _)| *gs >= encode_end) {
-                extra.extend(split_items(&sql[gs + 1..ge - 1]));
-            }
-            body.truncate(start);
-        }
-    }
-    for (name, what) in &includes {
-        extra.push(format!("\"include.{name}\" = '{what}'"));
-    }
-    if word(1) == Some("source") {
-        extra.push("\"weir.source\" = 'true'".to_string());
-    }
-    // The WITH group: the first top-level group after the word `with`.
-    let with_group = words
-        .iter()
-        .position(|&(s, e)| &lower[s..e] == "with")
-        .and_then(|wi| groups.iter().find(|(gs, _)| *gs >= words[wi].1).copied())
-        .filter(|(_, ge)| *ge <= body.len());
-    let mut out = match with_group {
-        Some((gs, ge)) => {
-            let mut items: Vec<String> = split_items(&sql[gs + 1..ge - 1]);
-            items.extend(extra.iter().map(|e| format!(" {e}")));
-            let items: Vec<String> = items.iter().map(|i| quote_key(i)).collect();
-            format!("{}({}){}", &body[..gs], items.join(","), &body[ge..])
-        }
-        None if !extra.is_empty() => format!(
-            "{} WITH ({})",
-            body.trim_end(),
-            extra
+/// `key = value` items of an options group; keys may be dotted or dashed
+/// (`properties.bootstrap.server`, `scan.startup.timestamp-millis`) and are
+/// lower-cased unless quoted.
+pub(crate) fn option_items(
+    t: &[Token],
+    open: usize,
+    close: usize,
+) -> SqlResult<Vec<(String, Expr)>> {
+    items(t, open, close)
+        .into_iter()
+        .map(|item| {
+            let eq = item
                 .iter()
-                .map(|i| quote_key(i))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        None => body,
+                .position(|t| *t == Token::Eq)
+                .ok_or_else(|| SqlError::syntax("expected key = value in WITH (...)"))?;
+            let key: String = item[..eq]
+                .iter()
+                .map(|t| match t {
+                    Token::Word(w) if w.quote_style.is_none() => w.value.to_ascii_lowercase(),
+                    Token::Word(w) => w.value.clone(),
+                    Token::SingleQuotedString(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect();
+            if key.is_empty() {
+                return Err(SqlError::syntax("expected key = value in WITH (...)"));
+            }
+            Ok((key, expr_of(item[eq + 1..].to_vec())?))
+        })
+        .collect()
+}
+
+/// Takes Weir's connector clauses off `sql` (see the module doc): the statement text
+/// the parser reads, and the clauses to [apply](Clauses::apply) to what it parses.
+/// Any other statement comes back unchanged with no clauses.
+pub fn extract(sql: &str) -> SqlResult<(String, Option<Clauses>)> {
+    let Some(t) = tokens(sql) else {
+        return Ok((sql.to_string(), None));
     };
-    // Metadata columns join the column list; their clauses go (right to left, so the
-    // earlier byte ranges stay valid; all of them lie after the column list).
-    for &(s, e) in include_spans.iter().rev() {
-        out.replace_range(s..e, "");
+    match t.as_slice() {
+        [d, s, ..] if is_word(d, "drop") && is_word(s, "source") => {
+            let mut t = t;
+            t[1] = Token::make_keyword("TABLE");
+            Ok((untokenize(&t), None))
+        }
+        [c, k, ..] if is_word(c, "create") && (is_word(k, "table") || is_word(k, "source")) => {
+            create_table(sql, t)
+        }
+        [c, m, v, ..]
+            if is_word(c, "create") && is_word(m, "materialized") && is_word(v, "view") =>
+        {
+            Ok(emit_on_window_close(sql, t))
+        }
+        _ => Ok((sql.to_string(), None)),
     }
-    if let (false, Some(&(_, ge))) = (includes.is_empty(), groups.first()) {
-        let columns: String = includes
+}
+
+/// `CREATE MATERIALIZED VIEW ... EMIT ON WINDOW CLOSE`.
+fn emit_on_window_close(sql: &str, mut t: Vec<Token>) -> (String, Option<Clauses>) {
+    let n = t.len();
+    let end = if t.last() == Some(&Token::SemiColon) {
+        n - 1
+    } else {
+        n
+    };
+    let emit = end >= 4
+        && ["emit", "on", "window", "close"]
             .iter()
-            .map(|(name, what)| {
-                let t = match what.as_str() {
-                    "partition" => "int",
-                    "offset" => "bigint",
-                    "timestamp" => "timestamptz",
-                    _ => "bytea",
-                };
-                format!(", {name} {t}")
+            .zip(&t[end - 4..end])
+            .all(|(w, tok)| is_word(tok, w));
+    if !emit {
+        return (sql.to_string(), None);
+    }
+    t.truncate(end - 4);
+    let clauses = Clauses {
+        options: vec![(EMIT_ON_WINDOW_CLOSE.to_string(), text("true"))],
+        columns: vec![],
+    };
+    (untokenize(&t), Some(clauses))
+}
+
+fn create_table(sql: &str, mut t: Vec<Token>) -> SqlResult<(String, Option<Clauses>)> {
+    let mut clauses = Clauses::default();
+    if is_word(&t[1], "source") {
+        t[1] = Token::make_keyword("TABLE");
+        clauses.options.push((SOURCE_OPTION.into(), text("true")));
+    }
+    // The column list: the first group. `CREATE TABLE t AS SELECT ...` has none of
+    // these clauses: left as it is.
+    let Some(open) = t.iter().position(|x| *x == Token::LParen) else {
+        return Ok((sql.to_string(), None));
+    };
+    if t[..open].iter().any(|x| is_word(x, "as")) {
+        return Ok((sql.to_string(), None));
+    }
+    let close = closing(&t, open).ok_or_else(|| SqlError::syntax("unbalanced parentheses"))?;
+    let mut columns = items(&t, open, close);
+    if let Some(w) = columns
+        .iter()
+        .position(|c| c.len() >= 2 && is_word(&c[0], "watermark") && is_word(&c[1], "for"))
+    {
+        watermark(&mut clauses, columns.remove(w))?;
+    }
+    let mut out: Vec<Token> = t[..=open].to_vec();
+    for (i, c) in columns.into_iter().enumerate() {
+        if i > 0 {
+            out.push(Token::Comma);
+        }
+        out.extend(c);
+    }
+    out.push(Token::RParen);
+    let (rest, mut options) = table_clauses(&t[close + 1..], &mut clauses)?;
+    let changed =
+        out.len() + rest.len() != t.len() || !clauses.options.is_empty() || !options.is_empty();
+    if !changed {
+        return Ok((sql.to_string(), None));
+    }
+    out.extend(rest);
+    options.append(&mut clauses.options);
+    clauses.options = options;
+    Ok((untokenize(&out), Some(clauses)))
+}
+
+/// `WATERMARK FOR col [AS expr]`.
+fn watermark(clauses: &mut Clauses, item: Vec<Token>) -> SqlResult<()> {
+    let column = match item.get(2) {
+        Some(Token::Word(w)) if w.quote_style.is_some() => w.value.clone(),
+        Some(Token::Word(w)) => w.value.to_ascii_lowercase(),
+        _ => {
+            return Err(SqlError::syntax(
+                "expected WATERMARK FOR column AS expression",
+            ))
+        }
+    };
+    let expr = match item.get(3) {
+        Some(a) if is_word(a, "as") => expr_of(item[4..].to_vec())?,
+        None => expr_of(item[2..3].to_vec())?,
+        Some(_) => {
+            return Err(SqlError::syntax(
+                "expected WATERMARK FOR column AS expression",
+            ))
+        }
+    };
+    clauses
+        .options
+        .push(("watermark.column".into(), text(&column)));
+    clauses.options.push(("watermark.expr".into(), expr));
+    Ok(())
+}
+
+/// The clauses after the column list: `APPEND ONLY`, `INCLUDE`, `WITH (...)`, `FORMAT
+/// ... ENCODE ...`. Returns the tokens left (anything the parser reads itself) and the
+/// options, `WITH`'s first.
+fn table_clauses(
+    t: &[Token],
+    clauses: &mut Clauses,
+) -> SqlResult<(Vec<Token>, Options)> {
+    let mut left = Vec::new();
+    let mut with = Vec::new();
+    let mut after = Vec::new();
+    let mut i = 0;
+    while i < t.len() {
+        let word = |k: usize, w: &str| t.get(k).is_some_and(|x| is_word(x, w));
+        if word(i, "append") && word(i + 1, "only") {
+            i += 2;
+        } else if word(i, "include") {
+            let what = match t.get(i + 1) {
+                Some(Token::Word(w)) => w.value.to_ascii_lowercase(),
+                _ => {
+                    return Err(SqlError::syntax(
+                        "expected INCLUDE partition | offset | timestamp | key",
+                    ))
+                }
+            };
+            let (name, next) = match (word(i + 2, "as"), t.get(i + 3)) {
+                (true, Some(Token::Word(w))) if w.quote_style.is_some() => (w.value.clone(), i + 4),
+                (true, Some(Token::Word(w))) => (w.value.to_ascii_lowercase(), i + 4),
+                (true, _) => {
+                    return Err(SqlError::syntax(
+                        "expected a column name after INCLUDE ... AS",
+                    ))
+                }
+                (false, _) => (format!("_kafka_{what}"), i + 2),
+            };
+            let data_type = match what.as_str() {
+                "partition" => DataType::Int(None),
+                "offset" => DataType::BigInt(None),
+                "timestamp" => DataType::Timestamp(None, TimezoneInfo::WithTimeZone),
+                _ => DataType::Bytea,
+            };
+            after.push((format!("include.{name}"), text(&what)));
+            clauses.columns.push((name, data_type));
+            i = next;
+        } else if word(i, "with") && t.get(i + 1) == Some(&Token::LParen) {
+            let close =
+                closing(t, i + 1).ok_or_else(|| SqlError::syntax("unbalanced parentheses"))?;
+            with.extend(option_items(t, i + 1, close)?);
+            i = close + 1;
+        } else if word(i, "format") && word(i + 2, "encode") {
+            let name = |k: usize| match t.get(k) {
+                Some(Token::Word(w)) => Ok(w.value.to_ascii_lowercase()),
+                _ => Err(SqlError::syntax("expected FORMAT name ENCODE name")),
+            };
+            after.push(("format".into(), text(&name(i + 1)?)));
+            after.push(("encode".into(), text(&name(i + 3)?)));
+            i += 4;
+            if t.get(i) == Some(&Token::LParen) {
+                let close =
+                    closing(t, i).ok_or_else(|| SqlError::syntax("unbalanced parentheses"))?;
+                after.extend(option_items(t, i, close)?);
+                i = close + 1;
+            }
+        } else {
+            left.push(t[i].clone());
+            i += 1;
+        }
+    }
+    with.extend(after);
+    Ok((left, with))
+}
+
+impl Clauses {
+    /// Adds the clauses' options and columns to the statement they were taken from.
+    pub fn apply(self, stmt: &mut Statement) -> SqlResult<()> {
+        let options: Vec<SqlOption> = self
+            .options
+            .into_iter()
+            .map(|(k, value)| SqlOption::KeyValue {
+                key: Ident::with_quote('"', k),
+                value,
             })
             .collect();
-        out.insert_str(ge - 1, &columns);
+        let existing = match stmt {
+            Statement::CreateTable(ct) => {
+                ct.columns
+                    .extend(self.columns.into_iter().map(|(name, data_type)| ColumnDef {
+                        name: Ident::new(name),
+                        data_type,
+                        options: vec![],
+                    }));
+                &mut ct.table_options
+            }
+            Statement::CreateView(cv) => &mut cv.options,
+            _ => return Ok(()),
+        };
+        match existing {
+            CreateTableOptions::With(list) | CreateTableOptions::Options(list) => {
+                list.extend(options)
+            }
+            CreateTableOptions::None if options.is_empty() => {}
+            CreateTableOptions::None => *existing = CreateTableOptions::With(options),
+            _ => return Err(SqlError::unsupported("table options other than WITH (...)")),
+        }
+        Ok(())
     }
-    if word(1) == Some("source") {
-        let (s, e) = words[1];
-        out.replace_range(s..e, "TABLE");
-    }
-    out
 }
 
 /// A sink's `WITH (...)` options as (lower-case key, value) pairs.
@@ -293,125 +392,159 @@ pub enum SinkInput {
     Query(String),
 }
 
-/// `CREATE SINK name FROM relation | AS query [WITH (k = v, ...)] [FORMAT f ENCODE e]`:
-/// the sink's name, what it reads, and its options (keys lower-case, values unquoted;
-/// `format` / `encode` from the FORMAT clause). A query ends at the last top-level
-/// `WITH (...)` (a CTE's `WITH` comes first).
+/// `CREATE SINK name FROM relation | AS query [WITH (k = v, ...)] [FORMAT f ENCODE e
+/// [(...)]]`: the sink's name, what it reads, and its options (keys lower-case, values
+/// as text; `format` / `encode` from the FORMAT clause). A query ends at the last
+/// top-level `WITH (...)` that only a FORMAT clause may follow (a CTE's `WITH` comes
+/// first).
 pub fn parse_sink(sql: &str) -> Option<(String, SinkInput, SinkOptions)> {
-    let rewritten = rewrite(&sql.replacen(
-        &sql[..sql.to_ascii_lowercase().find("sink")? + 4],
-        "CREATE TABLE",
-        1,
-    ));
-    let lower = rewritten.to_ascii_lowercase();
-    let (words, groups) = scan(&rewritten);
-    let word = |i: usize| -> Option<&str> { words.get(i).map(|&(s, e)| &rewritten[s..e]) };
-    let keyword = lower.get(words.get(3)?.0..words.get(3)?.1)?;
-    let unquote = |t: &str| t.trim().trim_matches('"').trim_matches('\'').to_string();
-    let ident = |t: &str| {
-        if t.starts_with('"') {
-            unquote(t)
-        } else {
-            t.to_ascii_lowercase()
-        }
-    };
-    let name = ident(word(2)?);
-    // The options group: after the last top-level `with` that a group follows.
-    let with = words
-        .iter()
-        .enumerate()
-        .rev()
-        .find(|(_, &(s, e))| &lower[s..e] == "with")
-        .and_then(|(wi, &(ws, we))| {
-            let &(gs, ge) = groups.iter().find(|(gs, _)| *gs >= we)?;
-            // Only when nothing but the group follows the `with` word.
-            (rewritten[we..gs].trim().is_empty()
-                && rewritten[ge..]
-                    .trim()
-                    .trim_end_matches(';')
-                    .trim()
-                    .is_empty())
-            .then_some((wi, ws, gs, ge))
-        });
-    let input = match keyword {
-        "from" => SinkInput::Relation(ident(word(4)?)),
-        "as" => {
-            let start = words[3].1;
-            let end = with.map_or(rewritten.len(), |(_, ws, _, _)| ws);
-            let query = rewritten[start..end].trim().trim_end_matches(';').trim();
-            if query.is_empty() {
-                return None;
-            }
-            SinkInput::Query(query.to_string())
-        }
+    let mut t = tokens(sql)?;
+    if t.last() == Some(&Token::SemiColon) {
+        t.pop();
+    }
+    let name = match t.get(2)? {
+        Token::Word(w) if w.quote_style.is_some() => w.value.clone(),
+        Token::Word(w) => w.value.to_ascii_lowercase(),
         _ => return None,
     };
-    let mut options = Vec::new();
-    if let Some((_, _, gs, ge)) = with {
-        for item in split_items(&rewritten[gs + 1..ge - 1]) {
-            let (k, v) = item.split_once('=')?;
-            options.push((unquote(k).to_ascii_lowercase(), unquote(v)));
-        }
+    // The trailing clauses: FORMAT ... ENCODE ... [(...)] last, WITH (...) before it.
+    let mut end = t.len();
+    let mut clauses = Clauses::default();
+    let format_at = (3..t.len()).rev().find(|&i| {
+        is_word(&t[i], "format")
+            && t.get(i + 2).is_some_and(|x| is_word(x, "encode"))
+            && (i + 4 == t.len()
+                || (t.get(i + 4) == Some(&Token::LParen)
+                    && closing(&t, i + 4) == Some(t.len() - 1)))
+    });
+    let mut trailing = Vec::new();
+    if let Some(f) = format_at {
+        let (_, opts) = table_clauses(&t[f..], &mut clauses).ok()?;
+        trailing = opts;
+        end = f;
     }
+    let with_at = (3..end).rev().find(|&i| {
+        is_word(&t[i], "with")
+            && t.get(i + 1) == Some(&Token::LParen)
+            && closing(&t, i + 1) == Some(end - 1)
+    });
+    let mut options = Vec::new();
+    if let Some(w) = with_at {
+        options = option_items(&t, w + 1, end - 1).ok()?;
+        end = w;
+    }
+    options.extend(trailing);
+    let input = match t.get(3)? {
+        k if is_word(k, "from") && end == 5 => SinkInput::Relation(match t.get(4)? {
+            Token::Word(w) if w.quote_style.is_some() => w.value.clone(),
+            Token::Word(w) => w.value.to_ascii_lowercase(),
+            _ => return None,
+        }),
+        k if is_word(k, "as") && end > 4 => SinkInput::Query(untokenize(&t[4..end])),
+        _ => return None,
+    };
+    let options = options
+        .into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Expr::Value(v) => match v.value {
+                    Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s,
+                    other => other.to_string(),
+                },
+                Expr::Identifier(i) => i.value,
+                other => other.to_string(),
+            };
+            (k, v)
+        })
+        .collect();
     Some((name, input, options))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::rewrite;
+    use super::*;
+
+    /// Extracted, parsed, applied, printed.
+    fn parsed(sql: &str) -> String {
+        let (plain, clauses) = extract(sql).unwrap();
+        let mut stmt = Parser::parse_sql(&PostgreSqlDialect {}, &plain)
+            .unwrap()
+            .remove(0);
+        if let Some(c) = clauses {
+            c.apply(&mut stmt).unwrap();
+        }
+        stmt.to_string()
+    }
 
     #[test]
     fn watermark_clause_becomes_options() {
-        let got = rewrite(
-            "CREATE TABLE t (id bigint, ts timestamp, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)",
+        assert_eq!(
+            parsed("CREATE TABLE t (id bigint, ts timestamp, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)"),
+            "CREATE TABLE t (id BIGINT, ts TIMESTAMP) WITH (\"watermark.column\" = 'ts', \"watermark.expr\" = ts - INTERVAL '5' SECOND)"
+        );
+        let got = parsed(
+            "CREATE SOURCE s (ts timestamp, watermark for ts as ts) WITH (connector = 'kafka')",
         );
         assert_eq!(
             got,
-            "CREATE TABLE t (id bigint, ts timestamp) WITH (\"watermark.column\" = 'ts', \"watermark.expr\" = 'ts - INTERVAL ''5'' SECOND')"
+            "CREATE TABLE s (ts TIMESTAMP) WITH (\"connector\" = 'kafka', \"weir.source\" = 'true', \"watermark.column\" = 'ts', \"watermark.expr\" = ts)"
         );
-        let got = rewrite(
-            "CREATE SOURCE s (ts timestamp, watermark for ts as ts) WITH (connector = 'kafka')",
-        );
-        assert!(got.contains("\"watermark.expr\" = 'ts'"), "{got}");
-        assert!(got.starts_with("CREATE TABLE s (ts timestamp)"), "{got}");
     }
 
     #[test]
     fn drop_source_drops_its_table() {
-        assert_eq!(rewrite("DROP SOURCE IF EXISTS s"), "DROP TABLE IF EXISTS s");
-        assert_eq!(rewrite("drop source s"), "drop TABLE s");
+        assert_eq!(parsed("DROP SOURCE IF EXISTS s"), "DROP TABLE IF EXISTS s");
+        assert_eq!(parsed("drop source s"), "DROP TABLE s");
     }
 
     #[test]
     fn risingwave_source_ddl() {
-        let got = rewrite(
-            "CREATE SOURCE s (id bigint, v text) WITH (connector = 'kafka', topic = 'a.b', properties.bootstrap.server = 'h:9092') FORMAT PLAIN ENCODE JSON",
+        let got = parsed(
+            "CREATE SOURCE s (id bigint, v text) WITH (connector = 'kafka', topic = 'a.b', properties.bootstrap.server = 'h:9092', scan.startup.timestamp-millis = 5) FORMAT PLAIN ENCODE JSON",
         );
         assert_eq!(
             got,
-            "CREATE TABLE s (id bigint, v text) WITH (connector = 'kafka', topic = 'a.b', \"properties.bootstrap.server\" = 'h:9092', \"format\" = 'plain', \"encode\" = 'json', \"weir.source\" = 'true') "
+            "CREATE TABLE s (id BIGINT, v TEXT) WITH (\"connector\" = 'kafka', \"topic\" = 'a.b', \"properties.bootstrap.server\" = 'h:9092', \"scan.startup.timestamp-millis\" = 5, \"format\" = 'plain', \"encode\" = 'json', \"weir.source\" = 'true')"
         );
     }
 
     #[test]
     fn include_clauses_become_columns_and_options() {
-        let got = rewrite(
-            "CREATE TABLE t (id bigint) INCLUDE partition INCLUDE key AS k WITH (connector = 'kafka') FORMAT PLAIN ENCODE JSON",
+        let got = parsed(
+            "CREATE TABLE t (id bigint) INCLUDE partition INCLUDE key AS k WITH (connector = 'kafka') FORMAT PLAIN ENCODE AVRO (schema = '{}')",
         );
         assert_eq!(
             got,
-            "CREATE TABLE t (id bigint, _kafka_partition int, k bytea)   WITH (connector = 'kafka', \"format\" = 'plain', \"encode\" = 'json', \"include._kafka_partition\" = 'partition', \"include.k\" = 'key') "
+            "CREATE TABLE t (id BIGINT, _kafka_partition INT, k BYTEA) WITH (\"connector\" = 'kafka', \"include._kafka_partition\" = 'partition', \"include.k\" = 'key', \"format\" = 'plain', \"encode\" = 'avro', \"schema\" = '{}')"
         );
     }
 
     #[test]
+    fn append_only_and_emit_on_window_close() {
+        assert_eq!(
+            parsed("create table t (a int) append only"),
+            "CREATE TABLE t (a INT)"
+        );
+        assert_eq!(
+            parsed("CREATE MATERIALIZED VIEW v AS SELECT 1 FROM t EMIT ON WINDOW CLOSE;"),
+            "CREATE MATERIALIZED VIEW v WITH (\"emit_on_window_close\" = 'true') AS SELECT 1 FROM t"
+        );
+        assert_eq!(
+            parsed("create materialized view v with (parallelism = 2) as select 1 from t emit on window close"),
+            "CREATE MATERIALIZED VIEW v WITH (parallelism = 2, \"emit_on_window_close\" = 'true') AS SELECT 1 FROM t"
+        );
+        let plain = "CREATE MATERIALIZED VIEW v AS SELECT 'emit on window close' FROM t";
+        assert_eq!(extract(plain).unwrap().0, plain);
+    }
+
+    #[test]
     fn create_sink() {
-        let (name, from, opts) = super::parse_sink(
+        let (name, from, opts) = parse_sink(
             "CREATE SINK k FROM v WITH (connector = 'blackhole', properties.x = '1') FORMAT PLAIN ENCODE JSON",
         )
         .unwrap();
         assert_eq!(name, "k");
-        assert_eq!(from, super::SinkInput::Relation("v".into()));
+        assert_eq!(from, SinkInput::Relation("v".into()));
         assert_eq!(
             opts,
             vec![
@@ -421,14 +554,18 @@ mod tests {
                 ("encode".into(), "json".into()),
             ]
         );
-        assert!(super::parse_sink("CREATE SINK k v").is_none());
-        let (_, input, opts) = super::parse_sink(
+        assert!(parse_sink("CREATE SINK k v").is_none());
+        let (_, input, opts) = parse_sink(
             "CREATE SINK q AS WITH b AS (SELECT * FROM bid) SELECT count(*) FROM b WITH (connector = 'blackhole');",
         )
         .unwrap();
+        let SinkInput::Query(q) = input else {
+            panic!("a query sink")
+        };
+        let parsed = Parser::parse_sql(&PostgreSqlDialect {}, &q).unwrap();
         assert_eq!(
-            input,
-            super::SinkInput::Query("WITH b AS (SELECT * FROM bid) SELECT count(*) FROM b".into())
+            parsed[0].to_string(),
+            "WITH b AS (SELECT * FROM bid) SELECT count(*) FROM b"
         );
         assert_eq!(
             opts,
@@ -439,11 +576,11 @@ mod tests {
     #[test]
     fn format_without_with_and_plain_tables() {
         assert_eq!(
-            rewrite("create table t (a int) format plain encode csv"),
-            "create table t (a int) WITH (\"format\" = 'plain', \"encode\" = 'csv')"
+            parsed("create table t (a int) format plain encode csv"),
+            "CREATE TABLE t (a INT) WITH (\"format\" = 'plain', \"encode\" = 'csv')"
         );
         let plain = "CREATE TABLE t (a int PRIMARY KEY, format text)";
-        assert_eq!(rewrite(plain), plain);
-        assert_eq!(rewrite("SELECT 1"), "SELECT 1");
+        assert_eq!(extract(plain).unwrap().0, plain);
+        assert_eq!(extract("SELECT 1").unwrap().0, "SELECT 1");
     }
 }

@@ -2,14 +2,17 @@
 //!
 //! Weir statements that sqlparser's Postgres dialect does not know (`FLUSH`,
 //! `SHOW MATERIALIZED VIEWS`, `SHOW CREATE MATERIALIZED VIEW v`, `SHOW JOBS`,
-//! `SHOW CHECKPOINTS`, `CHECKPOINT`, `ALTER MATERIALIZED VIEW v RESUME`,
-//! `EXPLAIN CREATE MATERIALIZED VIEW ...`) are recognised by their leading words;
-//! everything else goes to sqlparser.
+//! `SHOW CHECKPOINTS`, `CHECKPOINT`, `ALTER MATERIALIZED VIEW v RESUME`, savepoints,
+//! `SET` of a dotted key, `EXPLAIN CREATE MATERIALIZED VIEW ...`) are recognised by
+//! their tokens (sqlparser's tokenizer: quoting and comments as Postgres has them);
+//! everything else goes to sqlparser, after `connector_ddl` and `window_tvf` took off
+//! what its grammar lacks.
 
 use crate::error::{SqlError, SqlResult};
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
 #[derive(Debug, Clone)]
 pub enum WeirStatement {
@@ -130,18 +133,88 @@ pub fn split_statements(sql: &str) -> Vec<String> {
     out
 }
 
-fn words(sql: &str) -> Vec<String> {
-    sql.split_whitespace()
-        .map(|w| w.trim_end_matches(';').to_ascii_lowercase())
-        .collect()
+/// A statement's tokens (comments dropped) and, for its significant tokens, the
+/// words Weir's own statements are matched by: unquoted words lower-cased, a quoted
+/// identifier as `"name` (so it never matches a keyword), any other token as written.
+struct Words {
+    /// Every token, whitespace included (dotted keys are tokens without space between).
+    all: Vec<Token>,
+    /// Indexes into `all` of the significant tokens (no whitespace, no final `;`).
+    at: Vec<usize>,
+    words: Vec<String>,
 }
 
-fn normalize_ident(raw: &str) -> String {
-    let raw = raw.trim().trim_end_matches(';');
-    if raw.starts_with('"') && raw.ends_with('"') && raw.len() >= 2 {
-        raw[1..raw.len() - 1].replace("\"\"", "\"")
-    } else {
-        raw.to_ascii_lowercase()
+impl Words {
+    fn of(sql: &str) -> Option<Words> {
+        let all = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+        let mut at: Vec<usize> = (0..all.len())
+            .filter(|&i| !matches!(all[i], Token::Whitespace(_)))
+            .collect();
+        if at.last().is_some_and(|&i| all[i] == Token::SemiColon) {
+            at.pop();
+        }
+        let words = at
+            .iter()
+            .map(|&i| match &all[i] {
+                Token::Word(w) if w.quote_style.is_none() => w.value.to_ascii_lowercase(),
+                Token::Word(w) => format!("\"{}", w.value),
+                other => other.to_string(),
+            })
+            .collect();
+        Some(Words { all, at, words })
+    }
+
+    fn token(&self, k: usize) -> Option<&Token> {
+        self.at.get(k).map(|&i| &self.all[i])
+    }
+
+    /// The `k`-th significant token as an identifier (quoted: as written; else
+    /// lower-cased).
+    fn ident(&self, k: usize) -> SqlResult<String> {
+        match self.token(k) {
+            Some(Token::Word(w)) if w.quote_style.is_some() => Ok(w.value.clone()),
+            Some(Token::Word(w)) => Ok(w.value.to_ascii_lowercase()),
+            _ => Err(SqlError::syntax("expected a name")),
+        }
+    }
+
+    /// A configuration key starting at significant token `k`: words, `.` and `-`
+    /// with no space between (`pipeline.max-parallelism`), or one quoted name. The
+    /// key and the significant index after it.
+    fn key(&self, k: usize) -> Option<(String, usize)> {
+        let start = *self.at.get(k)?;
+        if let Token::Word(w) = &self.all[start] {
+            if w.quote_style.is_some() {
+                return Some((w.value.clone(), k + 1));
+            }
+        }
+        if let Token::SingleQuotedString(s) = &self.all[start] {
+            return Some((s.clone(), k + 1));
+        }
+        let mut key = String::new();
+        let mut i = start;
+        while let Some(t) = self.all.get(i) {
+            match t {
+                Token::Word(w) if w.quote_style.is_none() => key.push_str(&w.value),
+                Token::Period | Token::Minus | Token::Number(..) => key.push_str(&t.to_string()),
+                _ => break,
+            }
+            i += 1;
+        }
+        let next = self
+            .at
+            .iter()
+            .position(|&j| j >= i)
+            .unwrap_or(self.at.len());
+        (!key.is_empty()).then_some((key, next))
+    }
+
+    /// The text of the significant tokens from `k` on, as written.
+    fn rest(&self, k: usize) -> String {
+        let (Some(&from), Some(&to)) = (self.at.get(k), self.at.last()) else {
+            return String::new();
+        };
+        self.all[from..=to].iter().map(Token::to_string).collect()
     }
 }
 
@@ -171,55 +244,34 @@ fn check_complexity(sql: &str) -> SqlResult<()> {
     Ok(())
 }
 
-/// The savepoint statements (see [`WeirStatement::Savepoint`] and the ones after it).
-fn parse_savepoint_statement(sql: &str, ws: &[&str]) -> SqlResult<WeirStatement> {
-    let raw: Vec<&str> = sql.split_whitespace().collect();
-    let ident = |i: usize| -> SqlResult<String> {
-        raw.get(i)
-            .map(|r| normalize_ident(r))
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| SqlError::syntax("a savepoint statement needs a name"))
-    };
+/// The savepoint statements (see [`WeirStatement::Savepoint`] and the ones after it),
+/// from significant token `from` of `w` on.
+fn parse_savepoint_statement(w: &Words, from: usize) -> SqlResult<WeirStatement> {
     // `WITH (ignore_unclaimed_state = true)` at the end of a RESTORE.
-    let lower = sql.to_ascii_lowercase();
-    let (lower_head, ignore_unclaimed) = match lower.find(" with ") {
-        Some(i) => {
-            let opts: String = lower[i..].chars().filter(|c| !c.is_whitespace()).collect();
-            if !opts.starts_with("with(") {
-                return Err(SqlError::syntax(
-                    "expected WITH (ignore_unclaimed_state = true)",
-                ));
-            }
-            let ignore = match opts.as_str().trim_end_matches(';') {
-                "with(ignore_unclaimed_state=true)" | "with(ignore_unclaimed_state='true')" => true,
-                "with(ignore_unclaimed_state=false)" | "with(ignore_unclaimed_state='false')" => {
-                    false
-                }
-                _ => {
-                    return Err(SqlError::syntax(
-                        "the only RESTORE option is ignore_unclaimed_state = true | false",
-                    ))
-                }
-            };
-            (lower[..i].to_string(), ignore)
-        }
-        None => (lower.clone(), false),
+    let with_at = (from..w.at.len()).find(|&k| w.words[k] == "with");
+    let (end, ignore_unclaimed) = match with_at {
+        Some(k) => (k, restore_options(w, k)?),
+        None => (w.at.len(), false),
     };
-    let n_head = lower_head.split_whitespace().count();
-    let head = &ws[..n_head.min(ws.len())];
-    let view_list = |from: usize| -> SqlResult<Vec<String>> {
-        let rest = raw[from..].join(" ");
-        let views: Vec<String> = rest
-            .split(',')
-            .map(normalize_ident)
-            .filter(|s| !s.is_empty())
-            .collect();
+    let head: Vec<&str> = w.words[from..end].iter().map(String::as_str).collect();
+    let ident = |k: usize| w.ident(from + k);
+    let view_list = |k: usize| -> SqlResult<Vec<String>> {
+        let mut views = Vec::new();
+        let mut i = from + k;
+        while i < end {
+            views.push(w.ident(i)?);
+            i += 1;
+            if i < end && w.words[i] != "," {
+                return Err(SqlError::syntax("expected materialized view names"));
+            }
+            i += 1;
+        }
         if views.is_empty() {
             return Err(SqlError::syntax("expected materialized view names"));
         }
         Ok(views)
     };
-    Ok(match head {
+    Ok(match head.as_slice() {
         ["savepoint", _] => WeirStatement::Savepoint {
             name: ident(1)?,
             views: None,
@@ -262,14 +314,45 @@ fn parse_savepoint_statement(sql: &str, ws: &[&str]) -> SqlResult<WeirStatement>
     })
 }
 
+/// `WITH (ignore_unclaimed_state = true | false)` at significant token `k`, the end
+/// of the statement.
+fn restore_options(w: &Words, k: usize) -> SqlResult<bool> {
+    let syntax = || SqlError::syntax("expected WITH (ignore_unclaimed_state = true)");
+    let open = *w.at.get(k + 1).ok_or_else(syntax)?;
+    let close = *w.at.last().ok_or_else(syntax)?;
+    if w.all[open] != Token::LParen || crate::connector_ddl::closing(&w.all, open) != Some(close) {
+        return Err(syntax());
+    }
+    let only =
+        || SqlError::syntax("the only RESTORE option is ignore_unclaimed_state = true | false");
+    match crate::connector_ddl::option_items(&w.all, open, close)?.as_slice() {
+        [(key, value)] if key == "ignore_unclaimed_state" => {
+            match value
+                .to_string()
+                .trim_matches('\'')
+                .to_ascii_lowercase()
+                .as_str()
+            {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                _ => Err(only()),
+            }
+        }
+        _ => Err(only()),
+    }
+}
+
 /// Parses one statement (as produced by [`split_statements`]).
 pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
     check_complexity(sql)?;
-    let rewritten = crate::window_tvf::normalize(&crate::connector_ddl::rewrite(sql))?;
-    let rewritten = crate::window_tvf::rewrite_emit_on_window_close(&rewritten);
+    let (plain, clauses) = crate::connector_ddl::extract(sql)?;
+    let rewritten = crate::window_tvf::normalize(&plain)?;
     let sql = rewritten.as_str();
-    let w = words(sql);
-    let ws: Vec<&str> = w.iter().map(|s| s.as_str()).collect();
+    let Some(w) = Words::of(sql) else {
+        // The parser reports what does not tokenize.
+        return Ok(WeirStatement::Sql(Box::new(parse_sqlparser(sql)?)));
+    };
+    let ws: Vec<&str> = w.words.iter().map(String::as_str).collect();
     match ws.as_slice() {
         [] => return Ok(WeirStatement::Empty),
         ["flush"] => return Ok(WeirStatement::Flush),
@@ -295,9 +378,8 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
             });
         }
         ["drop", "sink", "if", "exists", _] | ["drop", "sink", _] => {
-            let raw = sql.split_whitespace().last().unwrap_or_default();
             return Ok(WeirStatement::DropSink {
-                name: normalize_ident(raw),
+                name: w.ident(ws.len() - 1)?,
                 if_exists: ws.len() == 5,
             });
         }
@@ -305,12 +387,9 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
         | ["release", ..]
         | ["restore", ..]
         | ["rollback", "to", ..]
-        | ["drop", "savepoint", ..] => return parse_savepoint_statement(sql, &ws),
+        | ["drop", "savepoint", ..] => return parse_savepoint_statement(&w, 0),
         ["explain", "restore", ..] | ["explain", "rollback", "to", ..] => {
-            let rest = sql.trim_start()["explain".len()..].trim_start();
-            let w = words(rest);
-            let ws: Vec<&str> = w.iter().map(|s| s.as_str()).collect();
-            return match parse_savepoint_statement(rest, &ws)? {
+            return match parse_savepoint_statement(&w, 1)? {
                 WeirStatement::RestoreSavepoint { name, views, .. } => {
                     Ok(WeirStatement::ExplainRestore { name, views })
                 }
@@ -320,84 +399,53 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
             };
         }
         ["checkpoint"] => return Ok(WeirStatement::Checkpoint),
-        ["alter", "materialized", "view", _name, "resume"] => {
-            let raw = sql.split_whitespace().nth(3).unwrap_or_default();
-            return Ok(WeirStatement::ResumeMaterializedView(normalize_ident(raw)));
+        ["alter", "materialized", "view", _, "resume"] => {
+            return Ok(WeirStatement::ResumeMaterializedView(w.ident(3)?));
         }
-        ["show", "create", "materialized", "view", _name] => {
-            let raw = sql.split_whitespace().nth(4).unwrap_or_default();
-            return Ok(WeirStatement::ShowCreateMaterializedView(normalize_ident(
-                raw,
-            )));
+        ["show", "create", "materialized", "view", _] => {
+            return Ok(WeirStatement::ShowCreateMaterializedView(w.ident(4)?));
         }
-        ["show", name] if *name != "create" => {
-            return Ok(WeirStatement::ShowVariable(
-                name.trim_matches('"').to_string(),
-            ))
+        ["show", first, ..] if *first != "create" => {
+            if let Some((key, _)) = w.key(1).filter(|(_, next)| *next == ws.len()) {
+                return Ok(WeirStatement::ShowVariable(key));
+            }
         }
-        ["set", key, ..] | ["set", "session", key, ..] if key.contains('.') => {
-            if let Some(set) = parse_set_key(sql) {
+        ["set", ..] => {
+            if let Some(set) = parse_set_key(&w) {
                 return Ok(set);
             }
         }
         ["explain", "create", "materialized", ..] => {
-            let inner = sql.trim_start()[7..].trim_start();
-            let stmt = parse_sqlparser(inner)?;
+            let stmt = parse_sqlparser(&w.rest(1))?;
             return Ok(WeirStatement::ExplainCreateMaterializedView(Box::new(stmt)));
         }
         _ => {}
     }
-    if let ["create", "table", ..] = ws.as_slice() {
-        if let Some(stripped) = strip_append_only(sql) {
-            return Ok(WeirStatement::Sql(Box::new(parse_sqlparser(&stripped)?)));
-        }
+    let mut stmt = parse_sqlparser(sql)?;
+    if let Some(clauses) = clauses {
+        clauses.apply(&mut stmt)?;
     }
-    Ok(WeirStatement::Sql(Box::new(parse_sqlparser(sql)?)))
+    Ok(WeirStatement::Sql(Box::new(stmt)))
 }
 
-/// `SET [SESSION] key {= | TO} value` with a dotted key; quotes around the key or value
-/// are removed.
-fn parse_set_key(sql: &str) -> Option<WeirStatement> {
-    let rest = sql.trim().trim_end_matches(';').trim();
-    let rest = rest.get(3..)?.trim_start();
-    let rest = match rest.get(..8) {
-        Some(p) if p.eq_ignore_ascii_case("session ") => rest[8..].trim_start(),
-        _ => rest,
+/// `SET [SESSION] key {= | TO} value` with a dotted key (Flink's keys contain `-`,
+/// which no identifier takes); quotes around the key or value are removed.
+fn parse_set_key(w: &Words) -> Option<WeirStatement> {
+    let k = if w.words.get(1).map(String::as_str) == Some("session") {
+        2
+    } else {
+        1
     };
-    let (key, value) = match rest.find('=') {
-        Some(i) => (&rest[..i], &rest[i + 1..]),
-        None => {
-            let lower = rest.to_ascii_lowercase();
-            let i = lower.find(" to ")?;
-            (&rest[..i], &rest[i + 4..])
-        }
-    };
-    let unquote = |s: &str| {
-        let s = s.trim();
-        let s = s
-            .strip_prefix('\'')
-            .and_then(|x| x.strip_suffix('\''))
-            .or_else(|| s.strip_prefix('"').and_then(|x| x.strip_suffix('"')))
-            .unwrap_or(s);
-        s.to_string()
-    };
-    let key = unquote(key).to_ascii_lowercase();
-    if key.is_empty() || key.contains(char::is_whitespace) {
+    let (key, next) = w.key(k)?;
+    if !key.contains('.') || !matches!(w.words.get(next)?.as_str(), "=" | "to") {
         return None;
     }
-    Some(WeirStatement::SetKey(key, unquote(value)))
-}
-
-/// RisingWave's `CREATE TABLE ... APPEND ONLY`: accepted as a plain table (Weir's
-/// operators already take the append-only path chunk by chunk), so migrated DDL runs.
-fn strip_append_only(sql: &str) -> Option<String> {
-    let trimmed = sql.trim_end().trim_end_matches(';').trim_end();
-    let lower = trimmed.to_ascii_lowercase();
-    let without = lower
-        .strip_suffix("only")?
-        .trim_end()
-        .strip_suffix("append")?;
-    Some(trimmed[..without.len()].to_string())
+    let value = match (w.token(next + 1), next + 2 == w.at.len()) {
+        (Some(Token::SingleQuotedString(s)), true) => s.clone(),
+        (Some(Token::Word(t)), true) if t.quote_style.is_some() => t.value.clone(),
+        _ => w.rest(next + 1),
+    };
+    Some(WeirStatement::SetKey(key.to_ascii_lowercase(), value))
 }
 
 fn parse_sqlparser(sql: &str) -> SqlResult<Statement> {
@@ -457,5 +505,51 @@ mod tests {
         ));
         let e = parse_statement("SELEC 1").unwrap_err();
         assert_eq!(e.code, crate::error::sqlstate::SYNTAX_ERROR);
+    }
+
+    #[test]
+    fn savepoint_statements_read_tokens() {
+        match parse_statement("SAVEPOINT \"my sp\" FOR MATERIALIZED VIEW a, \"B c\";").unwrap() {
+            WeirStatement::Savepoint { name, views } => {
+                assert_eq!(name, "my sp");
+                assert_eq!(views, Some(vec!["a".to_string(), "B c".to_string()]));
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_statement(
+            "restore materialized view V from savepoint s with (ignore_unclaimed_state = 'true')",
+        )
+        .unwrap()
+        {
+            WeirStatement::RestoreSavepoint {
+                name,
+                views,
+                ignore_unclaimed,
+            } => {
+                assert_eq!((name.as_str(), ignore_unclaimed), ("s", true));
+                assert_eq!(views, Some(vec!["v".to_string()]));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse_statement("EXPLAIN ROLLBACK TO s").unwrap(),
+            WeirStatement::ExplainRestore { name, views: None } if name == "s"
+        ));
+        for bad in [
+            "RESTORE ALL FROM SAVEPOINT s WITH (colour = 1)",
+            "SAVEPOINT s FOR MATERIALIZED VIEW a b",
+            "RESTORE ALL FROM SAVEPOINT",
+        ] {
+            let e = parse_statement(bad).unwrap_err();
+            assert_eq!(e.code, crate::error::sqlstate::SYNTAX_ERROR, "{bad}");
+        }
+        assert!(matches!(
+            parse_statement("SHOW pipeline.max-parallelism").unwrap(),
+            WeirStatement::ShowVariable(k) if k == "pipeline.max-parallelism"
+        ));
+        assert!(matches!(
+            parse_statement("drop sink if exists \"K\"").unwrap(),
+            WeirStatement::DropSink { name, if_exists: true } if name == "K"
+        ));
     }
 }

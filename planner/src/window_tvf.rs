@@ -37,8 +37,8 @@
 //! after `TUMBLE(bid, ...)` resolves as in Flink and RisingWave.
 //!
 //! `... EMIT ON WINDOW CLOSE` at the end of CREATE MATERIALIZED VIEW becomes the view
-//! option `emit_on_window_close`: the top aggregation then emits each window once,
-//! when the watermark closes it.
+//! option `emit_on_window_close` (see `connector_ddl`): the top aggregation then emits
+//! each window once, when the watermark closes it.
 
 use crate::error::{SqlError, SqlResult};
 use datafusion::sql::sqlparser::ast::{
@@ -620,43 +620,6 @@ fn windows_per_row(func: &str, step_name: &str, step: &Expr, size: &Expr) -> Sql
     Ok((step_ms, copies))
 }
 
-/// The view option `EMIT ON WINDOW CLOSE` turns into.
-pub const EMIT_ON_WINDOW_CLOSE: &str = "emit_on_window_close";
-
-/// RisingWave's `CREATE MATERIALIZED VIEW v AS <query> EMIT ON WINDOW CLOSE` becomes
-/// the view option `emit_on_window_close = 'true'` (merged into an existing `WITH`).
-pub fn rewrite_emit_on_window_close(sql: &str) -> String {
-    let (words, groups) = crate::connector_ddl::scan(sql);
-    let lower: Vec<String> = words
-        .iter()
-        .map(|&(a, b)| sql[a..b].to_ascii_lowercase())
-        .collect();
-    let w: Vec<&str> = lower.iter().map(|s| s.as_str()).collect();
-    let n = w.len();
-    if n < 8
-        || w[..3] != ["create", "materialized", "view"]
-        || w[n - 4..] != ["emit", "on", "window", "close"]
-    {
-        return sql.to_string();
-    }
-    let body = sql[..words[n - 4].0].trim_end();
-    let option = format!("{EMIT_ON_WINDOW_CLOSE} = 'true'");
-    // An existing WITH (...) before AS: add the option to it.
-    let Some(as_at) = w.iter().position(|x| *x == "as") else {
-        return sql.to_string();
-    };
-    let as_start = words[as_at].0;
-    if let Some(with_at) = w[..as_at].iter().position(|x| *x == "with") {
-        if let Some(&(open, _)) = groups
-            .iter()
-            .find(|(g, _)| *g > words[with_at].1 && *g < as_start)
-        {
-            return format!("{}{option}, {}", &body[..open + 1], &body[open + 1..]);
-        }
-    }
-    format!("{}WITH ({option}) {}", &body[..as_start], &body[as_start..])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -799,22 +762,6 @@ mod tests {
             "SELECT * FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(ts)))"
         )
         .is_err());
-    }
-
-    #[test]
-    fn emit_on_window_close_becomes_an_option() {
-        assert_eq!(
-            rewrite_emit_on_window_close(
-                "CREATE MATERIALIZED VIEW v AS SELECT 1 FROM t EMIT ON WINDOW CLOSE"
-            ),
-            "CREATE MATERIALIZED VIEW v WITH (emit_on_window_close = 'true') AS SELECT 1 FROM t"
-        );
-        assert_eq!(
-            rewrite_emit_on_window_close("create materialized view v with (parallelism = 2) as select 1 from t emit on window close;"),
-            "create materialized view v with (emit_on_window_close = 'true', parallelism = 2) as select 1 from t"
-        );
-        let plain = "CREATE MATERIALIZED VIEW v AS SELECT 'emit on window close' FROM t";
-        assert_eq!(rewrite_emit_on_window_close(plain), plain);
     }
 
     #[test]

@@ -32,8 +32,8 @@ fn options(ct: &CreateTable) -> SqlResult<BTreeMap<String, String>> {
     Ok(out)
 }
 
-/// The option the parser adds to `CREATE SOURCE` (see the planner's `connector_ddl`).
-const SOURCE_OPTION: &str = "weir.source";
+/// The option the parser adds to `CREATE SOURCE`.
+use weir_planner::connector_ddl::SOURCE_OPTION;
 
 /// How an unstored source's rows are made again: `CREATE SOURCE` over a generator
 /// (`nexmark`, `datagen`) keeps no rows. `None` for a table, and for a Kafka source,

@@ -384,7 +384,7 @@ fn view_options(
                     )
                 })?);
             }
-            weir_planner::window_tvf::EMIT_ON_WINDOW_CLOSE => {
+            weir_planner::connector_ddl::EMIT_ON_WINDOW_CLOSE => {
                 opts.emit_on_window_close = option_text(value) == "true";
             }
             "restore_from" => {

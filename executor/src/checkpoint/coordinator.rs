@@ -12,6 +12,7 @@
 //! job's next upload, so the chain of delta files stays complete.
 
 use super::config::CheckpointConfig;
+use super::restore::JobStart;
 use super::stats::{CheckpointHistory, CheckpointRecord, CheckpointStatus};
 use super::uploader::{JobUploader, UploadDone, WorkerMsg};
 use crate::actor::ActorId;
@@ -23,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 use tokio::sync::{broadcast, mpsc, watch};
-use weir_storage::checkpoint_meta::{CheckpointMetadata, UidState};
+
 use weir_storage::object_storage::ObjectStorage;
 use weir_storage::state_snapshot::StateDelta;
 
@@ -71,17 +72,6 @@ struct JobEntry {
     consecutive_failures: u32,
     /// Positions of each retained checkpoint (what the table logs must keep).
     retained_positions: BTreeMap<Epoch, BTreeMap<String, u64>>,
-}
-
-/// What a job starts from: its restored chain and retained checkpoints (empty for a
-/// new job).
-#[derive(Default, Clone)]
-pub struct JobStart {
-    pub chain: Vec<UidState>,
-    pub retained: Vec<CheckpointMetadata>,
-    /// State the first checkpoint must upload in full (a job restored from a
-    /// savepoint starts a new chain: savepoint files are never referenced).
-    pub carry: Vec<weir_storage::state_snapshot::StateDelta>,
 }
 
 pub struct CheckpointCoordinator {
@@ -318,7 +308,7 @@ impl CheckpointCoordinator {
                 incremental_size: 0,
                 path: self
                     .storage
-                    .location(&super::uploader::checkpoint_dir(id, epoch)),
+                    .location(&super::restore::checkpoint_dir(id, epoch)),
                 failure: None,
             });
             scope.jobs.insert(id);

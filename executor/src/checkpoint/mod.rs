@@ -17,4 +17,5 @@ pub mod stats;
 pub mod uploader;
 
 pub use config::{CheckpointConfig, CheckpointMode, FailoverStrategy, JobConfig, RestartStrategy};
-pub use coordinator::{CheckpointCoordinator, CheckpointPart, CheckpointScope, JobStart};
+pub use coordinator::{CheckpointCoordinator, CheckpointPart, CheckpointScope};
+pub use restore::JobStart;

@@ -4,14 +4,32 @@
 //! checksum (or is missing) is skipped with a log line and a
 //! `checkpointRestoreFallbacks` metric, and the one before it is tried.
 
-use super::coordinator::JobStart;
-use super::uploader::metadata_key;
 use crate::barrier::Epoch;
 use crate::metrics::metrics;
 use std::collections::HashMap;
 use weir_storage::checkpoint_meta::{self, CheckpointMetadata, UidState};
 use weir_storage::object_storage::ObjectStorage;
 use weir_storage::state_snapshot::{self, DeltaData, RowChange, StateKind};
+
+/// What a job starts from: its restored chain and retained checkpoints (empty for a
+/// new job).
+#[derive(Default, Clone)]
+pub struct JobStart {
+    pub chain: Vec<UidState>,
+    pub retained: Vec<CheckpointMetadata>,
+    /// State the first checkpoint must upload in full (a job restored from a
+    /// savepoint starts a new chain: savepoint files are never referenced).
+    pub carry: Vec<weir_storage::state_snapshot::StateDelta>,
+}
+
+/// Where checkpoint `epoch` of `job` lives, under the checkpoint storage.
+pub fn checkpoint_dir(job: u64, epoch: Epoch) -> String {
+    format!("checkpoints/{job}/chk-{epoch}")
+}
+
+pub fn metadata_key(job: u64, epoch: Epoch) -> String {
+    format!("{}/_metadata", checkpoint_dir(job, epoch))
+}
 
 /// A live keyed-state entry: `(key_group, key, value)`.
 pub type KeyedRow = (u32, Vec<u8>, Vec<u8>);

@@ -10,7 +10,7 @@
 //! `incremental = false` every checkpoint rewrites a full base per uid.
 
 use super::config::CheckpointConfig;
-use super::coordinator::JobStart;
+use super::restore::{metadata_key, JobStart};
 use crate::barrier::Epoch;
 use crate::chunk::StreamChunk;
 use crate::deploy::is_inflight_uid;
@@ -43,14 +43,6 @@ pub struct UploadDone {
     pub result: std::result::Result<CheckpointMetadata, String>,
     /// Positions of every retained checkpoint after this one.
     pub retained: Vec<(Epoch, BTreeMap<String, u64>)>,
-}
-
-pub fn checkpoint_dir(job: u64, epoch: Epoch) -> String {
-    format!("checkpoints/{job}/chk-{epoch}")
-}
-
-pub fn metadata_key(job: u64, epoch: Epoch) -> String {
-    format!("{}/_metadata", checkpoint_dir(job, epoch))
 }
 
 /// Object keys may not contain every character a uid can.

@@ -443,7 +443,7 @@ impl HashAggOperator {
         let columns = self
             .key_converter
             .convert_rows(keys.iter().map(|k| parser.parse(k)))?;
-        let late = crate::watermark::below_mask(&columns[col], below)?;
+        let late = crate::chunk::below_mask(&columns[col], below)?;
         Ok(keys
             .into_iter()
             .enumerate()

@@ -460,9 +460,9 @@ impl HashJoinOperator {
             }
             let parser = conv.parser();
             let cols = conv.convert_rows(keys.iter().map(|key| parser.parse(key)))?;
-            let mut late = crate::watermark::below_mask(&cols[moved[0].0], &moved[0].1)?;
+            let mut late = crate::chunk::below_mask(&cols[moved[0].0], &moved[0].1)?;
             for (k, below) in &moved[1..] {
-                let more = crate::watermark::below_mask(&cols[*k], below)?;
+                let more = crate::chunk::below_mask(&cols[*k], below)?;
                 late = arrow::compute::or(&late, &more)?;
             }
             for (i, key) in keys.iter().enumerate() {
@@ -493,7 +493,7 @@ impl HashJoinOperator {
             };
             let rows: Vec<&[u8]> = bucket.entries.iter().map(|e| e.row.as_slice()).collect();
             let cols = self.columns_of(s, &rows)?;
-            let dead = crate::watermark::below_mask(&cols[col], &below)?;
+            let dead = crate::chunk::below_mask(&cols[col], &below)?;
             if dead.true_count() == 0 {
                 continue;
             }
