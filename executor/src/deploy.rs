@@ -132,7 +132,6 @@ pub(crate) async fn deploy_view(
     if frags.is_empty() {
         return Err(ExecError::Internal("empty stream graph".into()));
     }
-    let max_p = rt.config.max_parallelism;
     let store = Arc::new(RelationStore::new(name, spec.schema.clone())?);
     rt.index_store(name, &store)?;
     let health = Arc::new(JobHealth::new(job, store.clone(), rt.failures_tx.clone()));
@@ -154,16 +153,7 @@ pub(crate) async fn deploy_view(
         .iter()
         .map(|f| if f.single { 1 } else { parallelism as usize })
         .collect();
-    let Wiring {
-        mut receivers,
-        mut outputs,
-        mut lane_rx,
-        mut sides,
-        subscriptions,
-        backfill,
-        upstream_names,
-        replayed,
-    } = wire(
+    let mut wiring = wire(
         rt,
         w,
         job,
@@ -173,92 +163,31 @@ pub(crate) async fn deploy_view(
         restored.as_ref(),
     )?;
     let last = frags.len() - 1;
-    for (d, out) in outputs[last].iter_mut().enumerate() {
+    for (d, out) in wiring.outputs[last].iter_mut().enumerate() {
         *out = Some(ActorOutput::Hub {
             hub: hub.clone(),
             index: d,
         });
     }
-
-    let mut total = 0;
-    let mut actors = Vec::new();
-    let job_name: Arc<str> = name.into();
-    // A job that never checkpoints keeps no deltas.
-    let track = spec.config.checkpoint.interval.is_some();
-    // A sink stores no rows: nothing to derive, and re-emitting an aggregation's rows on
-    // restore would send them to the sink again.
-    let derived = rows_derived_from_state(graph) && !graph.is_sink();
-    // Checkpoints written before rows were derived still carry the rows: use them.
-    let reemit = derived
-        && restored
-            .as_ref()
-            .is_some_and(|r| !r.rows.contains_key(&graph.output_uid));
-    for (gi, frag) in frags.iter().enumerate() {
-        for d in (0..counts[gi]).rev() {
-            let range = KeyGroupRange::for_actor(d as u32, counts[gi] as u32, max_p);
-            let ctx = BuildContext {
-                backend: rt.backend.clone(),
-                restore: StateRestore {
-                    max_parallelism: max_p,
-                    key_groups: range,
-                    restored: restored.is_some(),
-                    // Only the last fragment's output is the (unstored) view rows; an
-                    // earlier operator re-emitting would feed state that already counts it.
-                    reemit: reemit && gi == last,
-                    track_changes: track,
-                },
-            };
-            let mut chain = frag
-                .chain
-                .iter()
-                .map(|s| s.spec().build(&ctx))
-                .collect::<Result<Vec<_>>>()?;
-            if gi == last {
-                chain.push(match &graph.sink {
-                    None => Box::new(MaterializeOperator::new(
-                        store.clone(),
-                        graph.output_uid.clone(),
-                        track && !derived,
-                    )),
-                    Some(sink) => sink_operator(rt, job, name, graph, sink, restored.as_ref())?,
-                });
-            }
-            let output = outputs[gi][d].take().ok_or_else(|| {
-                ExecError::Internal(format!("fragment {} has no consumer", frag.id))
-            })?;
-            let prefix = inflight_uid(name, frag.id, d);
-            let initial = match &restored {
-                Some(r) => overtaken_data(r, &prefix, &sides[gi][d])?,
-                None => Vec::new(),
-            };
-            let setup = lane_rx[gi]
-                .get_mut(d)
-                .and_then(Option::take)
-                .map(|lane| UnalignedSetup {
-                    lane,
-                    aligned_timeout: spec.config.checkpoint.aligned_checkpoint_timeout,
-                    inflight_uid: prefix,
-                });
-            actors.push((
-                Actor {
-                    id: rt.next_actor_id(),
-                    job,
-                    job_name: job_name.clone(),
-                    inputs: receivers[gi].pop().expect("receivers per actor"),
-                    input_sides: std::mem::take(&mut sides[gi][d]),
-                    chain,
-                    output,
-                    acks: rt.coordinator.ack_sender(),
-                    checkpoints: rt.checkpoints.part_sender(),
-                    mode: spec.config.checkpoint.mode,
-                    health: health.clone(),
-                },
-                setup,
-                initial,
-            ));
-            total += 1;
-        }
-    }
+    let build = ActorBuild {
+        rt,
+        job,
+        name,
+        spec: &spec,
+        store: &store,
+        health: &health,
+        restored: restored.as_ref(),
+        counts: &counts,
+    };
+    let actors = build.actors(&mut wiring)?;
+    let total = actors.len();
+    let Wiring {
+        subscriptions,
+        backfill,
+        upstream_names,
+        replayed,
+        ..
+    } = wiring;
     rt.coordinator.add_actors(total);
     rt.coordinator.register_store(store.clone());
     let sources: Vec<String> = upstream_names
@@ -289,6 +218,113 @@ pub(crate) async fn deploy_view(
         parallelism,
         view: Some(spec),
     })
+}
+
+/// What building one view's actors needs.
+struct ActorBuild<'a> {
+    rt: &'a Arc<Runtime>,
+    job: u64,
+    name: &'a str,
+    spec: &'a ViewSpec,
+    store: &'a Arc<RelationStore>,
+    health: &'a Arc<JobHealth>,
+    restored: Option<&'a RestoredJob>,
+    /// Actors per fragment.
+    counts: &'a [usize],
+}
+
+impl ActorBuild<'_> {
+    /// Every fragment's actors on the wired channels, with their unaligned setup and
+    /// the data a restored unaligned checkpoint overtook.
+    fn actors(&self, wiring: &mut Wiring) -> Result<Vec<ReadyActor>> {
+        let frags = &self.spec.graph.fragments;
+        let job_name: Arc<str> = self.name.into();
+        let mut actors = Vec::new();
+        for (gi, frag) in frags.iter().enumerate() {
+            for d in (0..self.counts[gi]).rev() {
+                let chain = self.chain(gi, d)?;
+                let output = wiring.outputs[gi][d].take().ok_or_else(|| {
+                    ExecError::Internal(format!("fragment {} has no consumer", frag.id))
+                })?;
+                let prefix = inflight_uid(self.name, frag.id, d);
+                let initial = match self.restored {
+                    Some(r) => overtaken_data(r, &prefix, &wiring.sides[gi][d])?,
+                    None => Vec::new(),
+                };
+                let setup = wiring.lane_rx[gi]
+                    .get_mut(d)
+                    .and_then(Option::take)
+                    .map(|lane| UnalignedSetup {
+                        lane,
+                        aligned_timeout: self.spec.config.checkpoint.aligned_checkpoint_timeout,
+                        inflight_uid: prefix,
+                    });
+                let actor = Actor {
+                    id: self.rt.next_actor_id(),
+                    job: self.job,
+                    job_name: job_name.clone(),
+                    inputs: wiring.receivers[gi].pop().expect("receivers per actor"),
+                    input_sides: std::mem::take(&mut wiring.sides[gi][d]),
+                    chain,
+                    output,
+                    acks: self.rt.coordinator.ack_sender(),
+                    checkpoints: self.rt.checkpoints.part_sender(),
+                    mode: self.spec.config.checkpoint.mode,
+                    health: self.health.clone(),
+                };
+                actors.push((actor, setup, initial));
+            }
+        }
+        Ok(actors)
+    }
+
+    /// The operators of actor `d` of fragment `gi`, built from their specs; the last
+    /// fragment ends in the view's Materialize or the sink.
+    fn chain(&self, gi: usize, d: usize) -> Result<Vec<Box<dyn Operator>>> {
+        let graph = &self.spec.graph;
+        let last = graph.fragments.len() - 1;
+        let max_p = self.rt.config.max_parallelism;
+        // A job that never checkpoints keeps no deltas.
+        let track = self.spec.config.checkpoint.interval.is_some();
+        // A sink stores no rows: nothing to derive, and re-emitting an aggregation's
+        // rows on restore would send them to the sink again.
+        let derived = rows_derived_from_state(graph) && !graph.is_sink();
+        // Checkpoints written before rows were derived still carry the rows: use them.
+        let reemit = derived
+            && self
+                .restored
+                .is_some_and(|r| !r.rows.contains_key(&graph.output_uid));
+        let ctx = BuildContext {
+            backend: self.rt.backend.clone(),
+            restore: StateRestore {
+                max_parallelism: max_p,
+                key_groups: KeyGroupRange::for_actor(d as u32, self.counts[gi] as u32, max_p),
+                restored: self.restored.is_some(),
+                // Only the last fragment's output is the (unstored) view rows; an
+                // earlier operator re-emitting would feed state that already counts it.
+                reemit: reemit && gi == last,
+                track_changes: track,
+            },
+        };
+        let mut chain = graph.fragments[gi]
+            .chain
+            .iter()
+            .map(|s| s.spec().build(&ctx))
+            .collect::<Result<Vec<_>>>()?;
+        if gi == last {
+            chain.push(match &graph.sink {
+                None => Box::new(MaterializeOperator::new(
+                    self.store.clone(),
+                    graph.output_uid.clone(),
+                    track && !derived,
+                )),
+                Some(sink) => {
+                    sink_operator(self.rt, self.job, self.name, graph, sink, self.restored)?
+                }
+            });
+        }
+        Ok(chain)
+    }
 }
 
 /// Chunks an actor processes before its inputs, each with the input it came from.

@@ -278,10 +278,7 @@ fn watermark(clauses: &mut Clauses, item: Vec<Token>) -> SqlResult<()> {
 /// The clauses after the column list: `APPEND ONLY`, `INCLUDE`, `WITH (...)`, `FORMAT
 /// ... ENCODE ...`. Returns the tokens left (anything the parser reads itself) and the
 /// options, `WITH`'s first.
-fn table_clauses(
-    t: &[Token],
-    clauses: &mut Clauses,
-) -> SqlResult<(Vec<Token>, Options)> {
+fn table_clauses(t: &[Token], clauses: &mut Clauses) -> SqlResult<(Vec<Token>, Options)> {
     let mut left = Vec::new();
     let mut with = Vec::new();
     let mut after = Vec::new();
