@@ -13,7 +13,10 @@
 //!   table write durable before it is acknowledged, and replays it on recovery.
 //! - [`meta_store`]: atomic files under `meta/` (the catalog).
 //! - [`codec`]: Arrow IPC encoding of change batches used by the table log.
-//! - [`object_storage`]: `ObjectStorage`, checkpoints' home: a local folder or S3.
+//! - [`object_storage`]: `ObjectStorage`, checkpoints' home: a local folder or S3;
+//!   conditional writes (create-if-absent, replace-if-unchanged) where the store has them.
+//! - [`leader_lease`]: the high-availability leader lease, one object renewed by
+//!   conditional writes.
 //! - [`state_snapshot`]: operator state as Arrow IPC files (deltas and bases).
 //! - [`checkpoint_meta`]: a checkpoint's `_metadata` (state files, source positions,
 //!   checksums, format version).
@@ -25,6 +28,7 @@ pub mod checkpoint_meta;
 pub mod codec;
 pub mod failpoint;
 pub mod key_group;
+pub mod leader_lease;
 pub mod meta_store;
 pub mod object_storage;
 pub mod rocksdb_backend;

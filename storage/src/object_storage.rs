@@ -10,7 +10,7 @@ use crate::{Result, StorageError};
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -232,5 +232,86 @@ mod tests {
         assert_eq!(s.list("a").await.unwrap(), vec![("a/b/c".to_string(), 5)]);
         s.delete_prefix("a").await.unwrap();
         assert!(s.list("a").await.unwrap().is_empty());
+    }
+}
+
+/// The version of an object that a conditional write must find: its ETag, and its
+/// version id where the store keeps versions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectVersion {
+    e_tag: Option<String>,
+    version: Option<String>,
+}
+
+impl ObjectVersion {
+    fn of(e_tag: Option<String>, version: Option<String>) -> Self {
+        ObjectVersion { e_tag, version }
+    }
+}
+
+/// What a conditional write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conditional {
+    /// Written; the object's new version.
+    Written(ObjectVersion),
+    /// Not written: the object exists (create) or changed (replace).
+    Conflict,
+}
+
+impl ObjectStorage {
+    /// Writes `key` only if it does not exist yet (S3 `If-None-Match: *`).
+    pub async fn create(&self, key: &str, bytes: Bytes) -> Result<Conditional> {
+        self.put_mode(key, bytes, PutMode::Create).await
+    }
+
+    /// Replaces `key` only if it is still at `expected` (S3 `If-Match: <etag>`). Needs
+    /// a store with conditional updates: S3 and S3-compatible endpoints, not a local
+    /// folder.
+    pub async fn replace(
+        &self,
+        key: &str,
+        bytes: Bytes,
+        expected: &ObjectVersion,
+    ) -> Result<Conditional> {
+        let mode = PutMode::Update(UpdateVersion {
+            e_tag: expected.e_tag.clone(),
+            version: expected.version.clone(),
+        });
+        self.put_mode(key, bytes, mode).await
+    }
+
+    async fn put_mode(&self, key: &str, bytes: Bytes, mode: PutMode) -> Result<Conditional> {
+        self.failpoint("object-store.put").await?;
+        let opts = PutOptions {
+            mode,
+            ..Default::default()
+        };
+        match self
+            .store
+            .put_opts(&self.path(key), PutPayload::from_bytes(bytes), opts)
+            .await
+        {
+            Ok(r) => Ok(Conditional::Written(ObjectVersion::of(r.e_tag, r.version))),
+            // A replace of a key that is gone conflicts too: someone deleted it.
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. }
+                | object_store::Error::NotFound { .. },
+            ) => Ok(Conditional::Conflict),
+            Err(e) => Err(os_err(e)),
+        }
+    }
+
+    /// The object and its version; `None` when it does not exist.
+    pub async fn get_versioned(&self, key: &str) -> Result<Option<(Bytes, ObjectVersion)>> {
+        self.failpoint("object-store.get").await?;
+        match self.store.get(&self.path(key)).await {
+            Ok(r) => {
+                let version = ObjectVersion::of(r.meta.e_tag.clone(), r.meta.version.clone());
+                Ok(Some((r.bytes().await.map_err(os_err)?, version)))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(os_err(e)),
+        }
     }
 }
