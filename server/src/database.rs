@@ -48,6 +48,7 @@ pub struct Database {
 
 impl Database {
     pub async fn open(config: Config) -> Result<Arc<Database>, String> {
+        crate::cluster::refuse_until_built(&config)?;
         std::fs::create_dir_all(config.data_dir.join("tables"))
             .map_err(|e| format!("cannot create data dir {}: {e}", config.data_dir.display()))?;
         let meta = MetaStore::open(&config.data_dir).map_err(|e| e.to_string())?;

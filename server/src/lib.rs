@@ -2,6 +2,7 @@
 //!
 //! Module map:
 //! - [`config`]: `weir.toml` and defaults.
+//! - [`cluster`]: high-availability settings (`high-availability.*`).
 //! - [`database`]: `Database`: recovery at startup; statements go to [`statements`].
 //! - [`statements`]: the statement router, and one file per newer statement kind
 //!   (plain views, SQL functions, COPY, DEALLOCATE / DISCARD / RESET, transactions).
@@ -26,6 +27,7 @@ pub mod bench;
 pub mod bench_kafka;
 pub mod bench_nexmark;
 pub mod catalog;
+pub mod cluster;
 pub mod config;
 pub mod connector;
 pub mod database;

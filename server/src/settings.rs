@@ -69,6 +69,13 @@ pub const SERVER_KEYS: &[(&str, &str)] = &[
     ("s3.access-key-id", ""),
     ("s3.secret-access-key", ""),
     ("s3.allow-http", "false"),
+    // High availability (`crate::cluster`): Flink's names where they fit.
+    ("high-availability.type", "none"),
+    ("high-availability.storageDir", ""),
+    ("high-availability.cluster-id", "default"),
+    ("high-availability.leader-election.lease-duration", "15s"),
+    ("high-availability.leader-election.renew-deadline", "15s"),
+    ("high-availability.leader-election.retry-period", "5s"),
 ];
 
 pub fn is_job_key(key: &str) -> bool {
@@ -137,6 +144,8 @@ pub fn validate(key: &str, value: &str) -> Result<(), String> {
         number::<u16>(key, value).map(|_| ())
     } else if key == "s3.allow-http" {
         boolean(key, value).map(|_| ())
+    } else if key.starts_with("high-availability.") {
+        crate::cluster::validate(key, value)
     } else if key == "state.backend.type" {
         match value.trim().to_ascii_lowercase().as_str() {
             "hashmap" | "rocksdb" => Ok(()),

@@ -119,3 +119,31 @@ async fn members_that_start_at_once_elect_exactly_one_leader() {
         assert_eq!(leaders, 1, "run {run}: {leaders} leaders");
     }
 }
+
+/// Until the server runs the election, asking for HA is refused at startup with a
+/// clear message instead of silently running one unprotected process.
+#[test]
+fn a_server_configured_for_ha_refuses_to_start_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weir.toml");
+    std::fs::write(
+        &config,
+        "[high-availability]\ntype = \"object-store\"\nstorageDir = \"s3://b/ha\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(weir_sql_tests::process::weir_binary())
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .expect("run weir");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "weir started with HA configured");
+    assert!(
+        stderr.contains("high-availability.type = object-store is not available yet"),
+        "{stderr}"
+    );
+}

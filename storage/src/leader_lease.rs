@@ -67,9 +67,14 @@ impl Default for LeaseTimings {
 /// A member's role after one round of the election.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
-    Leader { epoch: u64 },
+    Leader {
+        epoch: u64,
+    },
     /// `leader`: the holder of the current record (`None`: no record yet).
-    Standby { leader: Option<String>, epoch: u64 },
+    Standby {
+        leader: Option<String>,
+        epoch: u64,
+    },
 }
 
 /// One member's side of the election.
@@ -92,7 +97,12 @@ fn now_ms() -> i64 {
 }
 
 impl LeaderLease {
-    pub fn new(storage: ObjectStorage, cluster_id: &str, member: &str, timings: LeaseTimings) -> Self {
+    pub fn new(
+        storage: ObjectStorage,
+        cluster_id: &str,
+        member: &str,
+        timings: LeaseTimings,
+    ) -> Self {
         LeaderLease {
             storage,
             key: format!("{cluster_id}/leader-lease"),
@@ -181,7 +191,11 @@ impl LeaderLease {
     /// the record back: ours (it landed), another member's (it did not, and we lost),
     /// or the one we meant to replace (it did not: the error stands, retried next
     /// round).
-    async fn write(&mut self, record: LeaseRecord, expected: Option<ObjectVersion>) -> Result<Role> {
+    async fn write(
+        &mut self,
+        record: LeaseRecord,
+        expected: Option<ObjectVersion>,
+    ) -> Result<Role> {
         let bytes = to_bytes(&record)?;
         let result = match &expected {
             None => self.storage.create(&self.key, bytes).await,
