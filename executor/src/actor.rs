@@ -376,14 +376,7 @@ impl Actor {
             if let Some(c) = &mut l.cut {
                 self.drain_overtaken(c, &mut l.stash);
             }
-            self.advance_cut(
-                &mut l.cut,
-                &mut l.last_cut,
-                &unaligned,
-                &l.stash,
-                &mut clock,
-            )
-            .await;
+            self.advance_cut(&mut l, &unaligned, &mut clock).await;
             let waited = Instant::now();
             let event = self.next_event(&mut l, &mut unaligned).await;
             clock.idle += waited.elapsed();
@@ -393,14 +386,7 @@ impl Actor {
             if !self.on_event(event, &mut l, &mut clock).await {
                 return;
             }
-            self.advance_cut(
-                &mut l.cut,
-                &mut l.last_cut,
-                &unaligned,
-                &l.stash,
-                &mut clock,
-            )
-            .await;
+            self.advance_cut(&mut l, &unaligned, &mut clock).await;
             self.process_aligned_barriers(&mut l, unaligned.is_none(), &mut clock)
                 .await;
         }
@@ -547,12 +533,16 @@ impl Actor {
     /// Takes the cut when it is due, and reports it once every marker is in.
     async fn advance_cut(
         &mut self,
-        cut: &mut Option<Cut>,
-        last_cut: &mut u64,
+        l: &mut Loop,
         unaligned: &Option<UnalignedSetup>,
-        stash: &[VecDeque<Option<Message>>],
         clock: &mut ActorClock,
     ) {
+        let Loop {
+            cut,
+            last_cut,
+            stash,
+            ..
+        } = l;
         let Some(c) = cut else {
             return;
         };

@@ -85,6 +85,22 @@ impl ConnectorOptions {
     }
 }
 
+/// The parser registered under `name` (any case) in a connector registry; 0A000
+/// listing the registered names otherwise. `what` says which registry ("sink ").
+pub(crate) fn registered<P: Copy>(registry: &[(&str, P)], name: &str, what: &str) -> Result<P> {
+    registry
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, p)| *p)
+        .ok_or_else(|| {
+            let known: Vec<&str> = registry.iter().map(|(n, _)| *n).collect();
+            ExecError::Unsupported(format!(
+                "{what}connector '{name}' is not supported yet (supported: {})",
+                known.join(", ")
+            ))
+        })
+}
+
 pub(crate) fn invalid(msg: impl Into<String>) -> ExecError {
     ExecError::InvalidParameter(msg.into())
 }

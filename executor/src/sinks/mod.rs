@@ -85,16 +85,7 @@ pub fn from_options(mut options: ConnectorOptions, target: &SinkTarget<'_>) -> R
             "a sink needs connector = '...'".into(),
         ));
     };
-    let Some((_, parse)) = CONNECTORS
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(&name))
-    else {
-        let known: Vec<&str> = CONNECTORS.iter().map(|(n, _)| *n).collect();
-        return Err(ExecError::Unsupported(format!(
-            "sink connector '{name}' is not supported yet (supported: {})",
-            known.join(", ")
-        )));
-    };
+    let parse = crate::connector_options::registered(CONNECTORS, &name, "sink ")?;
     // RisingWave's `type = 'append-only' | 'upsert'`: the format says it here.
     options.take("type");
     let spec = parse(&mut options, target)?;

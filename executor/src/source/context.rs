@@ -62,6 +62,12 @@ impl SourceContext {
         })
     }
 
+    /// Whether the table still exists (a connector with nothing to write asks, to
+    /// stop once it is dropped).
+    pub fn is_open(&self) -> bool {
+        self.with_table(|_| Box::pin(async {})).is_some()
+    }
+
     /// Appends `chunk`, logged with `positions` as one entry. `None`: the table is gone.
     pub fn write(&self, chunk: StreamChunk, positions: SourcePositions) -> Option<Result<()>> {
         self.with_table(|t| Box::pin(t.write_from_source(chunk, positions)))

@@ -78,16 +78,7 @@ pub fn from_options(
             None => Ok(None),
         };
     };
-    let Some((_, parse)) = CONNECTORS
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(&name))
-    else {
-        let known: Vec<&str> = CONNECTORS.iter().map(|(n, _)| *n).collect();
-        return Err(ExecError::Unsupported(format!(
-            "connector '{name}' is not supported (supported: {})",
-            known.join(", ")
-        )));
-    };
+    let parse = crate::connector_options::registered(CONNECTORS, &name, "")?;
     let spec = parse(&mut options, table)?;
     options.finish(&format!("{} connector", name.to_ascii_lowercase()))?;
     Ok(Some(spec))

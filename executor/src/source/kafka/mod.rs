@@ -448,7 +448,7 @@ impl<'a> Reader<'a> {
     fn write_batch(&mut self, p: &Polled, d: &Decoded) -> Result<bool> {
         let next = self.positions_after(&p.records);
         if next == self.positions {
-            return Ok(self.ctx.start().is_some());
+            return Ok(self.ctx.is_open());
         }
         match self.write(d, p.records.len(), next.clone()) {
             None => Ok(false),
