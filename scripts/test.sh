@@ -41,6 +41,8 @@ MOTO_PID=$!
 trap 'kill $MOTO_PID 2>/dev/null || true' EXIT
 wait_for_port "$S3_PORT" 100 "$LOGS/weir-moto.log"
 export WEIR_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
+# The HA outage test starts (and pauses) an endpoint of its own with this binary.
+export WEIR_TEST_MOTO_SERVER="$VENV/bin/moto_server"
 
 # A Kafka-protocol broker (tansu, see scripts/kafka-broker.sh).
 KAFKA_PORT="${WEIR_TEST_KAFKA_PORT:-$(free_port)}"

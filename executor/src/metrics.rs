@@ -8,7 +8,9 @@
 //! `checkpointAlignmentTime`. The `...PerSecond` gauges are rates over the last second,
 //! computed by a sampler from cumulative counters.
 
-use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 use std::sync::OnceLock;
 
 pub struct Metrics {
@@ -32,6 +34,13 @@ pub struct Metrics {
     pub source_bad_records: IntCounterVec,
     pub sink_records_in: IntCounterVec,
     pub state_keys_cleaned: IntCounterVec,
+    /// High availability (no labels): 1 while this member leads.
+    pub ha_is_leader: IntGauge,
+    pub ha_lease_renewals: IntCounter,
+    pub ha_lease_renewal_failures: IntCounter,
+    /// Seconds to write one cluster log segment (the acknowledgement's extra latency).
+    pub ha_log_upload_seconds: Histogram,
+    pub ha_log_records: IntCounter,
 }
 
 fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
@@ -46,6 +55,18 @@ fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterV
     c
 }
 
+fn register<M: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: M) -> M {
+    r.register(Box::new(m.clone())).expect("register");
+    m
+}
+
+fn plain_counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    register(
+        r,
+        IntCounter::with_opts(Opts::new(name, help).namespace("weir")).expect("metric"),
+    )
+}
+
 pub fn metrics() -> &'static Metrics {
     static M: OnceLock<Metrics> = OnceLock::new();
     M.get_or_init(|| {
@@ -53,6 +74,39 @@ pub fn metrics() -> &'static Metrics {
         let job = &["job"];
         let actor = &["job", "actor"];
         Metrics {
+            ha_is_leader: register(
+                &r,
+                IntGauge::with_opts(
+                    Opts::new("isLeader", "1 while this member holds the leader lease")
+                        .namespace("weir"),
+                )
+                .expect("metric"),
+            ),
+            ha_lease_renewals: plain_counter(&r, "leaseRenewals", "leader lease renewals"),
+            ha_lease_renewal_failures: plain_counter(
+                &r,
+                "leaseRenewalFailures",
+                "leader lease renewals that failed (store unreachable)",
+            ),
+            ha_log_upload_seconds: register(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "clusterLogUploadSeconds",
+                        "seconds to commit one cluster log segment",
+                    )
+                    .namespace("weir")
+                    .buckets(vec![
+                        0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0,
+                    ]),
+                )
+                .expect("metric"),
+            ),
+            ha_log_records: plain_counter(
+                &r,
+                "clusterLogRecords",
+                "records committed to the cluster log",
+            ),
             source_bad_records: counter(
                 &r,
                 "sourceBadRecords",

@@ -51,6 +51,8 @@ pub struct RuntimeConfig {
     pub savepoint_storage: ObjectStorage,
     /// `state.backend.type`: where operator state's ordered image lives.
     pub state_backend: Arc<dyn StateBackend>,
+    /// With high availability: table logs are committed to this cluster log too.
+    pub log_replica: Option<weir_storage::cluster_log::ClusterLog>,
 }
 
 impl RuntimeConfig {
@@ -368,7 +370,12 @@ impl Runtime {
             for (sync, end) in &unsynced {
                 // Shares the fsync with the statements waiting on the same log.
                 while let Err(e) = sync.wait_durable(*end).await {
-                    tracing::error!(epoch, error = %e, "table log fsync failed; retrying");
+                    if matches!(e, weir_storage::StorageError::Fenced(_)) {
+                        // A deposed leader: this epoch never commits here.
+                        tracing::warn!(epoch, "epoch abandoned: {e}");
+                        return;
+                    }
+                    tracing::error!(epoch, error = %e, "table log sync failed; retrying");
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
             }
@@ -408,6 +415,9 @@ impl Runtime {
     ) -> Result<Vec<StreamChunk>> {
         let started = std::time::Instant::now();
         let (log, entries) = TableLog::open(log_path)?;
+        if let Some(replica) = &self.config.log_replica {
+            log.replicate(replica.clone(), id);
+        }
         let restored = if restore {
             crate::checkpoint::restore::load_latest(&self.checkpoints.storage, id, name).await
         } else {

@@ -42,6 +42,8 @@ pub mod sqlstate {
     pub const OBJECT_IN_USE: &str = "55006";
     pub const UNDEFINED_SAVEPOINT: &str = "3B001";
     pub const DUPLICATE_OBJECT: &str = "42710";
+    pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
+    pub const CANNOT_CONNECT_NOW: &str = "57P03";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -287,6 +289,13 @@ impl From<ExecError> for SqlError {
                 SqlError::new(sqlstate::INVALID_TABLE_DEFINITION, m)
             }
             ExecError::JobFailed(m) => SqlError::new(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, m),
+            ExecError::Storage(weir_storage::StorageError::Fenced(m)) => SqlError::new(
+                sqlstate::READ_ONLY_SQL_TRANSACTION,
+                format!("this member is no longer the leader: {m}"),
+            ),
+            ExecError::Storage(e @ weir_storage::StorageError::Unavailable(_)) => {
+                SqlError::new(sqlstate::CANNOT_CONNECT_NOW, e.to_string())
+            }
             ExecError::Arrow(a) => {
                 if let Some(err) = raised_sql_error(&a) {
                     return err;

@@ -21,6 +21,8 @@ pub enum WeirStatement {
     ShowMaterializedViews,
     ShowCreateMaterializedView(String),
     ShowJobs,
+    /// `SHOW CLUSTER`: the high-availability members, roles and lease.
+    ShowCluster,
     /// `SHOW CHECKPOINTS`: history of checkpoints per job.
     ShowCheckpoints,
     /// `CHECKPOINT`: checkpoint every job now and wait (as Postgres' CHECKPOINT forces one).
@@ -359,6 +361,7 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
         ["show", "tables"] => return Ok(WeirStatement::ShowTables),
         ["show", "materialized", "views"] => return Ok(WeirStatement::ShowMaterializedViews),
         ["show", "jobs"] => return Ok(WeirStatement::ShowJobs),
+        ["show", "cluster"] => return Ok(WeirStatement::ShowCluster),
         ["show", "checkpoints"] => return Ok(WeirStatement::ShowCheckpoints),
         ["show", "savepoints"] => return Ok(WeirStatement::ShowSavepoints),
         ["show", "source", "errors"] => return Ok(WeirStatement::ShowSourceErrors),

@@ -95,11 +95,15 @@ impl Catalog {
         }
     }
 
-    pub fn save(&self, meta: &MetaStore) -> Result<(), String> {
+    /// Writes the catalog (with high availability, committed to the cluster log
+    /// before it returns: a deposed leader's DDL fails with 25006).
+    pub fn save(&self, meta: &MetaStore) -> Result<(), weir_planner::SqlError> {
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let bytes = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
-        meta.write(CATALOG_FILE, &bytes).map_err(|e| e.to_string())
+        let bytes = serde_json::to_vec_pretty(self)
+            .map_err(|e| weir_planner::SqlError::internal(e.to_string()))?;
+        meta.write(CATALOG_FILE, &bytes)
+            .map_err(|e| weir_executor::ExecError::Storage(e).into())
     }
 
     /// See the field: changes with every change to the catalog.

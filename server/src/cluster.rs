@@ -12,10 +12,7 @@
 //! - `high-availability.leader-election.lease-duration` (15 s), `renew-deadline`
 //!   (15 s, at most the lease duration), `retry-period` (5 s, less than the deadline).
 //!
-//! Built so far: the settings and the lease itself (elected, renewed, taken over,
-//! fenced by epoch; `tests/ha_lease.rs`). Not built yet: running the election in the
-//! server, standby read-only sessions, table logs and catalog written to the storage
-//! directory, takeover recovery (a server configured with `object-store` refuses to start and says so).
+//! The member's life (election, standby, takeover) is in [`crate::member`].
 
 use crate::config::Config;
 use weir_storage::leader_lease::LeaseTimings;
@@ -96,19 +93,6 @@ pub fn ha_config(cfg: &Config) -> Result<Option<HaConfig>, String> {
         cluster_id: get(CLUSTER_ID),
         timings,
     }))
-}
-
-/// The server does not run the election yet: a configuration that asks for HA is
-/// refused at startup rather than silently run as a single process.
-pub fn refuse_until_built(cfg: &Config) -> Result<(), String> {
-    match ha_config(cfg)? {
-        None => Ok(()),
-        Some(_) => Err(format!(
-            "{TYPE} = object-store is not available yet: the leader lease is built, but the \
-             server does not run the election, and table logs are not yet written to \
-             {STORAGE_DIR}; use {TYPE} = none"
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -156,6 +156,7 @@ impl Config {
             access_key_id: get("s3.access-key-id"),
             secret_access_key: get("s3.secret-access-key"),
             allow_http: get("s3.allow-http").is_some_and(|v| v == "true"),
+            request_timeout: None,
         }
     }
 }

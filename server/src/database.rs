@@ -44,14 +44,53 @@ pub struct Database {
     pub(crate) schemas: RwLock<Vec<(String, SchemaRef)>>,
     /// Plans of served statements, by shape (see `serving`).
     pub(crate) serving: crate::serving::PlanCache,
+    /// With high availability: this process as a cluster member (it leads).
+    pub(crate) member: Option<Arc<crate::member::Member>>,
 }
+
+/// What a leader of a high-availability cluster opens the database with.
+struct Leadership {
+    member: Arc<crate::member::Member>,
+    log: weir_storage::cluster_log::ClusterLog,
+    lease_epoch: u64,
+}
+
+/// Barrier (and checkpoint) epochs of lease term `t` start at `t × EPOCHS_PER_TERM`: a
+/// deposed leader that completes a checkpoint late can never write the directory of
+/// one its successor writes.
+const EPOCHS_PER_TERM: u64 = 1_000_000_000_000;
 
 impl Database {
     pub async fn open(config: Config) -> Result<Arc<Database>, String> {
-        crate::cluster::refuse_until_built(&config)?;
+        Self::open_with(config, None).await
+    }
+
+    /// Opens the database as the leader of a high-availability cluster: table logs and
+    /// the catalog are committed to `log` before they are acknowledged.
+    pub async fn open_member(
+        config: Config,
+        member: Arc<crate::member::Member>,
+        log: weir_storage::cluster_log::ClusterLog,
+        lease_epoch: u64,
+    ) -> Result<Arc<Database>, String> {
+        let leadership = Leadership {
+            member,
+            log,
+            lease_epoch,
+        };
+        Self::open_with(config, Some(leadership)).await
+    }
+
+    async fn open_with(
+        config: Config,
+        leadership: Option<Leadership>,
+    ) -> Result<Arc<Database>, String> {
         std::fs::create_dir_all(config.data_dir.join("tables"))
             .map_err(|e| format!("cannot create data dir {}: {e}", config.data_dir.display()))?;
         let meta = MetaStore::open(&config.data_dir).map_err(|e| e.to_string())?;
+        if let Some(l) = &leadership {
+            meta.replicate(l.log.clone());
+        }
         let stored = Catalog::load(&meta)?;
         let storage = ObjectStorage::open(&config.checkpoint_dir(), &config.s3())
             .map_err(|e| format!("cannot open checkpoint storage: {e}"))?;
@@ -62,7 +101,12 @@ impl Database {
         // only grow across restarts.
         let last_epoch = newest_checkpoint_epoch(&storage)
             .await
-            .map_err(|e| format!("cannot list checkpoints in {}: {e}", storage.url()))?;
+            .map_err(|e| format!("cannot list checkpoints in {}: {e}", storage.url()))?
+            .max(
+                leadership
+                    .as_ref()
+                    .map_or(0, |l| l.lease_epoch * EPOCHS_PER_TERM),
+            );
         let table_settings = |k: &str| config.settings.get(k).cloned();
         let job = crate::settings::job_config(&table_settings)?;
         let failover = crate::settings::failover(
@@ -80,6 +124,7 @@ impl Database {
                 checkpoint_storage: storage,
                 savepoint_storage,
                 state_backend,
+                log_replica: leadership.as_ref().map(|l| l.log.clone()),
             },
             last_epoch,
         );
@@ -99,6 +144,7 @@ impl Database {
             meta,
             schemas: RwLock::new(Vec::new()),
             serving: Default::default(),
+            member: leadership.map(|l| l.member),
         });
         db.recover(stored).await?;
         Ok(db)

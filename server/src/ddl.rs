@@ -210,7 +210,7 @@ pub(crate) fn commit_entry(
     let mut cat = db.catalog.write();
     db.schemas.write().push((entry.name.clone(), schema));
     cat.relations.push(entry);
-    cat.save(&db.meta).map_err(SqlError::internal)
+    cat.save(&db.meta)
 }
 
 /// Re-creates a table at startup from its latest checkpoint and replays the log after

@@ -74,7 +74,7 @@ pub async fn create_index(db: &Database, ci: &CreateIndex) -> SqlResult<Output> 
         table: table.clone(),
         columns,
     });
-    cat.save(&db.meta).map_err(SqlError::internal)?;
+    cat.save(&db.meta)?;
     drop(cat);
     let spec = weir_executor::store_index::IndexSpec {
         name,
@@ -105,6 +105,6 @@ pub async fn drop_index(db: &Database, names: &[ObjectName], if_exists: bool) ->
         }
         cat.indexes.retain(|i| i.name != name);
     }
-    cat.save(&db.meta).map_err(SqlError::internal)?;
+    cat.save(&db.meta)?;
     Ok(Output::command("DROP INDEX"))
 }

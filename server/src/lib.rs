@@ -3,6 +3,8 @@
 //! Module map:
 //! - [`config`]: `weir.toml` and defaults.
 //! - [`cluster`]: high-availability settings (`high-availability.*`).
+//! - [`member`]: this process as a high-availability member: standby, takeover,
+//!   leader, deposed; `SHOW CLUSTER`.
 //! - [`database`]: `Database`: recovery at startup; statements go to [`statements`].
 //! - [`statements`]: the statement router, and one file per newer statement kind
 //!   (plain views, SQL functions, COPY, DEALLOCATE / DISCARD / RESET, transactions).
@@ -35,6 +37,7 @@ pub mod ddl;
 pub mod dml;
 pub mod functions;
 pub mod index;
+pub mod member;
 pub mod metrics_http;
 pub mod output;
 pub mod pg;

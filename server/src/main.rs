@@ -134,6 +134,16 @@ fn main() {
                     .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
                 let host = cfg.listen.rsplit_once(':').map(|(h, _)| h).unwrap_or("127.0.0.1");
                 weir_server::metrics_http::start(host, cfg.metrics_port).await;
+                if let Some(ha) = weir_server::cluster::ha_config(&cfg)? {
+                    let password = cfg.password.clone();
+                    return weir_server::member::run(cfg, ha, move |member| async move {
+                        if let Err(e) = server::serve_member(member, password, listener, tls).await {
+                            tracing::error!(error = %e, "listener failed");
+                            std::process::exit(1);
+                        }
+                    })
+                    .await;
+                }
                 let db = Database::open(cfg.clone()).await?;
                 tracing::info!(listen = %cfg.listen, data_dir = %cfg.data_dir.display(), "weir is ready");
                 server::serve(db, listener, tls).await.map_err(|e| e.to_string())

@@ -394,6 +394,10 @@ fn default_variable(db: &Database, key: &str) -> Option<String> {
         "search_path" => "public".into(),
         "max_identifier_length" => "63".into(),
         "integer_datetimes" => "on".into(),
+        // A standby answers `on` (see `pg::standby`): only the leader gets here.
+        "transaction_read_only" | "default_transaction_read_only" | "in_hot_standby" => {
+            "off".into()
+        }
         "parallelism.default" | "streaming_parallelism" => db.config.parallelism.to_string(),
         "pipeline.max-parallelism" => db.config.max_parallelism.to_string(),
         "barrier.interval" => format!("{}ms", db.config.barrier_interval.as_millis()),

@@ -243,7 +243,7 @@ pub async fn create_sink(
     };
     let mut cat = db.catalog.write();
     cat.relations.push(entry);
-    cat.save(&db.meta).map_err(SqlError::internal)?;
+    cat.save(&db.meta)?;
     Ok(Output::command("CREATE_SINK"))
 }
 
@@ -297,7 +297,7 @@ pub async fn drop_sink(db: &Database, name: &str, if_exists: bool) -> SqlResult<
     rt.drop_view(&mut w, name);
     let mut cat = db.catalog.write();
     cat.remove(name);
-    cat.save(&db.meta).map_err(SqlError::internal)?;
+    cat.save(&db.meta)?;
     Ok(Output::command("DROP SINK"))
 }
 

@@ -62,7 +62,7 @@ pub async fn connect_with_notices(port: u16) -> (Client, Arc<Mutex<Vec<String>>>
 
 /// A free port never handed out before in this process: the kernel readily returns a
 /// just-released port again, and two servers of concurrent tests must not race for one.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     loop {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -184,6 +184,11 @@ impl WeirProcess {
 
     pub async fn connect(&self) -> Client {
         connect_port(self.port).await.expect("connect to weir")
+    }
+
+    /// The running server's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
     }
 
     /// SIGKILL: no shutdown hook runs, exactly like a crash.

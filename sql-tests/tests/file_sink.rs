@@ -194,6 +194,7 @@ async fn file_sink_on_s3_with_checkpoints_on_s3() {
         access_key_id: Some("testing".into()),
         secret_access_key: Some("testing".into()),
         allow_http: true,
+        ..Default::default()
     };
     file_sink_exactly_once_across_kill_9(&config, &format!("s3://{bucket}/out"), &s3, 20).await;
 }

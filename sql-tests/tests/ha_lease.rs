@@ -27,6 +27,7 @@ async fn storage(bucket: &str) -> ObjectStorage {
         access_key_id: Some("testing".into()),
         secret_access_key: Some("testing".into()),
         allow_http: true,
+        ..Default::default()
     };
     ObjectStorage::open(&format!("s3://{bucket}/ha"), &settings).unwrap()
 }
@@ -123,27 +124,33 @@ async fn members_that_start_at_once_elect_exactly_one_leader() {
 /// Until the server runs the election, asking for HA is refused at startup with a
 /// clear message instead of silently running one unprotected process.
 #[test]
-fn a_server_configured_for_ha_refuses_to_start_and_says_why() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("weir.toml");
-    std::fs::write(
-        &config,
-        "[high-availability]\ntype = \"object-store\"\nstorageDir = \"s3://b/ha\"\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(weir_sql_tests::process::weir_binary())
-        .arg("--listen")
-        .arg("127.0.0.1:0")
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .arg("--config")
-        .arg(&config)
-        .output()
-        .expect("run weir");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "weir started with HA configured");
-    assert!(
-        stderr.contains("high-availability.type = object-store is not available yet"),
-        "{stderr}"
-    );
+fn a_server_with_ha_on_local_storage_refuses_to_start_and_says_why() {
+    let cases = [
+        (
+            "[high-availability]\ntype = \"object-store\"\nstorageDir = \"/tmp/ha\"\n",
+            "conditional writes",
+        ),
+        (
+            "[high-availability]\ntype = \"object-store\"\nstorageDir = \"s3://b/ha\"\n\
+             [execution.checkpointing]\ndir = \"/tmp/checkpoints\"\n",
+            "must be on the shared object store",
+        ),
+    ];
+    for (lines, why) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("weir.toml");
+        std::fs::write(&config, lines).unwrap();
+        let out = std::process::Command::new(weir_sql_tests::process::weir_binary())
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .expect("run weir");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "weir started with {lines}");
+        assert!(stderr.contains(why), "{stderr}");
+    }
 }

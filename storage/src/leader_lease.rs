@@ -22,7 +22,7 @@
 //! of a deposed one.
 
 use crate::object_storage::{Conditional, ObjectStorage, ObjectVersion};
-use crate::Result;
+use crate::{Result, StorageError};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -117,6 +117,18 @@ impl LeaderLease {
         self.timings
     }
 
+    /// The record as this member last knew it (its own while leader).
+    pub fn record(&self) -> Option<&LeaseRecord> {
+        self.held.as_ref().or(self.seen.as_ref()).map(|(r, _, _)| r)
+    }
+
+    /// Until when this member may acknowledge writes (`None`: not leader).
+    pub fn acknowledge_until(&self) -> Option<Instant> {
+        self.held
+            .as_ref()
+            .map(|(_, _, at)| *at + self.timings.renew_deadline)
+    }
+
     /// Whether this member may acknowledge writes now: it holds the lease and renewed
     /// it within `renew-deadline`.
     pub fn may_acknowledge(&self) -> bool {
@@ -133,10 +145,25 @@ impl LeaderLease {
         if let Some((record, version, _)) = self.held.clone() {
             return self.renew(record, version).await;
         }
-        let Some((bytes, version)) = self.storage.get_versioned(&self.key).await? else {
+        let observed = match self.storage.get_versioned(&self.key).await {
+            Ok(o) => o,
+            Err(e) => {
+                // Expiry needs the record watched unchanged for a whole lease: a
+                // store we cannot read starts that watch again.
+                self.seen = None;
+                return Err(e);
+            }
+        };
+        let Some((bytes, version)) = observed else {
             return self.acquire_first().await;
         };
         let record: LeaseRecord = serde_json::from_slice(&bytes)?;
+        if record.holder == self.member {
+            // Our own record from before a restart: that process is gone (one member
+            // id is one process), so there is no one to wait for.
+            self.seen = None;
+            return self.take_over(record, version).await;
+        }
         let first_seen = match &self.seen {
             Some((_, v, at)) if *v == version => *at,
             _ => Instant::now(),
@@ -197,34 +224,57 @@ impl LeaderLease {
         expected: Option<ObjectVersion>,
     ) -> Result<Role> {
         let bytes = to_bytes(&record)?;
+        // The deadline counts from before the request: the record lands after this,
+        // and a standby's watch starts no earlier than it lands.
+        let sent = Instant::now();
         let result = match &expected {
             None => self.storage.create(&self.key, bytes).await,
             Some(v) => self.storage.replace(&self.key, bytes, v).await,
         };
-        let written = match result {
-            Ok(w) => w,
-            Err(e) => match self.storage.get_versioned(&self.key).await? {
-                Some((found, version)) => {
-                    let found: LeaseRecord = serde_json::from_slice(&found)?;
-                    if found == record {
-                        Conditional::Written(version)
-                    } else if found.holder != self.member || found.epoch != record.epoch {
-                        Conditional::Conflict
-                    } else {
-                        return Err(e);
+        let error = match result {
+            Ok(Conditional::Written(version)) => {
+                return Ok(self.after_write(record, Conditional::Written(version), sent))
+            }
+            Ok(Conditional::Conflict) => None,
+            Err(e) => Some(e),
+        };
+        // Lost answer or conflict: read back whose record is there.
+        let Some((found, version)) = self.storage.get_versioned(&self.key).await? else {
+            return Err(error.unwrap_or_else(|| {
+                StorageError::Corrupt("the leader lease vanished during a write".into())
+            }));
+        };
+        let found: LeaseRecord = serde_json::from_slice(&found)?;
+        let written = if found == record {
+            Conditional::Written(version)
+        } else if found.holder == self.member && found.epoch == record.epoch {
+            // An earlier renewal of ours whose answer was lost landed after all (a
+            // store that came back applies queued requests). Still ours; its send time
+            // is unknown, so the acknowledgement deadline does not move.
+            return Ok(match self.held.take() {
+                Some((_, _, at)) => {
+                    self.held = Some((found, version, at));
+                    Role::Leader {
+                        epoch: record.epoch,
                     }
                 }
-                None => return Err(e),
-            },
+                None => self.after_write(record, Conditional::Conflict, sent),
+            });
+        } else {
+            match error {
+                // Our own record of another term: the error stands, retried next round.
+                Some(e) if found.holder == self.member => return Err(e),
+                _ => Conditional::Conflict,
+            }
         };
-        Ok(self.after_write(record, written))
+        Ok(self.after_write(record, written, sent))
     }
 
-    fn after_write(&mut self, record: LeaseRecord, written: Conditional) -> Role {
+    fn after_write(&mut self, record: LeaseRecord, written: Conditional, sent: Instant) -> Role {
         match written {
             Conditional::Written(version) => {
                 let epoch = record.epoch;
-                self.held = Some((record, version, Instant::now()));
+                self.held = Some((record, version, sent));
                 self.seen = None;
                 Role::Leader { epoch }
             }

@@ -17,6 +17,9 @@
 //!   conditional writes (create-if-absent, replace-if-unchanged) where the store has them.
 //! - [`leader_lease`]: the high-availability leader lease, one object renewed by
 //!   conditional writes.
+//! - [`cluster_log`]: the high-availability log: table log entries and catalog files
+//!   group-committed to create-only segments in the object store, fenced by epoch;
+//!   the standby's mirror of it.
 //! - [`state_snapshot`]: operator state as Arrow IPC files (deltas and bases).
 //! - [`checkpoint_meta`]: a checkpoint's `_metadata` (state files, source positions,
 //!   checksums, format version).
@@ -25,6 +28,7 @@
 //! - [`failpoint`]: test-only failure injection, inert unless `WEIR_FAILPOINTS=1`.
 
 pub mod checkpoint_meta;
+pub mod cluster_log;
 pub mod codec;
 pub mod failpoint;
 pub mod key_group;
@@ -56,6 +60,12 @@ pub enum StorageError {
     Arrow(#[from] arrow::error::ArrowError),
     #[error("serialization error: {0}")]
     Serde(#[from] serde_json::Error),
+    /// This member's leader term is over: a newer leader fenced the cluster log.
+    #[error("not the leader: {0}")]
+    Fenced(String),
+    /// The high-availability storage did not confirm a write in time.
+    #[error("high-availability storage unavailable: {0}")]
+    Unavailable(String),
 }
 
 pub type Result<T> = std::result::Result<T, StorageError>;

@@ -8,13 +8,19 @@ use std::path::{Path, PathBuf};
 
 pub struct MetaStore {
     dir: PathBuf,
+    /// With high availability: every write is also committed to the cluster log
+    /// before it returns.
+    replica: std::sync::OnceLock<crate::cluster_log::ClusterLog>,
 }
 
 impl MetaStore {
     pub fn open(data_dir: &Path) -> Result<Self> {
         let dir = data_dir.join("meta");
         fs::create_dir_all(&dir)?;
-        Ok(Self { dir })
+        Ok(Self {
+            dir,
+            replica: Default::default(),
+        })
     }
 
     pub fn read(&self, name: &str) -> Result<Option<Vec<u8>>> {
@@ -25,7 +31,24 @@ impl MetaStore {
         }
     }
 
+    /// Commits every later write to `log` too (high availability).
+    pub fn replicate(&self, log: crate::cluster_log::ClusterLog) {
+        let _ = self.replica.set(log);
+    }
+
     pub fn write(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        self.write_local(name, bytes)?;
+        if let Some(log) = self.replica.get() {
+            let ticket = log.submit(crate::cluster_log::Record::Meta {
+                name: name.to_string(),
+                bytes: bytes.to_vec(),
+            });
+            log.wait_blocking(ticket)?;
+        }
+        Ok(())
+    }
+
+    fn write_local(&self, name: &str, bytes: &[u8]) -> Result<()> {
         let tmp = self.dir.join(format!("{name}.tmp"));
         {
             let mut f = fs::File::create(&tmp)?;

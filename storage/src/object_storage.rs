@@ -22,6 +22,9 @@ pub struct S3Settings {
     pub access_key_id: Option<String>,
     pub secret_access_key: Option<String>,
     pub allow_http: bool,
+    /// Bounds each request (and its retries): the high-availability log and lease
+    /// must fail fast during an outage instead of retrying for minutes.
+    pub request_timeout: Option<Duration>,
 }
 
 #[derive(Clone)]
@@ -51,6 +54,20 @@ impl ObjectStorage {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             // Environment first (AWS_ACCESS_KEY_ID, AWS_ENDPOINT, ...), then weir.toml.
             let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+            if let Some(t) = s3.request_timeout {
+                // Before `with_allow_http`, which lives in the same client options.
+                b = b
+                    .with_client_options(
+                        object_store::ClientOptions::new()
+                            .with_timeout(t)
+                            .with_connect_timeout(t),
+                    )
+                    .with_retry(object_store::RetryConfig {
+                        max_retries: 2,
+                        retry_timeout: t,
+                        ..Default::default()
+                    });
+            }
             if let Some(e) = &s3.endpoint {
                 b = b.with_endpoint(e);
             }
@@ -237,7 +254,7 @@ mod tests {
 
 /// The version of an object that a conditional write must find: its ETag, and its
 /// version id where the store keeps versions.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObjectVersion {
     e_tag: Option<String>,
     version: Option<String>,

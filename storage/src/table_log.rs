@@ -47,6 +47,17 @@ pub struct LogSync {
     syncing: std::sync::atomic::AtomicBool,
     /// The last background fsync's error (cleared by a successful one).
     failure: Mutex<Option<String>>,
+    /// With high availability: where entries are also committed; durable means
+    /// there too.
+    replica: std::sync::OnceLock<Replica>,
+}
+
+/// A table's entries in the cluster log.
+struct Replica {
+    log: crate::cluster_log::ClusterLog,
+    table: u64,
+    /// The ticket of the newest entry submitted: a wait on it covers every earlier one.
+    last: AtomicU64,
 }
 
 impl LogSync {
@@ -58,13 +69,24 @@ impl LogSync {
             published: tokio::sync::watch::channel(end).0,
             syncing: std::sync::atomic::AtomicBool::new(false),
             failure: Mutex::new(None),
+            replica: Default::default(),
         }))
     }
 
-    /// Returns once every byte before `end` is on disk, without blocking a thread:
-    /// the first waiter starts one fsync on a blocking thread, which covers everything
-    /// written before it starts; the others await its result (group commit).
+    /// Returns once every byte before `end` is durable (on disk, and committed to the
+    /// cluster log with high availability), without blocking a thread.
     pub async fn wait_durable(self: &Arc<Self>, end: LogOffset) -> Result<()> {
+        self.wait_local(end).await?;
+        match self.replica.get() {
+            Some(r) => r.log.wait(r.last.load(Ordering::Acquire)).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Returns once every byte before `end` is on disk: the first waiter starts one
+    /// fsync on a blocking thread, which covers everything written before it starts;
+    /// the others await its result (group commit).
+    async fn wait_local(self: &Arc<Self>, end: LogOffset) -> Result<()> {
         let mut published = self.published.subscribe();
         loop {
             if self.covers(end) {
@@ -90,7 +112,7 @@ impl LogSync {
     }
 
     fn background_sync(&self) {
-        let result = self.sync_to(self.written());
+        let result = self.sync_local(self.written());
         *self.failure.lock().unwrap_or_else(|p| p.into_inner()) =
             result.err().map(|e| e.to_string());
         self.syncing.store(false, Ordering::Release);
@@ -98,8 +120,17 @@ impl LogSync {
             .send_replace(self.synced.load(Ordering::Acquire));
     }
 
-    /// Returns once every byte before logical offset `end` is on disk. Blocking.
+    /// Returns once every byte before logical offset `end` is durable (see
+    /// [`LogSync::wait_durable`]). Blocking.
     pub fn sync_to(&self, end: LogOffset) -> Result<()> {
+        self.sync_local(end)?;
+        match self.replica.get() {
+            Some(r) => r.log.wait_blocking(r.last.load(Ordering::Acquire)),
+            None => Ok(()),
+        }
+    }
+
+    fn sync_local(&self, end: LogOffset) -> Result<()> {
         if self.synced.load(Ordering::Acquire) >= end {
             return Ok(());
         }
@@ -119,9 +150,13 @@ impl LogSync {
         self.synced.load(Ordering::Acquire) >= end
     }
 
-    /// Whether everything written is on disk.
+    /// Whether everything written is durable.
     pub fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire) >= self.written.load(Ordering::Acquire)
+            && self
+                .replica
+                .get()
+                .is_none_or(|r| r.log.is_committed(r.last.load(Ordering::Acquire)))
     }
 
     /// Logical end of everything written.
@@ -252,7 +287,25 @@ impl TableLog {
             )));
         }
         self.end = base;
-        self.rewrite(base, &[])
+        self.rewrite(base, &[])?;
+        if let Some(r) = self.sync.replica.get() {
+            let ticket = r.log.submit(crate::cluster_log::Record::Rebase {
+                table: r.table,
+                base,
+            });
+            r.log.wait_blocking(ticket)?;
+        }
+        Ok(())
+    }
+
+    /// Commits every later entry (and rebase) to `log` as table `table`'s too: durable
+    /// then means committed there as well (high availability).
+    pub fn replicate(&self, log: crate::cluster_log::ClusterLog, table: u64) {
+        let _ = self.sync.replica.set(Replica {
+            log,
+            table,
+            last: AtomicU64::new(0),
+        });
     }
 
     /// Replaces the file with a header for logical offset `base` followed by
@@ -310,6 +363,14 @@ impl TableLog {
         buf.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
         buf.extend_from_slice(payload);
         self.file.write_all(&buf)?;
+        if let Some(r) = self.sync.replica.get() {
+            let ticket = r.log.submit(crate::cluster_log::Record::Table {
+                table: r.table,
+                offset: self.end,
+                payload: payload.to_vec(),
+            });
+            r.last.store(ticket, Ordering::Release);
+        }
         self.end += buf.len() as u64;
         self.sync.written.store(self.end, Ordering::Release);
         Ok(self.end)

@@ -34,10 +34,14 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    pub fn new(password: Option<&str>) -> Self {
+    /// `read_only`: a high-availability standby, reported at startup as Postgres' hot
+    /// standby is (`default_transaction_read_only` and `in_hot_standby` on).
+    pub fn new(password: Option<&str>, read_only: bool) -> Self {
         let mut params = DefaultServerParameterProvider::default();
         // psql picks its catalog queries by server version; 15 matches what we serve.
         params.server_version = "15.0 (Weir)".to_owned();
+        params.default_transaction_read_only = read_only;
+        params.in_hot_standby = read_only;
         let scram = password.map(|pw| {
             let salt = rand::random::<[u8; 16]>().to_vec();
             // Salted once at startup: PBKDF2 per login would be wasted work.

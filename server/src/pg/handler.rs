@@ -141,7 +141,7 @@ fn check_result_formats(format: &Format, columns: usize) -> PgWireResult<()> {
     }
 }
 
-fn to_response(out: Output, format: &Format) -> PgWireResult<Response> {
+pub(super) fn to_response(out: Output, format: &Format) -> PgWireResult<Response> {
     Ok(match out {
         Output::Rows { schema, batches } => {
             check_result_formats(format, schema.fields().len())?;

@@ -9,6 +9,7 @@
 //! - [`encode`]: Arrow values to Postgres types and wire formats.
 //! - [`framing`]: bounds-checked validation of every frontend message (08P01 on
 //!   malformed input, never a panic in pgwire's decoder).
+//! - [`standby`]: sessions on a high-availability standby (read-only, SHOW CLUSTER).
 //! - [`socket`]: one client socket: SSL negotiation and the message loop.
 //! - [`tls`]: the rustls acceptor from PEM files.
 
@@ -20,4 +21,5 @@ pub mod handler;
 pub mod params;
 pub mod portal;
 pub mod socket;
+pub mod standby;
 pub mod tls;

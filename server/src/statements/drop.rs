@@ -116,7 +116,7 @@ pub async fn execute(db: &Database, stmt: &Statement) -> SqlResult<Output> {
             cat.remove(name);
             db.schemas.write().retain(|(n, _)| n != name);
         }
-        cat.save(&db.meta).map_err(SqlError::internal)?;
+        cat.save(&db.meta)?;
     }
     // The catalog no longer names these logs; removing them last means a crash in
     // between leaves only an orphan file, never a table without its log.

@@ -423,7 +423,7 @@ pub async fn create(db: &Database, stmt: &Statement, sql: &str) -> SqlResult<Out
     } else {
         cat.functions.push(entry);
     }
-    cat.save(&db.meta).map_err(SqlError::internal)?;
+    cat.save(&db.meta)?;
     Ok(Output::command("CREATE FUNCTION"))
 }
 
@@ -502,7 +502,7 @@ pub async fn drop(db: &Database, stmt: &Statement) -> SqlResult<Output> {
         let mut cat = db.catalog.write();
         cat.functions
             .retain(|f| !(f.name == name && arity.is_none_or(|n| n == f.arg_types.len())));
-        cat.save(&db.meta).map_err(SqlError::internal)?;
+        cat.save(&db.meta)?;
     }
     Ok(Output::command("DROP FUNCTION"))
 }

@@ -76,6 +76,7 @@ async fn execute_weir(
         }
         WeirStatement::ShowCreateMaterializedView(name) => show::show_create(db, &name),
         WeirStatement::ShowJobs => show::show_jobs(db),
+        WeirStatement::ShowCluster => crate::member::show_cluster(db.member.as_deref()).await,
         WeirStatement::ShowCheckpoints => show::show_checkpoints(db),
         WeirStatement::SetKey(key, value) => show::set_key(session, key, value),
         s @ (WeirStatement::Savepoint { .. }

@@ -257,7 +257,7 @@ pub async fn create(
         parallelism: 0,
         settings: Default::default(),
     });
-    cat.save(&db.meta).map_err(SqlError::internal)?;
+    cat.save(&db.meta)?;
     Ok(Output::command("CREATE VIEW"))
 }
 
