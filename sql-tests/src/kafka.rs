@@ -110,7 +110,7 @@ pub fn json(id: i64) -> Vec<u8> {
 /// [`json`] records produced from `first` on, over 3 partitions, in chunks with a
 /// pause after each, on a thread of its own until stopped: ingestion that lasts exactly
 /// as long as a test's kills.
-struct Production {
+pub struct Production {
     /// The next id to produce: `first..next` are on the broker.
     next: Arc<AtomicI64>,
     stop: Arc<AtomicBool>,

@@ -5,6 +5,7 @@
 //! - [`process`]: `WeirProcess`: start a `weir` binary on a free port with its own
 //!   data dir, connect, kill it with SIGKILL, restart it.
 //! - [`kafka`]: the test Kafka broker: topics, producing, reading a partition.
+//! - [`kafka_sink`]: what an exactly-once Kafka sink committed (its commit chain).
 //! - [`query`]: small query helpers (rows as text, SQLSTATE of an error, polling).
 //! - [`sinks`]: replaying Debezium change events; the `per_g` oracle of sink tests.
 //! - [`s3`]: the test S3 endpoint: buckets and checkpoint configuration.
@@ -21,6 +22,7 @@
 pub mod clients;
 pub mod conformance;
 pub mod kafka;
+pub mod kafka_sink;
 pub mod process;
 pub mod query;
 pub mod s3;

@@ -563,6 +563,36 @@ impl LogReader {
         Ok(Some(segment))
     }
 
+    /// Up to `max` next segments, fetched `PREFETCH` at a time in parallel (a standby
+    /// catching up on a long log); stops at the first slot not written yet.
+    pub async fn next_segments(&mut self, max: usize) -> Result<Vec<Segment>> {
+        const PREFETCH: u64 = 16;
+        let mut out = Vec::new();
+        // One read first: a follower that is caught up costs one GET per poll.
+        let Some(first) = self.next_segment().await? else {
+            return Ok(out);
+        };
+        out.push(first);
+        while out.len() < max {
+            let keys: Vec<String> = (self.next..self.next + PREFETCH)
+                .map(|seq| segment_key(&self.cluster, seq))
+                .collect();
+            let fetched = futures::future::join_all(keys.iter().map(|k| self.storage.get(k))).await;
+            let before = out.len();
+            for f in fetched {
+                match f? {
+                    Some(bytes) => out.push(Segment::decode(&bytes)?),
+                    None => break,
+                }
+            }
+            self.next += (out.len() - before) as u64;
+            if out.len() - before < PREFETCH as usize {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     /// Writes a fence at the next slot. `true`: placed, the log is ours from the slot
     /// after; `false`: the slot was taken meanwhile (read on, then try again).
     pub async fn fence(&mut self, epoch: u64, member: &str) -> Result<bool> {
