@@ -166,10 +166,14 @@ impl Member {
     }
 
     async fn publish(&self) {
+        self.publish_to(&self.storage).await
+    }
+
+    async fn publish_to(&self, storage: &ObjectStorage) {
         let status = self.status();
         let key = format!("{}/members/{}", self.ha.cluster_id, status.member);
         if let Ok(bytes) = serde_json::to_vec(&status) {
-            if let Err(e) = self.storage.put(&key, bytes.into()).await {
+            if let Err(e) = storage.put(&key, bytes.into()).await {
                 tracing::debug!(error = %e, "cannot publish member status");
             }
         }
@@ -275,7 +279,14 @@ where
     let started = std::time::Instant::now();
     let gate = Arc::new(AckGate::default());
     let (lost_tx, lost_rx) = tokio::sync::watch::channel(None::<String>);
-    spawn_renewals(member.clone(), lease, gate.clone(), lost_tx);
+    let renewer_storage = ObjectStorage::open(&ha.storage_dir, &s3).map_err(|e| e.to_string())?;
+    spawn_renewals(
+        member.clone(),
+        lease,
+        renewer_storage,
+        gate.clone(),
+        lost_tx,
+    )?;
     fence(&member, &mut reader, &mut mirror, epoch, &id).await?;
     drop(mirror);
     let log = start_log(&ha, &s3, &id, epoch, reader.next_seq(), gate)?;
@@ -360,11 +371,17 @@ async fn follow(
         .next_segments(FOLLOW_BATCH)
         .await
         .map_err(|e| e.to_string())?;
-    for segment in &segments {
-        mirror.apply(segment).map_err(|e| e.to_string())?;
+    let applied = segments
+        .iter()
+        .try_for_each(|s| mirror.apply(s))
+        .and_then(|_| mirror.sync());
+    if let Err(e) = applied {
+        // The copy is now behind the reader (or holds half a segment): it must never
+        // be opened as the database. Start over from an empty copy.
+        tracing::error!(error = %e, "cannot apply the cluster log to the local copy; restarting");
+        restart_as_standby();
     }
     if !segments.is_empty() {
-        mirror.sync().map_err(|e| e.to_string())?;
         member.update(|s| s.log_position = reader.next_seq() - 1);
     }
     Ok(segments.len() < FOLLOW_BATCH)
@@ -456,8 +473,16 @@ fn start_log(
     let upload = metrics.ha_log_upload_seconds.clone();
     let records = metrics.ha_log_records.clone();
     ClusterLog::start(WriterConfig {
-        // A client of its own: the committer runs on its own thread and runtime.
-        storage: ObjectStorage::open(&ha.storage_dir, s3).map_err(|e| e.to_string())?,
+        // A client of its own (the committer runs on its own thread and runtime), with
+        // room for a segment of up to 8 MiB to upload.
+        storage: ObjectStorage::open(
+            &ha.storage_dir,
+            &weir_storage::object_storage::S3Settings {
+                request_timeout: Some(ha.timings.renew_deadline.max(Duration::from_secs(30))),
+                ..s3.clone()
+            },
+        )
+        .map_err(|e| e.to_string())?,
         cluster: ha.cluster_id.clone(),
         member: id.to_string(),
         epoch,
@@ -477,15 +502,19 @@ fn start_log(
 fn spawn_renewals(
     member: Arc<Member>,
     mut lease: LeaderLease,
+    storage: ObjectStorage,
     gate: Arc<AckGate>,
     lost: tokio::sync::watch::Sender<Option<String>>,
-) {
+) -> Result<(), String> {
     let metrics = weir_executor::metrics::metrics();
     if let Some(until) = lease.acknowledge_until() {
         gate.allow_until(until);
     }
     metrics.ha_is_leader.set(1);
-    tokio::spawn(async move {
+    // Its own thread, runtime and client: renewals must go out on time even when
+    // every worker of the main runtime is busy or blocked (a DDL waiting on the store).
+    lease.use_storage(storage.clone());
+    let renew = async move {
         let mut ticks = tokio::time::interval(lease.timings().retry_period);
         ticks.tick().await;
         loop {
@@ -502,7 +531,7 @@ fn spawn_renewals(
                         s.renewed_at_ms = renewed;
                         s.at_ms = now_ms();
                     });
-                    member.publish().await;
+                    member.publish_to(&storage).await;
                 }
                 Ok(Role::Standby { .. }) => {
                     gate.revoke();
@@ -516,7 +545,16 @@ fn spawn_renewals(
                 }
             }
         }
-    });
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the lease renewer: {e}"))?;
+    std::thread::Builder::new()
+        .name("leader-lease".into())
+        .spawn(move || rt.block_on(renew))
+        .map_err(|e| format!("cannot start the lease renewer: {e}"))?;
+    Ok(())
 }
 
 /// Deposes this member when the lease is lost or the log fenced: nothing more is

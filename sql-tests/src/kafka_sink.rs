@@ -77,8 +77,19 @@ struct Attempt {
 /// The committed batches of `topic`, found by walking the commit chain back from the
 /// marker of `group`; panics on a batch committed twice, a gap, or a broken chain.
 pub fn committed(topic: &str, group: &str) -> Committed {
+    // The marker is read before the records (an attempt's records are written before it
+    // commits, so every attempt up to the marker is then in what is read) and again
+    // after, until a sink that is still committing stood still meanwhile: its two
+    // offsets are read one after the other.
+    let (messages, marker) = loop {
+        let before = marker(topic, group);
+        let messages = read_messages(topic);
+        if marker(topic, group) == before {
+            break (messages, before);
+        }
+    };
     let mut attempts: BTreeMap<String, Attempt> = BTreeMap::new();
-    for m in read_messages(topic) {
+    for m in messages {
         let batch: u64 = header(&m, "weir.batch").parse().expect("batch number");
         let payload = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
         let a = attempts.entry(header(&m, "weir.txn")).or_default();
@@ -88,7 +99,7 @@ pub fn committed(topic: &str, group: &str) -> Committed {
             _ => a.batches.push((batch, vec![payload])),
         }
     }
-    let Some((last, mut at)) = marker(topic, group) else {
+    let Some((last, mut at)) = marker else {
         assert!(attempts.is_empty(), "{topic}: records but no commit marker");
         return Committed {
             batches: Vec::new(),

@@ -66,6 +66,20 @@ pub struct Segment {
 
 const MAGIC: &[u8; 8] = b"WEIRSEG1";
 
+/// Largest segment the committer writes (unless one record is larger).
+const SEGMENT_BYTES: usize = 8 << 20;
+
+impl Record {
+    /// Roughly its encoded size.
+    fn size(&self) -> usize {
+        match self {
+            Record::Table { payload, .. } => payload.len() + 24,
+            Record::Rebase { .. } => 17,
+            Record::Meta { name, bytes } => name.len() + bytes.len() + 9,
+        }
+    }
+}
+
 pub fn segment_key(cluster: &str, seq: Seq) -> String {
     format!("{cluster}/log/{seq:020}")
 }
@@ -380,6 +394,27 @@ impl ClusterLog {
         }
     }
 
+    /// Returns once `ticket` is committed, however long the store is away (no lease
+    /// check: for writers that acknowledge nobody, such as connectors, whose entries
+    /// must not be written twice after an outage). Fails only once deposed.
+    pub fn wait_committed_blocking(&self, ticket: Ticket) -> Result<()> {
+        let mut s = self.lock();
+        loop {
+            if let Some(f) = &s.fatal {
+                return Err(StorageError::Fenced(f.clone()));
+            }
+            if s.committed >= ticket {
+                return Ok(());
+            }
+            s = self
+                .shared
+                .changed
+                .wait_timeout(s, Duration::from_millis(200))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
     /// Stops committing (deposed, or shutting down): waiters fail.
     pub fn stop(&self, why: &str) {
         let mut s = self.lock();
@@ -449,8 +484,21 @@ impl Committer {
                 return None;
             }
             if !s.pending.is_empty() {
-                let records = std::mem::take(&mut s.pending);
-                return Some((records, s.submitted, s.next_seq));
+                // Everything pending, up to SEGMENT_BYTES (at least one record): a
+                // backlog after an outage goes out in PUTs of bounded size.
+                let mut bytes = 0;
+                let take = s
+                    .pending
+                    .iter()
+                    .take_while(|r| {
+                        bytes += r.size();
+                        bytes <= SEGMENT_BYTES
+                    })
+                    .count()
+                    .max(1);
+                let upto = s.submitted - (s.pending.len() - take) as Ticket;
+                let records: Vec<Record> = s.pending.drain(..take).collect();
+                return Some((records, upto, s.next_seq));
             }
             s = self
                 .shared
@@ -564,7 +612,9 @@ impl LogReader {
     }
 
     /// Up to `max` next segments, fetched `PREFETCH` at a time in parallel (a standby
-    /// catching up on a long log); stops at the first slot not written yet.
+    /// catching up on a long log); stops at the first slot not written yet. The reader
+    /// moves past exactly the segments returned: an error after some were read returns
+    /// those, and the next call starts at the first one it could not read.
     pub async fn next_segments(&mut self, max: usize) -> Result<Vec<Segment>> {
         const PREFETCH: u64 = 16;
         let mut out = Vec::new();
@@ -580,12 +630,23 @@ impl LogReader {
             let fetched = futures::future::join_all(keys.iter().map(|k| self.storage.get(k))).await;
             let before = out.len();
             for f in fetched {
-                match f? {
-                    Some(bytes) => out.push(Segment::decode(&bytes)?),
-                    None => break,
+                let decoded = match f {
+                    Ok(Some(bytes)) => Segment::decode(&bytes),
+                    Ok(None) => break,
+                    Err(e) => Err(e),
+                };
+                match decoded {
+                    Ok(segment) => {
+                        out.push(segment);
+                        self.next += 1;
+                    }
+                    // Keep what was read; the failed slot is read again next call.
+                    Err(e) => {
+                        tracing::warn!(seq = self.next, error = %e, "cannot read a cluster log segment");
+                        return Ok(out);
+                    }
                 }
             }
-            self.next += (out.len() - before) as u64;
             if out.len() - before < PREFETCH as usize {
                 break;
             }
@@ -668,10 +729,10 @@ impl Mirror {
                     offset,
                     payload,
                 } => {
+                    // The copy holds the table's whole history (a standby replays the
+                    // log from its first segment, and rebases are records): an entry
+                    // anywhere but at its end is a gap, never skipped over.
                     let log = self.log(*table)?;
-                    if log.end_offset() == log.start_offset() && *offset != log.end_offset() {
-                        log.rebase_empty(*offset)?;
-                    }
                     if log.end_offset() != *offset {
                         return Err(StorageError::Corrupt(format!(
                             "cluster log: table {table} entry at offset {offset}, but the \

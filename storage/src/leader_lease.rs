@@ -117,6 +117,11 @@ impl LeaderLease {
         self.timings
     }
 
+    /// Talks to the store through `storage` from now on (a client of another runtime).
+    pub fn use_storage(&mut self, storage: ObjectStorage) {
+        self.storage = storage;
+    }
+
     /// The record as this member last knew it (its own while leader).
     pub fn record(&self) -> Option<&LeaseRecord> {
         self.held.as_ref().or(self.seen.as_ref()).map(|(r, _, _)| r)

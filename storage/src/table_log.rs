@@ -125,7 +125,11 @@ impl LogSync {
     pub fn sync_to(&self, end: LogOffset) -> Result<()> {
         self.sync_local(end)?;
         match self.replica.get() {
-            Some(r) => r.log.wait_blocking(r.last.load(Ordering::Acquire)),
+            // Connector batches and replays: they acknowledge nobody, and an entry
+            // given up on would be logged again after the outage, so wait it out.
+            Some(r) => r
+                .log
+                .wait_committed_blocking(r.last.load(Ordering::Acquire)),
             None => Ok(()),
         }
     }
