@@ -145,9 +145,15 @@ impl Member {
             .max()
             .unwrap_or(0);
         let now = now_ms();
+        let epoch = members.iter().map(|m| m.epoch).max().unwrap_or(0);
         members
             .into_iter()
-            .map(|m| {
+            .map(|mut m| {
+                // A leader of an older term that has not published since: it was
+                // deposed (or died) and has not come back yet.
+                if m.role == MemberRole::Leader && m.epoch < epoch {
+                    m.role = MemberRole::Deposed;
+                }
                 let renewed = chrono::DateTime::from_timestamp_millis(m.renewed_at_ms)
                     .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f+00").to_string())
                     .unwrap_or_default();
@@ -294,6 +300,7 @@ where
     let db = Database::open_member(cfg, member.clone(), log.clone(), epoch).await?;
     let _ = member.db.set(db);
     member.update(|s| s.role = MemberRole::Leader);
+    member.publish().await;
     tracing::warn!(
         epoch,
         takeover_ms = started.elapsed().as_millis() as u64,

@@ -430,12 +430,23 @@ async fn split_brain_old_leader_acknowledges_nothing_more() {
     check_consistent(&c, &acked).await;
     let ids = rows(&c, "SELECT id FROM t ORDER BY id").await;
     assert_eq!(ids, vec![vec!["1".to_string()], vec!["3".to_string()]]);
-    let cluster_rows = rows(&c, "SHOW CLUSTER").await;
-    let roles: Vec<&str> = cluster_rows.iter().map(|r| r[2].as_str()).collect();
-    assert!(
-        roles.contains(&"leader") && roles.contains(&"standby"),
-        "{cluster_rows:?}"
-    );
+    // SHOW CLUSTER: exactly one leader; the old one shows as a standby once it publishes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let cluster_rows = rows(&c, "SHOW CLUSTER").await;
+        let roles: Vec<&str> = cluster_rows.iter().map(|r| r[2].as_str()).collect();
+        assert_eq!(
+            roles.iter().filter(|r| **r == "leader").count(),
+            1,
+            "{cluster_rows:?}"
+        );
+        if roles.contains(&"standby") {
+            break;
+        }
+        // Until then it is absent (it had not published yet) or shown as deposed.
+        assert!(Instant::now() < deadline, "no standby in {cluster_rows:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
