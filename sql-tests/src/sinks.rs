@@ -47,3 +47,19 @@ pub async fn per_g_rows(c: &tokio_postgres::Client) -> BTreeMap<String, i64> {
         .map(|r| (format!(r#"{{"g":{},"n":{},"s":{}}}"#, r[0], r[1], r[2]), 1))
         .collect()
 }
+
+/// The sink tests' pipeline: table `events` reading JSON records from topic `input`,
+/// the view `per_g` over it, and the exactly-once sink `rows_out` of the table's rows
+/// into `rows_topic` (its transactional ids prefixed with `prefix`).
+pub fn events_pipeline_sql(input: &str, rows_topic: &str, prefix: &str) -> String {
+    format!(
+        "CREATE TABLE events (id bigint, g bigint, v bigint) WITH (
+           connector = 'kafka', topic = '{input}', properties.bootstrap.server = '{b}'
+         ) FORMAT PLAIN ENCODE JSON;
+         CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n, sum(v) AS s FROM events GROUP BY g;
+         CREATE SINK rows_out FROM events WITH (connector = 'kafka', topic = '{rows_topic}',
+           properties.bootstrap.server = '{b}', sink.delivery-guarantee = 'exactly-once',
+           sink.transactional-id-prefix = '{prefix}') FORMAT PLAIN ENCODE JSON;",
+        b = crate::kafka::broker()
+    )
+}

@@ -230,7 +230,7 @@ struct KafkaPipeline {
 
 impl KafkaPipeline {
     async fn create(c: &Client) -> KafkaPipeline {
-        use weir_sql_tests::kafka::{broker, create_topic, json, produce, producer};
+        use weir_sql_tests::kafka::{create_topic, json, produce, producer};
         let pid = std::process::id();
         let (input, out, prefix) = (
             format!("ha-in-{pid}"),
@@ -241,15 +241,8 @@ impl KafkaPipeline {
         create_topic(&out, 1).await;
         let first: Vec<(i32, Vec<u8>)> = (0..1000).map(|i| ((i % 3) as i32, json(i))).collect();
         produce(&producer(), &input, &first);
-        c.batch_execute(&format!(
-            "CREATE TABLE events (id bigint, g bigint, v bigint) WITH (
-               connector = 'kafka', topic = '{input}', properties.bootstrap.server = '{b}'
-             ) FORMAT PLAIN ENCODE JSON;
-             CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n, sum(v) AS s FROM events GROUP BY g;
-             CREATE SINK rows_out FROM events WITH (connector = 'kafka', topic = '{out}',
-               properties.bootstrap.server = '{b}', sink.delivery-guarantee = 'exactly-once',
-               sink.transactional-id-prefix = '{prefix}') FORMAT PLAIN ENCODE JSON;",
-            b = broker()
+        c.batch_execute(&weir_sql_tests::sinks::events_pipeline_sql(
+            &input, &out, &prefix,
         ))
         .await
         .unwrap();

@@ -31,15 +31,9 @@ async fn exactly_once_across_kill_9(name: &str, config: &str, kills: u64) {
     let dir = tempfile::tempdir().unwrap();
     let mut server = WeirProcess::start_with_config(&dir.path().join("data"), 2, config).await;
     let c = server.connect().await;
+    let pipeline = weir_sql_tests::sinks::events_pipeline_sql(&input, &rows_topic, &prefix);
     c.batch_execute(&format!(
-        "CREATE TABLE events (id bigint, g bigint, v bigint) WITH (
-           connector = 'kafka', topic = '{input}', properties.bootstrap.server = '{b}'
-         ) FORMAT PLAIN ENCODE JSON;
-         CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n, sum(v) AS s FROM events GROUP BY g;
-         CREATE SINK rows_out FROM events WITH (connector = 'kafka', topic = '{rows_topic}',
-           properties.bootstrap.server = '{b}', sink.delivery-guarantee = 'exactly-once',
-           sink.transactional-id-prefix = '{prefix}')
-           FORMAT PLAIN ENCODE JSON;
+        "{pipeline}
          CREATE SINK changes_out FROM per_g WITH (connector = 'kafka', topic = '{changes_topic}',
            properties.bootstrap.server = '{b}', sink.delivery-guarantee = 'exactly-once',
            sink.transactional-id-prefix = '{prefix}')
