@@ -28,6 +28,7 @@
 //! - [`connector_options`]: `WITH (...)` options that sources and sinks parse beside
 //!   their code.
 //! - [`append_only`]: which fragments only insert (their min / max keep one value).
+//! - [`digest`]: order-independent digests of changelogs (output checks).
 //!
 //! API for the layers above: `Runtime`, `RuntimeConfig`, `StreamGraph` and its specs,
 //! `StreamChunk`, `Op`, `ExecError` (re-exported here). The modules the server and
@@ -44,6 +45,7 @@ pub(crate) mod chunk;
 pub mod connector_options;
 pub(crate) mod coordinator;
 mod deploy;
+pub mod digest;
 pub(crate) mod error;
 pub mod exchange;
 pub(crate) mod graph;

@@ -30,15 +30,26 @@ pub enum BenchCommand {
         #[arg(long)]
         checkpoint_interval: Option<String>,
     },
-    /// Nexmark events through a query into a blackhole sink (`source`: the ceiling).
+    /// Nexmark events through queries into blackhole sinks (`source`: the ceiling).
     Nexmark {
-        /// source, q0, q1 or q2
-        #[arg(long)]
-        query: String,
+        /// source, q0 ... q8, or several separated by commas (one process, one input)
+        #[arg(long, value_delimiter = ',', required = true)]
+        query: Vec<String>,
         #[arg(long, default_value_t = 10_000_000)]
         events: u64,
         #[arg(long, default_value_t = 1)]
         parallelism: u32,
+        /// Events per second of event time (`nexmark.event.rate`; the Flink harness's
+        /// default is 10,000,000, Nexmark's default 10,000)
+        #[arg(long, default_value_t = 10_000_000)]
+        event_rate: u64,
+        /// flink: one source builds every event, views split it by kind; tables: one
+        /// source per kind
+        #[arg(long, value_enum, default_value_t = crate::bench_nexmark::Shape::Flink)]
+        shape: crate::bench_nexmark::Shape,
+        /// Compare each output with the query run as a batch over a stored twin
+        #[arg(long)]
+        check: bool,
     },
     /// Kafka topic -> table -> view: records/s, records per CPU-second, latency.
     Kafka {
@@ -78,7 +89,20 @@ pub async fn run(cmd: BenchCommand, mut cfg: Config) -> Result<(), String> {
             query,
             events,
             parallelism,
-        } => crate::bench_nexmark::run(cfg, query, events, parallelism).await,
+            event_rate,
+            shape,
+            check,
+        } => {
+            let run = crate::bench_nexmark::Run {
+                queries: query,
+                events,
+                parallelism,
+                event_rate,
+                shape,
+                check,
+            };
+            crate::bench_nexmark::run(cfg, run).await
+        }
         BenchCommand::Ingest {
             rows,
             groups,

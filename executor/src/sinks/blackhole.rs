@@ -2,18 +2,27 @@
 //! change and keeps nothing: a sink that measures the pipeline in front of it (the
 //! changes that reach it count in `weir_sinkRecordsIn{job}`), as Flink's and
 //! RisingWave's do.
+//!
+//! With `blackhole.checksum = 'true'` it also keeps a [`ChangeDigest`] of what it
+//! received in this process (net rows and an order-independent checksum, read with
+//! [`received`]): the Nexmark bench checks each query's output with it. It counts
+//! what arrives, so a job that restarts and replays is counted twice.
 
 use super::two_phase::SinkContext;
 use super::{SinkConnector, SinkTarget};
 use crate::chunk::StreamChunk;
-use crate::connector_options::ConnectorOptions;
+use crate::connector_options::{invalid, ConnectorOptions};
+use crate::digest::ChangeDigest;
 use crate::error::Result;
 use crate::operator::Operator;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
-/// `connector = 'blackhole'`: no options.
+/// `connector = 'blackhole'`; `blackhole.checksum`.
 #[derive(Debug, Clone)]
-pub struct BlackholeSpec;
+pub struct BlackholeSpec {
+    checksum: bool,
+}
 
 /// Any FORMAT ... ENCODE is accepted: nothing is encoded.
 pub(crate) fn parse_options(
@@ -22,7 +31,17 @@ pub(crate) fn parse_options(
 ) -> Result<Arc<dyn SinkConnector>> {
     o.take("format");
     o.take("encode");
-    Ok(Arc::new(BlackholeSpec))
+    let checksum = match o.take("blackhole.checksum").map(|v| v.to_ascii_lowercase()) {
+        None => false,
+        Some(v) if v == "true" => true,
+        Some(v) if v == "false" => false,
+        Some(v) => {
+            return Err(invalid(format!(
+                "blackhole.checksum must be true or false, not {v}"
+            )))
+        }
+    };
+    Ok(Arc::new(BlackholeSpec { checksum }))
 }
 
 impl SinkConnector for BlackholeSpec {
@@ -33,12 +52,36 @@ impl SinkConnector for BlackholeSpec {
         false
     }
     fn build(&self, name: &str, _: SinkContext) -> Result<Box<dyn Operator>> {
-        Ok(Box::new(BlackholeOperator::new(name)))
+        let mut op = BlackholeOperator::new(name);
+        if self.checksum {
+            op.digest = Some(digest_of(name));
+        }
+        Ok(Box::new(op))
     }
+}
+
+type SharedDigest = Arc<Mutex<ChangeDigest>>;
+
+/// Each checksumming blackhole's digest, by sink name: its parallel instances (and
+/// its redeployments) add into one.
+static DIGESTS: LazyLock<Mutex<HashMap<String, SharedDigest>>> = LazyLock::new(Default::default);
+
+fn digest_of(sink: &str) -> SharedDigest {
+    let mut all = DIGESTS.lock().unwrap_or_else(|e| e.into_inner());
+    all.entry(sink.to_string()).or_default().clone()
+}
+
+/// What the checksumming blackhole sink `sink` received in this process so far.
+pub fn received(sink: &str) -> Option<ChangeDigest> {
+    let all = DIGESTS.lock().unwrap_or_else(|e| e.into_inner());
+    let d = all.get(sink)?;
+    let digest = *d.lock().unwrap_or_else(|e| e.into_inner());
+    Some(digest)
 }
 
 pub struct BlackholeOperator {
     records: prometheus::IntCounter,
+    digest: Option<SharedDigest>,
 }
 
 impl BlackholeOperator {
@@ -48,6 +91,7 @@ impl BlackholeOperator {
             records: crate::metrics::metrics()
                 .sink_records_in
                 .with_label_values(&[job]),
+            digest: None,
         }
     }
 }
@@ -59,6 +103,12 @@ impl Operator for BlackholeOperator {
 
     fn process_chunk(&mut self, chunk: StreamChunk, _out: &mut Vec<StreamChunk>) -> Result<()> {
         self.records.inc_by(chunk.len() as u64);
+        if let Some(d) = &self.digest {
+            // Hashed outside the lock: parallel instances only meet to add.
+            let mut mine = ChangeDigest::default();
+            mine.add_chunk(&chunk)?;
+            d.lock().unwrap_or_else(|e| e.into_inner()).merge(mine);
+        }
         Ok(())
     }
 }

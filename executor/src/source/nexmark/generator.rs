@@ -5,10 +5,13 @@
 //! (ratio 2), hot sellers and bidders (ratio 4), 1000 active people, 100 auctions in
 //! flight, event time advancing by `1e6 / rate` µs per event from a base time.
 //!
-//! Bids carry no `channel`/`url`: the revisions that added them draw those from an
-//! unseeded random generator, so no reproducible reference exists.
+//! Bids of this model carry no `channel`/`url`: the revisions that added them draw
+//! those from an unseeded random generator, so no reproducible reference exists. The
+//! [`super::harness`] model (`nexmark.generator = 'splittable-random'`) has them, and
+//! is the Flink Nexmark harness's event sequence.
 
 use super::java_random::JavaRandom;
+use std::borrow::Cow;
 
 const PERSON_PROPORTION: i64 = 1;
 const AUCTION_PROPORTION: i64 = 3;
@@ -66,7 +69,7 @@ pub struct Person {
     pub state: String,
     /// ms since the epoch
     pub date_time: i64,
-    pub extra: String,
+    pub extra: Cow<'static, str>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -80,7 +83,7 @@ pub struct Auction {
     pub expires: i64,
     pub seller: i64,
     pub category: i64,
-    pub extra: String,
+    pub extra: Cow<'static, str>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -88,8 +91,10 @@ pub struct Bid {
     pub auction: i64,
     pub bidder: i64,
     pub price: i64,
+    pub channel: Cow<'static, str>,
+    pub url: Cow<'static, str>,
     pub date_time: i64,
-    pub extra: String,
+    pub extra: Cow<'static, str>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -99,12 +104,23 @@ pub enum Event {
     Bid(Bid),
 }
 
-/// Where event time starts and how fast it advances.
+/// Whose random streams make the events (`nexmark.generator`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Model {
+    /// `java-random`: the nexmark/nexmark Java generator's (`java.util.Random` seeded
+    /// with the event id); no channel or URL.
+    JavaRandom,
+    /// `splittable-random`: the Flink Nexmark harness's ([`super::harness`]).
+    SplittableRandom { seed: i64 },
+}
+
+/// Where event time starts, how fast it advances, and which model makes the events.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GeneratorConfig {
     pub base_time_ms: i64,
     /// Events per second of event time (Nexmark's `firstEventRate`, default 10,000).
     pub event_rate: f64,
+    pub model: Model,
 }
 
 impl GeneratorConfig {
@@ -112,7 +128,7 @@ impl GeneratorConfig {
         1_000_000.0 / self.event_rate
     }
 
-    fn timestamp(&self, event_number: i64) -> i64 {
+    pub(super) fn timestamp(&self, event_number: i64) -> i64 {
         self.base_time_ms + ((event_number as f64 * self.inter_event_delay_us()) as i64) / 1000
     }
 }
@@ -129,13 +145,13 @@ pub fn kind(n: i64) -> Kind {
     }
 }
 
-fn last_base0_person_id(e: i64) -> i64 {
+pub(super) fn last_base0_person_id(e: i64) -> i64 {
     let epoch = e / TOTAL_PROPORTION;
     let off = (e % TOTAL_PROPORTION).min(PERSON_PROPORTION - 1);
     epoch * PERSON_PROPORTION + off
 }
 
-fn last_base0_auction_id(e: i64) -> i64 {
+pub(super) fn last_base0_auction_id(e: i64) -> i64 {
     let mut epoch = e / TOTAL_PROPORTION;
     let mut off = e % TOTAL_PROPORTION;
     if off < PERSON_PROPORTION {
@@ -204,9 +220,9 @@ fn next_exact_string(r: &mut JavaRandom, length: i64) -> String {
     s
 }
 
-fn next_extra(r: &mut JavaRandom, current_size: i64, avg: i64) -> String {
+fn next_extra(r: &mut JavaRandom, current_size: i64, avg: i64) -> Cow<'static, str> {
     if current_size > avg {
-        return String::new();
+        return Cow::Borrowed("");
     }
     let avg = avg - current_size;
     let delta = (avg as f64 * 0.2).round() as i64;
@@ -217,15 +233,22 @@ fn next_extra(r: &mut JavaRandom, current_size: i64, avg: i64) -> String {
         } else {
             r.next_int_bounded((2 * delta) as i32) as i64
         };
-    next_exact_string(r, size)
+    Cow::Owned(next_exact_string(r, size))
 }
 
 fn next_price(r: &mut JavaRandom) -> i64 {
     (10f64.powf(r.next_double() * 6.0) * 100.0).round() as i64
 }
 
-/// Event `n` (0-based).
+/// Event `n` (0-based) of the configured model.
 pub fn event(cfg: &GeneratorConfig, n: i64) -> Event {
+    match cfg.model {
+        Model::JavaRandom => java_event(cfg, n),
+        Model::SplittableRandom { seed } => super::harness::event(cfg, seed, n),
+    }
+}
+
+fn java_event(cfg: &GeneratorConfig, n: i64) -> Event {
     let mut r = JavaRandom::new(n);
     let t = cfg.timestamp(n);
     match kind(n) {
@@ -306,6 +329,8 @@ pub fn event(cfg: &GeneratorConfig, n: i64) -> Event {
                 auction,
                 bidder,
                 price,
+                channel: Cow::Borrowed(""),
+                url: Cow::Borrowed(""),
                 date_time: t,
                 extra,
             })
@@ -323,6 +348,7 @@ mod tests {
         let cfg = GeneratorConfig {
             base_time_ms: 0,
             event_rate: 10_000.0,
+            model: Model::JavaRandom,
         };
         let Event::Person(p) = event(&cfg, 0) else {
             panic!("event 0 is a person")

@@ -4,16 +4,22 @@
 //!
 //! Each of the `person`, `auction` and `bid` tables runs the one event sequence of the
 //! Nexmark generator ([`generator`]) and keeps the events of its kind, so ids agree
-//! across the three tables. The position is the next event index, logged with each
+//! across the three tables. An `event` table keeps every event, one wide row each
+//! (Flink's shape: one source, split into person/auction/bid by views; see
+//! [`TableType::Event`]). Two models make the events: `java-random` (the
+//! nexmark/nexmark Java generator, [`generator`]) and `splittable-random` (the Flink
+//! Nexmark harness's, [`harness`], with bid channels and URLs). The position is the next event index, logged with each
 //! batch of rows like a Kafka table's offsets: after a crash the table resumes at the
 //! event after its last logged batch, and regenerates exactly the same events
 //! (no duplicate, no gap). Columns are matched by name (case and `_` ignored:
 //! `dateTime`, `date_time`); a table may declare any subset of its kind's fields.
 
 pub mod generator;
+mod harness;
 mod java_random;
 pub(crate) mod options;
 pub mod queries;
+mod splittable_random;
 
 use crate::error::Result;
 use crate::source::generated::GeneratedRows;
@@ -33,6 +39,8 @@ const BATCH_EVENTS: i64 = 50_000;
 /// One generated field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Field {
+    /// 0 person, 1 auction, 2 bid (Nexmark's Flink DDL).
+    EventType,
     Id,
     Name,
     EmailAddress,
@@ -51,18 +59,25 @@ pub enum Field {
     Auction,
     Bidder,
     Price,
+    Channel,
+    Url,
+}
+
+/// Lower case without `_`: `dateTime`, `date_time` and `DATETIME` are one name.
+fn normalized(column: &str) -> String {
+    column
+        .chars()
+        .filter(|c| *c != '_')
+        .collect::<String>()
+        .to_ascii_lowercase()
 }
 
 impl Field {
-    /// The field a column of a `kind` table means, by name.
-    pub fn for_column(kind: Kind, column: &str) -> Option<Field> {
-        let name: String = column
-            .chars()
-            .filter(|c| *c != '_')
-            .collect::<String>()
-            .to_ascii_lowercase();
+    /// The field of a `kind` event that a (normalized) column name means.
+    fn of_kind(kind: Kind, name: &str) -> Option<Field> {
         use Field::*;
-        let f = match (kind, name.as_str()) {
+        let f = match (kind, name) {
+            (_, "eventtype") => EventType,
             (_, "datetime") => DateTime,
             (_, "extra") => Extra,
             (Kind::Person, "id") => Id,
@@ -82,6 +97,8 @@ impl Field {
             (Kind::Bid, "auction") => Auction,
             (Kind::Bid, "bidder") => Bidder,
             (Kind::Bid, "price") => Price,
+            (Kind::Bid, "channel") => Channel,
+            (Kind::Bid, "url") => Url,
             _ => return None,
         };
         Some(f)
@@ -91,7 +108,15 @@ impl Field {
         use Field::*;
         matches!(
             self,
-            Name | EmailAddress | CreditCard | City | State | Extra | ItemName | Description
+            Name | EmailAddress
+                | CreditCard
+                | City
+                | State
+                | Extra
+                | ItemName
+                | Description
+                | Channel
+                | Url
         )
     }
 
@@ -100,16 +125,67 @@ impl Field {
     }
 }
 
+/// What a nexmark table holds (`nexmark.table.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableType {
+    /// `person`, `auction` or `bid`: the events of one kind, one row each.
+    Kind(Kind),
+    /// `event`: every event, one row each (Flink's one-source shape): `event_type`,
+    /// `date_time`, and each kind's fields prefixed by the kind (`person_name`,
+    /// `auction_seller`, `bid_price`), null in the rows of other kinds.
+    Event,
+}
+
+/// One column of a nexmark table: a field, of one kind's events only or of every event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Column {
+    /// `Some`: null in other kinds' rows (an `event` table's `bid_price`).
+    pub kind: Option<Kind>,
+    pub field: Field,
+}
+
+impl Column {
+    /// The column of a `table` named `name` (case and `_` ignored), if it is one.
+    pub fn named(table: TableType, name: &str) -> Option<Column> {
+        let name = normalized(name);
+        match table {
+            TableType::Kind(kind) => {
+                Field::of_kind(kind, &name).map(|field| Column { kind: None, field })
+            }
+            TableType::Event => {
+                if let Some(field @ (Field::EventType | Field::DateTime)) =
+                    Field::of_kind(Kind::Bid, &name)
+                {
+                    return Some(Column { kind: None, field });
+                }
+                [
+                    ("person", Kind::Person),
+                    ("auction", Kind::Auction),
+                    ("bid", Kind::Bid),
+                ]
+                .into_iter()
+                .find_map(|(prefix, kind)| {
+                    let field = Field::of_kind(kind, name.strip_prefix(prefix)?)?;
+                    (field != Field::EventType).then_some(Column {
+                        kind: Some(kind),
+                        field,
+                    })
+                })
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct NexmarkSpec {
-    pub kind: Kind,
+    pub table: TableType,
     /// `nexmark.event.num`: events of all kinds to generate; `None`: unbounded.
     pub events: Option<i64>,
     pub config: GeneratorConfig,
     /// `nexmark.max.events.per.second` (wall clock); `None`: as fast as possible.
     pub max_events_per_second: Option<f64>,
-    /// The field of each table column, in column order.
-    pub fields: Vec<Field>,
+    /// Each table column's field, in column order.
+    pub columns: Vec<Column>,
     /// `nexmark.split.num`: threads generating in parallel (see `generated::Run`).
     pub splits: usize,
 }
@@ -121,6 +197,27 @@ enum Builder {
 }
 
 impl Builder {
+    fn for_field(f: Field) -> Builder {
+        if f.is_text() {
+            Builder::Text(StringBuilder::new())
+        } else if f.is_time() {
+            Builder::Time(TimestampMillisecondBuilder::new())
+        } else {
+            Builder::Int(Int64Builder::new())
+        }
+    }
+
+    fn append(&mut self, v: Option<Value<'_>>) {
+        match (self, v) {
+            (Builder::Int(b), Some(Value::Int(v))) => b.append_value(v),
+            (Builder::Time(b), Some(Value::Time(v))) => b.append_value(v),
+            (Builder::Text(b), Some(Value::Text(v))) => b.append_value(v),
+            (Builder::Int(b), _) => b.append_null(),
+            (Builder::Time(b), _) => b.append_null(),
+            (Builder::Text(b), _) => b.append_null(),
+        }
+    }
+
     fn finish(self) -> ArrayRef {
         match self {
             Builder::Int(mut b) => Arc::new(b.finish()),
@@ -130,70 +227,79 @@ impl Builder {
     }
 }
 
-fn append(b: &mut Builder, field: Field, e: &Event) {
+/// One field's value.
+enum Value<'a> {
+    Int(i64),
+    Text(&'a str),
+    Time(i64),
+}
+
+/// The value of `field` in event `e`; `None` when `e` has no such field.
+fn value(field: Field, e: &Event) -> Option<Value<'_>> {
     use Field::*;
-    let int = |v: i64| v;
-    match (b, e) {
-        (Builder::Int(b), Event::Person(p)) if field == Id => b.append_value(int(p.id)),
-        (Builder::Int(b), Event::Auction(a)) => b.append_value(match field {
-            Id => a.id,
-            InitialBid => a.initial_bid,
-            Reserve => a.reserve,
-            Seller => a.seller,
-            _ => a.category,
-        }),
-        (Builder::Int(b), Event::Bid(x)) => b.append_value(match field {
-            Auction => x.auction,
-            Bidder => x.bidder,
-            _ => x.price,
-        }),
-        (Builder::Time(b), Event::Person(p)) => b.append_value(p.date_time),
-        (Builder::Time(b), Event::Auction(a)) => b.append_value(if field == Expires {
-            a.expires
-        } else {
-            a.date_time
-        }),
-        (Builder::Time(b), Event::Bid(x)) => b.append_value(x.date_time),
-        (Builder::Text(b), Event::Person(p)) => b.append_value(match field {
-            Name => &p.name,
-            EmailAddress => &p.email_address,
-            CreditCard => &p.credit_card,
-            City => &p.city,
-            State => &p.state,
-            _ => &p.extra,
-        }),
-        (Builder::Text(b), Event::Auction(a)) => b.append_value(match field {
-            ItemName => &a.item_name,
-            Description => &a.description,
-            _ => &a.extra,
-        }),
-        (Builder::Text(b), Event::Bid(x)) => b.append_value(&x.extra),
-        (Builder::Int(b), _) => b.append_null(),
+    use Value::{Int, Text, Time};
+    Some(match (e, field) {
+        (Event::Person(_), EventType) => Int(0),
+        (Event::Auction(_), EventType) => Int(1),
+        (Event::Bid(_), EventType) => Int(2),
+        (Event::Person(p), Id) => Int(p.id),
+        (Event::Person(p), Name) => Text(&p.name),
+        (Event::Person(p), EmailAddress) => Text(&p.email_address),
+        (Event::Person(p), CreditCard) => Text(&p.credit_card),
+        (Event::Person(p), City) => Text(&p.city),
+        (Event::Person(p), State) => Text(&p.state),
+        (Event::Person(p), DateTime) => Time(p.date_time),
+        (Event::Person(p), Extra) => Text(&p.extra),
+        (Event::Auction(a), Id) => Int(a.id),
+        (Event::Auction(a), ItemName) => Text(&a.item_name),
+        (Event::Auction(a), Description) => Text(&a.description),
+        (Event::Auction(a), InitialBid) => Int(a.initial_bid),
+        (Event::Auction(a), Reserve) => Int(a.reserve),
+        (Event::Auction(a), DateTime) => Time(a.date_time),
+        (Event::Auction(a), Expires) => Time(a.expires),
+        (Event::Auction(a), Seller) => Int(a.seller),
+        (Event::Auction(a), Category) => Int(a.category),
+        (Event::Auction(a), Extra) => Text(&a.extra),
+        (Event::Bid(b), Auction) => Int(b.auction),
+        (Event::Bid(b), Bidder) => Int(b.bidder),
+        (Event::Bid(b), Price) => Int(b.price),
+        (Event::Bid(b), Channel) => Text(&b.channel),
+        (Event::Bid(b), Url) => Text(&b.url),
+        (Event::Bid(b), DateTime) => Time(b.date_time),
+        (Event::Bid(b), Extra) => Text(&b.extra),
+        _ => return None,
+    })
+}
+
+fn kind_of(e: &Event) -> Kind {
+    match e {
+        Event::Person(_) => Kind::Person,
+        Event::Auction(_) => Kind::Auction,
+        Event::Bid(_) => Kind::Bid,
     }
 }
 
-/// The rows of events `from..to` of the spec's kind, in the table's schema.
+/// The rows of events `from..to` that the spec's table holds, in the table's schema.
 pub fn rows(spec: &NexmarkSpec, schema: &SchemaRef, from: i64, to: i64) -> Result<RecordBatch> {
     let mut builders: Vec<Builder> = spec
-        .fields
+        .columns
         .iter()
-        .map(|f| {
-            if f.is_text() {
-                Builder::Text(StringBuilder::new())
-            } else if f.is_time() {
-                Builder::Time(TimestampMillisecondBuilder::new())
-            } else {
-                Builder::Int(Int64Builder::new())
-            }
-        })
+        .map(|c| Builder::for_field(c.field))
         .collect();
     for n in from..to {
-        if generator::kind(n) != spec.kind {
-            continue;
+        if let TableType::Kind(kind) = spec.table {
+            if generator::kind(n) != kind {
+                continue;
+            }
         }
         let e = generator::event(&spec.config, n);
-        for (b, f) in builders.iter_mut().zip(&spec.fields) {
-            append(b, *f, &e);
+        let kind = kind_of(&e);
+        for (b, c) in builders.iter_mut().zip(&spec.columns) {
+            let v = match c.kind {
+                Some(k) if k != kind => None,
+                _ => value(c.field, &e),
+            };
+            b.append(v);
         }
     }
     let columns = builders
