@@ -26,7 +26,7 @@ use arrow::array::ArrayRef;
 use arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// Per join key position: where the key comes from on each side, the watermarks seen,
 /// and how far state was cleaned.
@@ -125,8 +125,44 @@ pub struct IntervalBound {
     pub offset_ms: i64,
 }
 
-/// Stored rows' (time in ms, join key), oldest first.
-type TimeIndex = BinaryHeap<Reverse<(i64, Vec<u8>)>>;
+/// Stored rows' (time in ms, join key), to be taken oldest first. Rows mostly arrive
+/// in time order (a source in event-time order), so those go to a queue (O(1) each,
+/// no key comparisons); only a row older than the queue's newest goes to a heap.
+#[derive(Debug, Default, Clone)]
+struct TimeIndex {
+    in_order: VecDeque<(i64, Vec<u8>)>,
+    out_of_order: BinaryHeap<Reverse<(i64, Vec<u8>)>>,
+}
+
+impl TimeIndex {
+    fn push(&mut self, ms: i64, key: &[u8]) {
+        match self.in_order.back() {
+            // The same key again at the same time: cleaning finds it once anyway.
+            Some((t, k)) if *t == ms && k == key => {}
+            Some((t, _)) if *t > ms => self.out_of_order.push(Reverse((ms, key.to_vec()))),
+            _ => self.in_order.push_back((ms, key.to_vec())),
+        }
+    }
+
+    /// Takes the keys of every entry older than `threshold`.
+    fn take_below(&mut self, threshold: i64, keys: &mut Vec<Vec<u8>>) {
+        while self.in_order.front().is_some_and(|(t, _)| *t < threshold) {
+            keys.push(self.in_order.pop_front().expect("peeked").1);
+        }
+        while self
+            .out_of_order
+            .peek()
+            .is_some_and(|Reverse((t, _))| *t < threshold)
+        {
+            keys.push(self.out_of_order.pop().expect("peeked").0 .1);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.in_order.clear();
+        self.out_of_order.clear();
+    }
+}
 
 /// Watermarks by payload column and the interval bounds they drive.
 #[derive(Debug, Default)]
@@ -158,7 +194,7 @@ impl IntervalWatermarks {
             bounds,
             seen: [Vec::new(), Vec::new()],
             applied: vec![None; n],
-            index: vec![BinaryHeap::new(); n],
+            index: vec![TimeIndex::default(); n],
             unindexed: vec![restored; n],
         }
     }
@@ -175,21 +211,18 @@ impl IntervalWatermarks {
 
     /// A row stored under `key` with time `ms` for bound `bound`.
     pub fn note(&mut self, bound: usize, ms: i64, key: &[u8]) {
-        self.index[bound].push(Reverse((ms, key.to_vec())));
+        self.index[bound].push(ms, key);
     }
 
     /// The keys that may hold rows of bound `bound` below `threshold`.
     pub fn due(&mut self, bound: usize, threshold: i64) -> DueKeys {
-        let heap = &mut self.index[bound];
+        let index = &mut self.index[bound];
         if std::mem::take(&mut self.unindexed[bound]) {
-            heap.clear();
+            index.clear();
             return DueKeys::All;
         }
         let mut keys = Vec::new();
-        while heap.peek().is_some_and(|Reverse((t, _))| *t < threshold) {
-            let Reverse((_, k)) = heap.pop().expect("peeked");
-            keys.push(k);
-        }
+        index.take_below(threshold, &mut keys);
         keys.sort_unstable();
         keys.dedup();
         DueKeys::Some(keys)
