@@ -323,8 +323,15 @@ struct Loop {
 impl Loop {
     fn new(actor: &Actor) -> Self {
         let n = actor.inputs.len();
+        // A fragment whose first operator does not tell its inputs apart (a union of
+        // HOP's branches, say) has one side: each input's watermark alone would run
+        // ahead of the others' rows, and state downstream would be cleaned too early.
+        let distinct = actor.chain.first().map_or(1, |op| op.sides());
         let sides: Vec<usize> = (0..n)
-            .map(|i| actor.input_sides.get(i).copied().unwrap_or(0))
+            .map(|i| match distinct {
+                1 => 0,
+                _ => actor.input_sides.get(i).copied().unwrap_or(0),
+            })
             .collect();
         let watermarks = (0..=sides.iter().copied().max().unwrap_or(0))
             .map(|_| crate::watermark::InputWatermarks::new(n))
@@ -894,6 +901,12 @@ mod tests {
     }
 
     fn start(n_inputs: usize, mode: CheckpointMode) -> Harness {
+        start_with_sides(vec![0; n_inputs], mode)
+    }
+
+    /// `sides`: per input, the fragment input it belongs to (as deploy numbers them).
+    fn start_with_sides(sides: Vec<usize>, mode: CheckpointMode) -> Harness {
+        let n_inputs = sides.len();
         let (inputs, receivers): (Vec<_>, Vec<_>) =
             (0..n_inputs).map(|_| mpsc::channel(16)).unzip();
         let (out_tx, output) = mpsc::channel(64);
@@ -904,7 +917,7 @@ mod tests {
             job: 7,
             job_name: "test".into(),
             inputs: receivers,
-            input_sides: vec![0; n_inputs],
+            input_sides: sides,
             chain: vec![Box::new(Counter(0))],
             output: ActorOutput::Exchange(vec![Dispatcher::new(
                 &ExchangeKind::Single,
@@ -989,5 +1002,40 @@ mod tests {
         h.inputs[1].send(checkpoint(1, 7)).await.unwrap();
         assert_eq!(shown(&h.output.recv().await.unwrap()), vec![-1]);
         assert_eq!(h.acks.recv().await.unwrap().epoch, 1);
+    }
+
+    /// A union's inputs (the fragment's inputs 0 and 1, as HOP's branches are) pass on
+    /// the minimum of their watermarks, not each one alone: a watermark of one branch
+    /// that ran ahead would let state downstream be cleaned under the other's rows.
+    #[tokio::test]
+    async fn a_union_passes_on_the_minimum_of_its_inputs_watermarks() {
+        use datafusion::common::ScalarValue;
+        let mut h = start_with_sides(vec![0, 1], CheckpointMode::ExactlyOnce);
+        let wm = |v: i64| {
+            Message::Watermark(crate::barrier::Watermark {
+                column: 0,
+                value: ScalarValue::Int64(Some(v)),
+            })
+        };
+        let value = |m: Message| match m {
+            Message::Watermark(w) => w.value,
+            other => panic!("not a watermark: {other:?}"),
+        };
+        h.inputs[0].send(wm(100)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            h.output.try_recv().is_err(),
+            "one input's watermark passed alone"
+        );
+        h.inputs[1].send(wm(40)).await.unwrap();
+        assert_eq!(
+            value(h.output.recv().await.unwrap()),
+            ScalarValue::Int64(Some(40))
+        );
+        h.inputs[1].send(wm(300)).await.unwrap();
+        assert_eq!(
+            value(h.output.recv().await.unwrap()),
+            ScalarValue::Int64(Some(100))
+        );
     }
 }

@@ -28,6 +28,13 @@ pub trait Operator: Send {
         self.process_chunk(chunk, out)
     }
 
+    /// How many inputs with columns of their own it tells apart (a join: 2). The
+    /// inputs of one side are alike (a union's branches), so their watermarks combine
+    /// into one: their minimum.
+    fn sides(&self) -> usize {
+        1
+    }
+
     /// Event-time progress; by default passed on unchanged. An operator may pass on
     /// several (one watermark per output column that carries it: a projection keeping
     /// both `window_start` and `window_end`) or none.

@@ -152,6 +152,21 @@ async fn nexmark_tables_views_and_exactly_once_generation() {
             table("x1", BID, "bid", ", nexmark.split.num = '1.5'"),
             "22023",
         ),
+        // The java-random generator makes no channel; no such generator; a seed
+        // without the generator that takes one; no such field of the event table.
+        (
+            table("x1", "auction bigint, channel text", "bid", ""),
+            "22023",
+        ),
+        (
+            table("x1", BID, "bid", ", nexmark.generator = 'mersenne'"),
+            "22023",
+        ),
+        (table("x1", BID, "bid", ", nexmark.seed = '7'"), "22023"),
+        (
+            table("x1", "event_type int, bid_colour text", "event", ""),
+            "42703",
+        ),
     ] {
         assert_eq!(error_code(&c, &sql).await, code, "{sql}");
     }
@@ -162,6 +177,44 @@ async fn nexmark_tables_views_and_exactly_once_generation() {
         )
         .await,
         "0"
+    );
+
+    // Flink's shape: one `event` table of the harness's generator, a row per event,
+    // each kind's fields null in the other kinds' rows; event 4 is the harness's
+    // first bid.
+    c.batch_execute(&table(
+        "ev",
+        "event_type int, date_time timestamp, person_name text, bid_auction bigint, \
+         bid_bidder bigint, bid_price bigint, bid_channel text, bid_url text",
+        "event",
+        ", nexmark.event.num = '100000', nexmark.generator = 'splittable-random', \
+         nexmark.event.rate = '10000000'",
+    ))
+    .await
+    .unwrap();
+    wait_until(&c, "SELECT count(*) FROM ev", 60, |r| r[0][0] == "100000").await;
+    assert_eq!(
+        sorted(
+            &c,
+            "SELECT event_type, count(*), count(person_name), count(bid_channel) FROM ev GROUP BY 1"
+        )
+        .await,
+        [
+            ["0", "2000", "2000", "0"],
+            ["1", "6000", "0", "0"],
+            ["2", "92000", "0", "92000"]
+        ]
+    );
+    assert_eq!(
+        value(
+            &c,
+            "SELECT count(*) FROM ev WHERE event_type = 2 AND bid_auction = 1000 \
+             AND bid_bidder = 2001 AND bid_price = 934 AND bid_channel = 'Baidu' \
+             AND bid_url = 'https://www.nexmark.com/yfd/gxl/ka_n/item.htm?query=1' \
+             AND date_time = '2023-11-14 22:13:20'"
+        )
+        .await,
+        "1"
     );
 }
 

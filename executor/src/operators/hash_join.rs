@@ -775,6 +775,10 @@ impl Operator for HashJoinOperator {
         Ok(vec![])
     }
 
+    fn sides(&self) -> usize {
+        2
+    }
+
     fn process_watermark_from(&mut self, side: usize, w: Watermark) -> Result<Vec<Watermark>> {
         if side < 2 {
             self.key_watermarks.observe(side, &w);
