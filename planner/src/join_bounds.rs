@@ -4,6 +4,7 @@
 //! interval (`b.ts >= a.ts`, `b.ts <= a.expires`, `b.ts BETWEEN a.ts - INTERVAL '10'
 //! SECOND AND a.ts`, which DataFusion splits into two such conjuncts).
 
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::DFSchema;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
@@ -12,10 +13,15 @@ use weir_executor::operators::join_cleaning::IntervalBound;
 /// `column + offset_ms` on one side: (side, payload column, offset).
 fn term(e: &Expr, sides: [&DFSchema; 2]) -> Option<(usize, usize, i64)> {
     match e {
-        Expr::Column(c) => sides
-            .iter()
-            .enumerate()
-            .find_map(|(s, schema)| schema.maybe_index_of_column(c).map(|i| (s, i, 0))),
+        // Only time columns: watermarks are on them, and `num >= maxn` is no interval.
+        Expr::Column(c) => sides.iter().enumerate().find_map(|(s, schema)| {
+            let i = schema.maybe_index_of_column(c)?;
+            let temporal = matches!(
+                schema.field(i).data_type(),
+                DataType::Timestamp(..) | DataType::Date32 | DataType::Date64
+            );
+            temporal.then_some((s, i, 0))
+        }),
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
             let Expr::Literal(v, _) = right.as_ref() else {
                 return None;
@@ -80,6 +86,17 @@ mod tests {
             .map(|c| Field::new(*c, ts.clone(), true))
             .collect();
         DFSchema::try_from_qualified_schema(q, &Schema::new(fields)).unwrap()
+    }
+
+    /// Nexmark q5's `AuctionBids.num >= MaxBids.maxn` compares counts, not times.
+    #[test]
+    fn numbers_compared_are_no_interval() {
+        let field = |n: &str| Field::new(n, DataType::Int64, true);
+        let a = DFSchema::try_from_qualified_schema("a", &Schema::new(vec![field("num")])).unwrap();
+        let b =
+            DFSchema::try_from_qualified_schema("b", &Schema::new(vec![field("maxn")])).unwrap();
+        let filter = col("a.num").gt_eq(col("b.maxn"));
+        assert_eq!(interval_bounds(&filter, &a, &b), vec![]);
     }
 
     #[test]

@@ -165,7 +165,24 @@ pub(super) fn last_base0_auction_id(e: i64) -> i64 {
     epoch * AUCTION_PROPORTION + off
 }
 
-fn next_long(r: &mut JavaRandom, n: i64) -> i64 {
+/// What both models draw from: `java.util.Random` or `SplittableRandom`.
+pub(super) trait Draw {
+    /// Uniform in `0..bound` (`bound > 0`).
+    fn next_int_bounded(&mut self, bound: i32) -> i32;
+    fn next_long(&mut self) -> i64;
+}
+
+impl Draw for JavaRandom {
+    fn next_int_bounded(&mut self, bound: i32) -> i32 {
+        JavaRandom::next_int_bounded(self, bound)
+    }
+    fn next_long(&mut self) -> i64 {
+        JavaRandom::next_long(self)
+    }
+}
+
+/// Uniform in `0..n`, as Nexmark draws it.
+pub(super) fn next_long(r: &mut impl Draw, n: i64) -> i64 {
     if n < i32::MAX as i64 {
         r.next_int_bounded(n as i32) as i64
     } else {
@@ -173,13 +190,15 @@ fn next_long(r: &mut JavaRandom, n: i64) -> i64 {
     }
 }
 
-fn next_base0_person_id(e: i64, r: &mut JavaRandom) -> i64 {
+/// A person among the active ones (or a few not yet created), 0-based.
+pub(super) fn next_base0_person_id(e: i64, r: &mut impl Draw) -> i64 {
     let num = last_base0_person_id(e) + 1;
     let active = num.min(NUM_ACTIVE_PEOPLE);
     num - active + next_long(r, active + PERSON_ID_LEAD)
 }
 
-fn next_base0_auction_id(e: i64, r: &mut JavaRandom) -> i64 {
+/// An auction among those in flight (or a few not yet created), 0-based.
+pub(super) fn next_base0_auction_id(e: i64, r: &mut impl Draw) -> i64 {
     let max = last_base0_auction_id(e);
     let min = (max - NUM_IN_FLIGHT_AUCTIONS).max(0);
     min + next_long(r, max - min + 1 + AUCTION_ID_LEAD)

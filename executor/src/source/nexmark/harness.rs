@@ -9,7 +9,9 @@
 //! Nexmark's in both.
 
 use super::generator::{
-    last_base0_auction_id, last_base0_person_id, Auction, Bid, Event, GeneratorConfig, Kind, Person,
+    last_base0_auction_id, last_base0_person_id, next_base0_auction_id as random_auction_id0,
+    next_base0_person_id as random_person_id0, next_long as bounded_long, Auction, Bid, Draw,
+    Event, GeneratorConfig, Kind, Person,
 };
 use super::splittable_random::SplittableRandom;
 use std::borrow::Cow;
@@ -20,19 +22,16 @@ const FIRST_AUCTION: i64 = 1000;
 const FIRST_CATEGORY: i64 = 10;
 const CATEGORIES: i32 = 5;
 const IN_FLIGHT_AUCTIONS: i64 = 100;
-const ACTIVE_PEOPLE: i64 = 1000;
 const HOT_AUCTION_RATIO: i32 = 2;
 const HOT_SELLERS_RATIO: i32 = 4;
 const HOT_BIDDERS_RATIO: i32 = 4;
 /// Hot ids are rounded down to multiples of this.
 const HOT_GROUP: i64 = 100;
-const PERSON_LEAD: i64 = 10;
-const AUCTION_LEAD: i64 = 10;
 const AVG_PERSON: i32 = 200;
 const AVG_AUCTION: i32 = 500;
 const AVG_BID: i32 = 100;
 const CHANNELS: usize = 10_000;
-/// Events per auction slot: `IN_FLIGHT_AUCTIONS * 50 / 3`.
+/// Events per auction slot: 100 auctions in flight × 50 / 3.
 const EVENTS_FOR_AUCTIONS: i64 = IN_FLIGHT_AUCTIONS * 50 / 3;
 
 const STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
@@ -55,6 +54,15 @@ const LAST: [&str; 9] = [
     "Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris",
 ];
 const HOT_CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
+
+impl Draw for SplittableRandom {
+    fn next_int_bounded(&mut self, bound: i32) -> i32 {
+        SplittableRandom::next_int_bounded(self, bound)
+    }
+    fn next_long(&mut self) -> i64 {
+        SplittableRandom::next_long(self)
+    }
+}
 
 /// The harness's static caches (fixed seeds): the padding text, and each channel's
 /// name and URL (the four hot channels' first).
@@ -101,26 +109,6 @@ static CACHES: LazyLock<Caches> = LazyLock::new(|| {
         channel_urls,
     }
 });
-
-fn bounded_long(r: &mut SplittableRandom, n: i64) -> i64 {
-    if n < i32::MAX as i64 {
-        r.next_int_bounded(n as i32) as i64
-    } else {
-        (r.next_long() % n).abs()
-    }
-}
-
-fn random_person_id0(e: i64, r: &mut SplittableRandom) -> i64 {
-    let people = last_base0_person_id(e) + 1;
-    let active = people.min(ACTIVE_PEOPLE);
-    people - active + bounded_long(r, active + PERSON_LEAD)
-}
-
-fn random_auction_id0(e: i64, r: &mut SplittableRandom) -> i64 {
-    let hi = last_base0_auction_id(e);
-    let lo = (hi - IN_FLIGHT_AUCTIONS).max(0);
-    lo + bounded_long(r, hi - lo + 1 + AUCTION_LEAD)
-}
 
 fn price(r: &mut SplittableRandom) -> i64 {
     // Java's Math.round: floor(x + 0.5).
