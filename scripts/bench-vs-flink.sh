@@ -51,8 +51,14 @@ REPS="${REPS:-3}"
 EVENTS="${EVENTS:-10000000}"
 export JAVA_OPTS="${FLINK_JAVA_OPTS:--Xms1g -Xmx12g}"
 
+SHARED_HARNESS="$ROOT/../shared/bench/flink-nexmark"
+if [ ! -x "$SHARED_HARNESS/run.sh" ]; then
+  echo "the Flink Nexmark harness is not at $SHARED_HARNESS: it lives in the project's" >&2
+  echo "shared folder beside a checkout, not in this repository" >&2
+  exit 1
+fi
 rm -rf "$HARNESS" && mkdir -p "$HARNESS"
-cp -r "$ROOT/../shared/bench/flink-nexmark/." "$HARNESS/"
+cp -r "$SHARED_HARNESS/." "$HARNESS/"
 cp "$ROOT"/bench/flink-nexmark/q*.sql "$HARNESS/sql/"
 if [ ! -x "$FLINK_BENCH_STATE/.venv/bin/python" ] || [ ! -f "$FLINK_BENCH_STATE/build/nexmark-gen.jar" ]; then
   command -v javac >/dev/null 2>&1 || {

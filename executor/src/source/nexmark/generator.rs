@@ -32,14 +32,14 @@ const AVG_PERSON_BYTES: i64 = 200;
 const AVG_AUCTION_BYTES: i64 = 500;
 const AVG_BID_BYTES: i64 = 100;
 
-const FIRST_NAMES: [&str; 11] = [
+pub(super) const FIRST_NAMES: [&str; 11] = [
     "Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter",
 ];
-const LAST_NAMES: [&str; 9] = [
+pub(super) const LAST_NAMES: [&str; 9] = [
     "Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris",
 ];
-const US_STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
-const US_CITIES: [&str; 10] = [
+pub(super) const US_STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
+pub(super) const US_CITIES: [&str; 10] = [
     "Phoenix",
     "Los Angeles",
     "San Francisco",

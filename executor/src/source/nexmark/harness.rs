@@ -11,7 +11,8 @@
 use super::generator::{
     last_base0_auction_id, last_base0_person_id, next_base0_auction_id as random_auction_id0,
     next_base0_person_id as random_person_id0, next_long as bounded_long, Auction, Bid, Draw,
-    Event, GeneratorConfig, Kind, Person,
+    Event, GeneratorConfig, Kind, Person, FIRST_NAMES as FIRST, LAST_NAMES as LAST,
+    US_CITIES as CITIES, US_STATES as STATES,
 };
 use super::splittable_random::SplittableRandom;
 use std::borrow::Cow;
@@ -34,25 +35,6 @@ const CHANNELS: usize = 10_000;
 /// Events per auction slot: 100 auctions in flight × 50 / 3.
 const EVENTS_FOR_AUCTIONS: i64 = IN_FLIGHT_AUCTIONS * 50 / 3;
 
-const STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
-const CITIES: [&str; 10] = [
-    "Phoenix",
-    "Los Angeles",
-    "San Francisco",
-    "Boise",
-    "Portland",
-    "Bend",
-    "Redmond",
-    "Seattle",
-    "Kent",
-    "Cheyenne",
-];
-const FIRST: [&str; 11] = [
-    "Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter",
-];
-const LAST: [&str; 9] = [
-    "Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris",
-];
 const HOT_CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
 
 impl Draw for SplittableRandom {

@@ -62,6 +62,24 @@ pub fn kind_views(source: &str) -> Vec<String> {
         .collect()
 }
 
+/// q15's and q16's statistics: bids, bidders and auctions, in all and per price rank.
+macro_rules! bid_statistics {
+    () => {
+        "count(*) AS total_bids, \
+         count(*) FILTER (WHERE price < 10000) AS rank1_bids, \
+         count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids, \
+         count(*) FILTER (WHERE price >= 1000000) AS rank3_bids, \
+         count(DISTINCT bidder) AS total_bidders, \
+         count(DISTINCT bidder) FILTER (WHERE price < 10000) AS rank1_bidders, \
+         count(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders, \
+         count(DISTINCT bidder) FILTER (WHERE price >= 1000000) AS rank3_bidders, \
+         count(DISTINCT auction) AS total_auctions, \
+         count(DISTINCT auction) FILTER (WHERE price < 10000) AS rank1_auctions, \
+         count(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_auctions, \
+         count(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions"
+    };
+}
+
 /// (name, tables read, query).
 pub const QUERIES: &[(&str, &[&str], &str)] = &[
     (
@@ -199,39 +217,21 @@ pub const QUERIES: &[(&str, &[&str], &str)] = &[
     (
         "q15",
         &["bid"],
-        "SELECT to_char(date_time, 'YYYY-MM-DD') AS day, \
-           count(*) AS total_bids, \
-           count(*) FILTER (WHERE price < 10000) AS rank1_bids, \
-           count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids, \
-           count(*) FILTER (WHERE price >= 1000000) AS rank3_bids, \
-           count(DISTINCT bidder) AS total_bidders, \
-           count(DISTINCT bidder) FILTER (WHERE price < 10000) AS rank1_bidders, \
-           count(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders, \
-           count(DISTINCT bidder) FILTER (WHERE price >= 1000000) AS rank3_bidders, \
-           count(DISTINCT auction) AS total_auctions, \
-           count(DISTINCT auction) FILTER (WHERE price < 10000) AS rank1_auctions, \
-           count(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_auctions, \
-           count(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions \
-         FROM bid GROUP BY to_char(date_time, 'YYYY-MM-DD')",
+        concat!(
+            "SELECT to_char(date_time, 'YYYY-MM-DD') AS day, ",
+            bid_statistics!(),
+            " FROM bid GROUP BY to_char(date_time, 'YYYY-MM-DD')"
+        ),
     ),
     (
         "q16",
         &["bid"],
-        "SELECT channel, to_char(date_time, 'YYYY-MM-DD') AS day, \
-           max(to_char(date_time, 'HH24:MI')) AS minute, \
-           count(*) AS total_bids, \
-           count(*) FILTER (WHERE price < 10000) AS rank1_bids, \
-           count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids, \
-           count(*) FILTER (WHERE price >= 1000000) AS rank3_bids, \
-           count(DISTINCT bidder) AS total_bidders, \
-           count(DISTINCT bidder) FILTER (WHERE price < 10000) AS rank1_bidders, \
-           count(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders, \
-           count(DISTINCT bidder) FILTER (WHERE price >= 1000000) AS rank3_bidders, \
-           count(DISTINCT auction) AS total_auctions, \
-           count(DISTINCT auction) FILTER (WHERE price < 10000) AS rank1_auctions, \
-           count(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_auctions, \
-           count(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions \
-         FROM bid GROUP BY channel, to_char(date_time, 'YYYY-MM-DD')",
+        concat!(
+            "SELECT channel, to_char(date_time, 'YYYY-MM-DD') AS day, \
+               max(to_char(date_time, 'HH24:MI')) AS minute, ",
+            bid_statistics!(),
+            " FROM bid GROUP BY channel, to_char(date_time, 'YYYY-MM-DD')"
+        ),
     ),
     (
         "q17",
