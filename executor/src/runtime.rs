@@ -360,6 +360,20 @@ impl Runtime {
         }
     }
 
+    /// Starts the barrier that makes the write just logged under `w` visible, unless
+    /// `ON_DEMAND_BARRIERS` are on their way already (one of those, or the reader's
+    /// own, will cover it). Called for sessions that read after they write: the
+    /// barrier travels while the write waits for its fsync, so the read that follows
+    /// finds it committed instead of starting it.
+    pub async fn hasten_visibility(&self, w: &mut WriteState) -> Result<()> {
+        let open = self.open_epoch.load(Ordering::Acquire);
+        let committed = self.coordinator.committed_epoch();
+        if (open - 1).saturating_sub(committed) < ON_DEMAND_BARRIERS {
+            self.inject_barrier(w).await?;
+        }
+        Ok(())
+    }
+
     /// Syncs the logs barrier `epoch` passed, then lets the epoch commit. An fsync
     /// error is retried: the epoch stays unreadable rather than exposing writes that
     /// may be lost.

@@ -130,10 +130,17 @@ pub(crate) async fn commit(
         .await
         .map_err(SqlError::from)?;
     let epoch = w.write_epoch();
+    if session.reads_own_writes {
+        db.runtime()
+            .hasten_visibility(&mut w)
+            .await
+            .map_err(SqlError::from)?;
+    }
     drop(w);
     durable.wait().await.map_err(SqlError::from)?;
     session.last_write_epoch = epoch;
     session.writes += 1;
+    session.wrote_since_read = true;
     db.runtime().note_acknowledged(epoch);
     Ok(())
 }

@@ -107,7 +107,7 @@ pub fn planning_context(db: &Database, stmt: &Statement) -> SqlResult<SessionCon
 /// relations (UPDATE and DELETE read their table's latest contents).
 pub async fn snapshot_context(
     db: &Database,
-    session: &Session,
+    session: &mut Session,
     stmt: &Statement,
     overrides: HashMap<String, RecordBatch>,
 ) -> SqlResult<SessionContext> {

@@ -8,6 +8,13 @@ pub struct Session {
     /// Epoch of this session's latest acknowledged write: its reads wait for it
     /// (read-your-writes).
     pub last_write_epoch: Epoch,
+    /// This session's last read followed a write of its own (it reads what it
+    /// wrote, as an application updating then showing a row does): its writes then
+    /// start their barrier at once (`Runtime::hasten_visibility`). A session that
+    /// only writes (a loader) leaves barriers to the interval.
+    pub reads_own_writes: bool,
+    /// A write since this session's last read.
+    pub wrote_since_read: bool,
     /// `SET` variables of this session.
     pub settings: BTreeMap<String, String>,
     /// NOTICE messages the last statements raised, sent ahead of their results.

@@ -260,3 +260,41 @@ async fn read_after_write_server_setting() {
         .unwrap();
     assert_eq!(value(&reader, "SELECT g FROM t WHERE id = 1").await, "10");
 }
+
+/// A session that reads after it writes starts the barrier of its next write at once
+/// (it travels while the write waits for its fsync); a session that only writes leaves
+/// its writes to the next barrier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_of_sessions_that_read_them_start_their_barrier() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = WeirProcess::start_with_config(&dir.path().join("data"), 1, FROZEN).await;
+    let app = server.connect().await;
+    app.batch_execute("CREATE TABLE t (id INT PRIMARY KEY, g INT); INSERT INTO t VALUES (1, 1)")
+        .await
+        .unwrap();
+    // Read-your-writes: this read waits for (and starts) the barrier of row 1.
+    assert_eq!(value(&app, "SELECT count(*) FROM t").await, "1");
+    let loader = server.connect().await;
+    loader
+        .batch_execute("INSERT INTO t VALUES (3, 3)")
+        .await
+        .unwrap();
+    let other = server.connect().await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        value(&other, "SELECT count(*) FROM t").await,
+        "1",
+        "a write-only session's write became visible without a barrier"
+    );
+    app.batch_execute("INSERT INTO t VALUES (2, 2)")
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while value(&other, "SELECT count(*) FROM t").await != "3" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the app's write was not made visible without FLUSH"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

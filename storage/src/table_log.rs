@@ -276,9 +276,15 @@ impl TableLog {
             return Ok(());
         }
         let keep_from = keep_from.min(self.end);
-        let bytes = std::fs::read(&self.path)?;
-        let cut = self.header_len + (keep_from - self.base);
-        self.rewrite(keep_from, &bytes[cut as usize..])
+        // Only the live tail is read: this runs under the write lock, and the dead
+        // prefix is at least as large.
+        let mut file = File::open(&self.path)?;
+        file.seek(std::io::SeekFrom::Start(
+            self.header_len + (keep_from - self.base),
+        ))?;
+        let mut tail = Vec::new();
+        file.read_to_end(&mut tail)?;
+        self.rewrite(keep_from, &tail)
     }
 
     /// Makes a log that holds no entry start at logical offset `base`: a table filled

@@ -97,7 +97,7 @@ pub async fn plan(db: &Database, shape: &str, stmt: &Statement) -> Option<Cached
 /// `None` sends the statement down the ordinary path (a literal it does not bind).
 pub async fn execute(
     db: &Database,
-    session: &Session,
+    session: &mut Session,
     q: &CachedQuery,
     literals: &[Literal],
 ) -> Option<SqlResult<Output>> {
@@ -115,7 +115,7 @@ pub async fn execute(
 
 async fn run(
     db: &Database,
-    session: &Session,
+    session: &mut Session,
     q: &CachedQuery,
     plan: LogicalPlan,
 ) -> SqlResult<Output> {

@@ -19,7 +19,7 @@ use weir_planner::{SqlError, SqlResult};
 /// answers instead.
 pub async fn execute(
     db: &Database,
-    session: &Session,
+    session: &mut Session,
     p: &PointRead,
     literals: &[Literal],
 ) -> Option<SqlResult<Output>> {

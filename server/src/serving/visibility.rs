@@ -33,8 +33,9 @@ pub fn read_after_write(db: &Database, session: &Session) -> bool {
 }
 
 /// Waits until what this session must see is committed.
-pub async fn wait_visible(db: &Database, session: &Session) -> SqlResult<()> {
+pub async fn wait_visible(db: &Database, session: &mut Session) -> SqlResult<()> {
     let rt = db.runtime();
+    session.reads_own_writes = std::mem::take(&mut session.wrote_since_read);
     rt.ensure_committed(session.last_write_epoch)
         .await
         .map_err(SqlError::from)?;

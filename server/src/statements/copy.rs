@@ -529,7 +529,7 @@ fn cast_text(texts: &StringArray, to: &DataType) -> Result<ArrayRef, usize> {
 /// `COPY ... TO STDOUT`: the rows of a table, view or query, one line each.
 async fn copy_out(
     db: &Database,
-    session: &Session,
+    session: &mut Session,
     source: &CopySource,
     f: &CopyFormat,
 ) -> SqlResult<Output> {

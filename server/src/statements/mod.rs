@@ -226,7 +226,7 @@ async fn execute_sql(
     }
 }
 
-async fn run_select(db: &Database, session: &Session, stmt: &Statement) -> SqlResult<Output> {
+async fn run_select(db: &Database, session: &mut Session, stmt: &Statement) -> SqlResult<Output> {
     let ctx = query::snapshot_context(db, session, stmt, Default::default()).await?;
     let (schema, batches) = query::run_query(&ctx, stmt).await?;
     Ok(Output::Rows { schema, batches })
