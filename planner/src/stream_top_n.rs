@@ -242,6 +242,7 @@ impl Builder<'_> {
                 partition_types,
                 sort_fields,
                 output_schema: nullable_schema(out_schema),
+                append_only_input: false,
             },
         ))
     }

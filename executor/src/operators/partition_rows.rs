@@ -17,7 +17,7 @@
 
 use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::{Op, StreamChunk};
-use crate::error::Result;
+use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
 use ahash::AHashMap as HashMap;
@@ -44,6 +44,41 @@ impl Partition {
         self.rows.iter().flat_map(|((sort, row), n)| {
             std::iter::repeat_n((sort.as_slice(), row.as_slice()), (*n).max(0) as usize)
         })
+    }
+}
+
+impl Partition {
+    /// Drops the rows past the first `rows` present ones (and, with `ties`, past those
+    /// tied with the last kept). Runs once the partition holds twice as many entries,
+    /// so an insert costs O(1) amortised.
+    fn keep_leading(&mut self, rows: u64, ties: bool) {
+        if (self.rows.len() as u64) <= rows.saturating_mul(2).max(2) {
+            return;
+        }
+        // The entry holding the `rows`-th present copy stays whole (its other copies
+        // are duplicates of a kept row).
+        let mut seen = 0u64;
+        let mut boundary = None;
+        for (k, n) in &self.rows {
+            seen += (*n).max(0) as u64;
+            if seen >= rows {
+                boundary = Some(k.clone());
+                break;
+            }
+        }
+        let Some(boundary) = boundary else { return };
+        let mut past = self.rows.split_off(&boundary);
+        if let Some((k, n)) = past.pop_first() {
+            self.rows.insert(k, n);
+        }
+        if ties {
+            for (k, n) in past {
+                if k.0 != boundary.0 {
+                    break;
+                }
+                self.rows.insert(k, n);
+            }
+        }
     }
 }
 
@@ -92,6 +127,12 @@ pub trait Shown: Send {
     fn extra_types(&self) -> Vec<DataType>;
     /// The rows a partition shows; `rows` decodes row bytes.
     fn shown(&self, partition: Option<&Partition>, rows: &RowConverter) -> Result<Showing>;
+    /// Over an append-only input, how many leading rows of a partition can ever be
+    /// shown (and whether rows tied with the last of them can too): the rest are
+    /// dropped. `None`: every row matters (OVER windows).
+    fn leading_rows_shown(&self) -> Option<(u64, bool)> {
+        None
+    }
 }
 
 /// Layout of a partitioned operator's input and state.
@@ -102,6 +143,9 @@ pub struct PartitionLayout {
     pub partition_types: Vec<DataType>,
     pub sort_fields: Vec<(DataType, SortOptions)>,
     pub output_schema: SchemaRef,
+    /// Nothing upstream can delete (`append_only::mark`): a Top-N keeps only the rows
+    /// that can ever reach its top, as Flink's `AppendOnlyTopNFunction` does.
+    pub append_only_input: bool,
 }
 
 impl PartitionLayout {
@@ -154,7 +198,8 @@ impl<T: PartitionedSpec> StreamSpec for T {
         vec![(self.layout().uid.clone(), self.state_schema())]
     }
 
-    fn mark_append_only(&mut self, _: bool) -> bool {
+    fn mark_append_only(&mut self, input_append_only: bool) -> bool {
+        self.layout_mut().append_only_input = input_append_only;
         false
     }
 
@@ -347,6 +392,17 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
                 .map(|r| r.row(i).as_ref().to_vec())
                 .unwrap_or_default();
             let entry_key = (sorts.row(i).as_ref().to_vec(), row);
+            let kept = self
+                .shown
+                .leading_rows_shown()
+                .filter(|_| self.layout.append_only_input);
+            if kept.is_some() && *op != Op::Insert {
+                return Err(ExecError::Internal(format!(
+                    "{} {} was planned over an append-only input and got a retraction",
+                    self.shown.name(),
+                    self.layout.uid
+                )));
+            }
             let partition = self.state.get_or_insert_with(&key, Partition::default);
             // A row's delete may arrive before its insert (through another upstream
             // actor, within the epoch): the count is negative until the insert comes.
@@ -360,6 +416,9 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
                 std::collections::btree_map::Entry::Vacant(e) => {
                     e.insert(op.sign());
                 }
+            }
+            if let Some((rows, ties)) = kept {
+                partition.keep_leading(rows, ties);
             }
         }
         Ok(())
@@ -390,6 +449,70 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn partition(entries: &[(&str, &str, i64)]) -> Partition {
+        Partition {
+            rows: entries
+                .iter()
+                .map(|(s, r, n)| ((s.as_bytes().to_vec(), r.as_bytes().to_vec()), *n))
+                .collect(),
+        }
+    }
+
+    fn sorts(p: &Partition) -> Vec<(String, i64)> {
+        p.rows
+            .iter()
+            .map(|((s, r), n)| {
+                (
+                    format!(
+                        "{}{}",
+                        String::from_utf8_lossy(s),
+                        String::from_utf8_lossy(r)
+                    ),
+                    *n,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn append_only_top_keeps_the_leading_rows_and_ties() {
+        let rows = [
+            ("a", "1", 1),
+            ("b", "1", 2),
+            ("c", "1", 1),
+            ("c", "2", 1),
+            ("d", "1", 1),
+            ("e", "1", 1),
+            ("f", "1", 1),
+        ];
+        // Top 3 by row number: a, b (two copies) — the entry holding the 3rd copy.
+        let mut p = partition(&rows);
+        p.keep_leading(3, false);
+        assert_eq!(sorts(&p), vec![("a1".into(), 1), ("b1".into(), 2)]);
+        // Top 3 by rank: c1 is 3rd, and c2 ties with it.
+        let mut single = rows;
+        single[1].2 = 1;
+        let mut p = partition(&single);
+        p.keep_leading(3, true);
+        assert_eq!(
+            sorts(&p),
+            vec![
+                ("a1".into(), 1),
+                ("b1".into(), 1),
+                ("c1".into(), 1),
+                ("c2".into(), 1)
+            ]
+        );
+        // Small partitions are left alone (trimming is amortised), and so is an
+        // unbounded top.
+        let mut p = partition(&rows[..4]);
+        p.keep_leading(3, false);
+        assert_eq!(p.rows.len(), 4);
+        let mut p = partition(&rows);
+        p.keep_leading(u64::MAX, false);
+        assert_eq!(p.rows.len(), 7);
+    }
 
     #[test]
     fn diff_is_the_multiset_difference() {

@@ -92,6 +92,10 @@ impl Shown for Top {
         self.ranking.map(|_| DataType::UInt64).into_iter().collect()
     }
 
+    fn leading_rows_shown(&self) -> Option<(u64, bool)> {
+        Some((self.last, self.ranking == Some(Ranking::Rank)))
+    }
+
     fn shown(&self, partition: Option<&Partition>, _rows: &RowConverter) -> Result<Showing> {
         let mut rows = Vec::new();
         let mut ranks = Vec::new();
