@@ -378,6 +378,10 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
             .map(|c| c.convert_columns(&cols[w..w + p]))
             .transpose()?;
         let sorts = self.sort_converter.convert_columns(&cols[w + p..])?;
+        let kept = self
+            .shown
+            .leading_rows_shown()
+            .filter(|_| self.layout.append_only_input);
         for (i, op) in chunk.ops.iter().enumerate() {
             let key: Vec<u8> = parts
                 .as_ref()
@@ -392,10 +396,6 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
                 .map(|r| r.row(i).as_ref().to_vec())
                 .unwrap_or_default();
             let entry_key = (sorts.row(i).as_ref().to_vec(), row);
-            let kept = self
-                .shown
-                .leading_rows_shown()
-                .filter(|_| self.layout.append_only_input);
             if kept.is_some() && *op != Op::Insert {
                 return Err(ExecError::Internal(format!(
                     "{} {} was planned over an append-only input and got a retraction",
