@@ -245,8 +245,29 @@ pub async fn run(mut cfg: Config, run: Run) -> Result<(), String> {
     if run.check {
         check_against_twin(&db, &mut s, &run, &sinks, &received).await?;
     }
+    let _held = settle_checkpoints(&db).await;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// Stops periodic checkpoints and waits (at most a minute) for those in flight: their
+/// uploads must not find the data folder gone (a failed upload restarts the job).
+/// Periodic checkpoints stay held while the returned guard lives.
+async fn settle_checkpoints(db: &Database) -> impl Sized {
+    use weir_executor::checkpoint::stats::CheckpointStatus;
+    let checkpoints = db.runtime().checkpoints.clone();
+    let hold = checkpoints.hold_periodic();
+    for _ in 0..600 {
+        let busy = checkpoints
+            .history()
+            .iter()
+            .any(|r| r.status == CheckpointStatus::InProgress);
+        if !busy {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    hold
 }
 
 /// The pass-through queries (source, q0, q1) must have received every bid once.

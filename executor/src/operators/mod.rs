@@ -10,6 +10,7 @@
 //! - [`hash_agg`]: keyed aggregation with retraction, emitting changes at barriers.
 //! - [`hash_join`]: symmetric hash join (inner, outer, semi, anti) with retraction.
 //! - [`join_cleaning`]: join state dropped behind both inputs' watermarks on a key.
+//! - [`partition`]: one partition's rows in order (a sorted vector, a B-tree when large).
 //! - [`partition_rows`]: every row of each partition in order, with what it shows
 //!   recomputed for changed partitions at barriers (shared by Top-N and OVER).
 //! - [`top_n`]: ORDER BY ... LIMIT and ROW_NUMBER() <= n per partition, with refill.
@@ -25,6 +26,7 @@ pub mod hash_join;
 pub mod join_cleaning;
 pub mod materialize;
 pub mod over_window;
+pub mod partition;
 pub mod partition_rows;
 pub mod project;
 pub mod spec;

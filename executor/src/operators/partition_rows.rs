@@ -25,89 +25,11 @@ use arrow::array::ArrayRef;
 use arrow::compute::SortOptions;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use weir_storage::state_snapshot::{DeltaData, StateDelta};
-use weir_storage::state_table::StateValue;
 use weir_storage::{StateBackend, StateTable};
 
-/// Every row of one partition: (sort key, row) -> copies.
-#[derive(Debug, Default)]
-pub struct Partition {
-    pub rows: BTreeMap<(Vec<u8>, Vec<u8>), i64>,
-}
-
-impl Partition {
-    /// The partition's rows in order, each as many times as it is present (rows with a
-    /// negative count, a delete ahead of its insert, are not present yet).
-    pub fn present(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.rows.iter().flat_map(|((sort, row), n)| {
-            std::iter::repeat_n((sort.as_slice(), row.as_slice()), (*n).max(0) as usize)
-        })
-    }
-}
-
-impl Partition {
-    /// Drops the rows past the first `rows` present ones (and, with `ties`, past those
-    /// tied with the last kept). Runs once the partition holds twice as many entries,
-    /// so an insert costs O(1) amortised.
-    fn keep_leading(&mut self, rows: u64, ties: bool) {
-        if (self.rows.len() as u64) <= rows.saturating_mul(2).max(2) {
-            return;
-        }
-        // The entry holding the `rows`-th present copy stays whole (its other copies
-        // are duplicates of a kept row).
-        let mut seen = 0u64;
-        let mut boundary = None;
-        for (k, n) in &self.rows {
-            seen += (*n).max(0) as u64;
-            if seen >= rows {
-                boundary = Some(k.clone());
-                break;
-            }
-        }
-        let Some(boundary) = boundary else { return };
-        let mut past = self.rows.split_off(&boundary);
-        if let Some((k, n)) = past.pop_first() {
-            self.rows.insert(k, n);
-        }
-        if ties {
-            for (k, n) in past {
-                if k.0 != boundary.0 {
-                    break;
-                }
-                self.rows.insert(k, n);
-            }
-        }
-    }
-}
-
-impl StateValue for Partition {
-    fn encode(&self) -> Vec<u8> {
-        let mut buf = Vec::new();
-        buf.extend_from_slice(&(self.rows.len() as u32).to_le_bytes());
-        for ((sort, row), n) in &self.rows {
-            for part in [sort, row] {
-                buf.extend_from_slice(&(part.len() as u32).to_le_bytes());
-                buf.extend_from_slice(part);
-            }
-            buf.extend_from_slice(&n.to_le_bytes());
-        }
-        buf
-    }
-
-    fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut r = crate::bytes::Reader(bytes);
-        let count = r.u32()?;
-        let mut rows = BTreeMap::new();
-        for _ in 0..count {
-            let sort = r.prefixed()?;
-            let row = r.prefixed()?;
-            rows.insert((sort, row), r.i64()?);
-        }
-        Some(Partition { rows })
-    }
-}
+pub use super::partition::Partition;
 
 /// One shown row: (row bytes, extra column bytes).
 pub type ShownRow = (Vec<u8>, Vec<u8>);
@@ -303,7 +225,7 @@ impl<S: Shown> PartitionedOperator<S> {
         let changed: Vec<_> = self.epoch_before.drain().collect();
         for (key, before) in changed {
             let after = self.shown_rows(&key)?;
-            if self.state.get(&key).is_some_and(|p| p.rows.is_empty()) {
+            if self.state.get(&key).is_some_and(|p| p.is_empty()) {
                 self.state.remove(&key);
             }
             for (op, (row, extra)) in multiset_diff(before, after) {
@@ -391,11 +313,6 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
                 let before = self.shown_rows(&key)?;
                 self.epoch_before.insert(key.clone(), before);
             }
-            let row = rows
-                .as_ref()
-                .map(|r| r.row(i).as_ref().to_vec())
-                .unwrap_or_default();
-            let entry_key = (sorts.row(i).as_ref().to_vec(), row);
             if kept.is_some() && *op != Op::Insert {
                 return Err(ExecError::Internal(format!(
                     "{} {} was planned over an append-only input and got a retraction",
@@ -403,20 +320,9 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
                     self.layout.uid
                 )));
             }
+            let row: &[u8] = rows.as_ref().map(|r| r.row(i).data()).unwrap_or_default();
             let partition = self.state.get_or_insert_with(&key, Partition::default);
-            // A row's delete may arrive before its insert (through another upstream
-            // actor, within the epoch): the count is negative until the insert comes.
-            match partition.rows.entry(entry_key) {
-                std::collections::btree_map::Entry::Occupied(mut e) => {
-                    *e.get_mut() += op.sign();
-                    if *e.get() == 0 {
-                        e.remove();
-                    }
-                }
-                std::collections::btree_map::Entry::Vacant(e) => {
-                    e.insert(op.sign());
-                }
-            }
+            partition.add(sorts.row(i).data(), row, op.sign());
             if let Some((rows, ties)) = kept {
                 partition.keep_leading(rows, ties);
             }
@@ -450,70 +356,6 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
 mod tests {
     use super::*;
 
-    fn partition(entries: &[(&str, &str, i64)]) -> Partition {
-        Partition {
-            rows: entries
-                .iter()
-                .map(|(s, r, n)| ((s.as_bytes().to_vec(), r.as_bytes().to_vec()), *n))
-                .collect(),
-        }
-    }
-
-    fn sorts(p: &Partition) -> Vec<(String, i64)> {
-        p.rows
-            .iter()
-            .map(|((s, r), n)| {
-                (
-                    format!(
-                        "{}{}",
-                        String::from_utf8_lossy(s),
-                        String::from_utf8_lossy(r)
-                    ),
-                    *n,
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn append_only_top_keeps_the_leading_rows_and_ties() {
-        let rows = [
-            ("a", "1", 1),
-            ("b", "1", 2),
-            ("c", "1", 1),
-            ("c", "2", 1),
-            ("d", "1", 1),
-            ("e", "1", 1),
-            ("f", "1", 1),
-        ];
-        // Top 3 by row number: a, b (two copies) — the entry holding the 3rd copy.
-        let mut p = partition(&rows);
-        p.keep_leading(3, false);
-        assert_eq!(sorts(&p), vec![("a1".into(), 1), ("b1".into(), 2)]);
-        // Top 3 by rank: c1 is 3rd, and c2 ties with it.
-        let mut single = rows;
-        single[1].2 = 1;
-        let mut p = partition(&single);
-        p.keep_leading(3, true);
-        assert_eq!(
-            sorts(&p),
-            vec![
-                ("a1".into(), 1),
-                ("b1".into(), 1),
-                ("c1".into(), 1),
-                ("c2".into(), 1)
-            ]
-        );
-        // Small partitions are left alone (trimming is amortised), and so is an
-        // unbounded top.
-        let mut p = partition(&rows[..4]);
-        p.keep_leading(3, false);
-        assert_eq!(p.rows.len(), 4);
-        let mut p = partition(&rows);
-        p.keep_leading(u64::MAX, false);
-        assert_eq!(p.rows.len(), 7);
-    }
-
     #[test]
     fn diff_is_the_multiset_difference() {
         let r = |s: &str, e: u8| (s.as_bytes().to_vec(), vec![e]);
@@ -530,15 +372,5 @@ mod tests {
                 (Op::Insert, r("c", 1)),
             ]
         );
-    }
-
-    #[test]
-    fn partition_state_round_trips() {
-        let mut p = Partition::default();
-        p.rows.insert((vec![1], vec![2, 3]), 2);
-        p.rows.insert((vec![0], vec![]), -1);
-        let back = Partition::decode(&p.encode()).unwrap();
-        assert_eq!(back.rows, p.rows);
-        assert_eq!(back.present().count(), 2);
     }
 }

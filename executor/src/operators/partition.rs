@@ -1,0 +1,312 @@
+//! `Partition`: every row of one Top-N / OVER partition, in (sort key, row) order,
+//! each with its count.
+//!
+//! Most partitions are small: a dedup (`ROW_NUMBER() = 1` per bidder and auction)
+//! holds one or two rows, an append-only top N at most 2N. Such a partition is a
+//! sorted vector with one allocation per row (a B-tree node alone is ~600 bytes, and
+//! millions of partitions are the whole state). Past [`SMALL_ROWS`] entries it becomes
+//! a B-tree, so inserts into a large partition (an OVER window over a whole table) stay
+//! O(log n). Both encode to the same checkpoint format.
+
+use std::collections::BTreeMap;
+use weir_storage::state_table::StateValue;
+
+/// Entries past which a partition switches to a B-tree.
+const SMALL_ROWS: usize = 32;
+
+/// Every row of one partition: (sort key, row) → copies.
+#[derive(Debug)]
+pub struct Partition {
+    rows: Rows,
+}
+
+#[derive(Debug)]
+enum Rows {
+    Small(Vec<SmallEntry>),
+    Large(BTreeMap<(Vec<u8>, Vec<u8>), i64>),
+}
+
+/// A sort key and a row in one allocation.
+#[derive(Debug)]
+struct SmallEntry {
+    bytes: Box<[u8]>,
+    sort_len: u32,
+    copies: i64,
+}
+
+impl SmallEntry {
+    fn new(sort: &[u8], row: &[u8], copies: i64) -> Self {
+        let mut bytes = Vec::with_capacity(sort.len() + row.len());
+        bytes.extend_from_slice(sort);
+        bytes.extend_from_slice(row);
+        SmallEntry {
+            bytes: bytes.into_boxed_slice(),
+            sort_len: sort.len() as u32,
+            copies,
+        }
+    }
+
+    fn key(&self) -> (&[u8], &[u8]) {
+        self.bytes.split_at(self.sort_len as usize)
+    }
+}
+
+impl Default for Partition {
+    fn default() -> Self {
+        Partition {
+            rows: Rows::Small(Vec::new()),
+        }
+    }
+}
+
+impl Partition {
+    /// Entries (distinct rows, whatever their count).
+    pub fn len(&self) -> usize {
+        match &self.rows {
+            Rows::Small(v) => v.len(),
+            Rows::Large(m) => m.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every entry in order: (sort key, row, copies).
+    pub fn entries(&self) -> impl Iterator<Item = (&[u8], &[u8], i64)> {
+        let (small, large) = match &self.rows {
+            Rows::Small(v) => (Some(v.iter()), None),
+            Rows::Large(m) => (None, Some(m.iter())),
+        };
+        let small = small.into_iter().flatten().map(|e| {
+            let (sort, row) = e.key();
+            (sort, row, e.copies)
+        });
+        let large = large
+            .into_iter()
+            .flatten()
+            .map(|((sort, row), n)| (sort.as_slice(), row.as_slice(), *n));
+        small.chain(large)
+    }
+
+    /// The partition's rows in order, each as many times as it is present (rows with a
+    /// negative count, a delete ahead of its insert, are not present yet).
+    pub fn present(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.entries()
+            .flat_map(|(sort, row, n)| std::iter::repeat_n((sort, row), n.max(0) as usize))
+    }
+
+    /// Adds `sign` copies of a row (negative: a delete, which may arrive before its
+    /// insert through another upstream actor within an epoch).
+    pub fn add(&mut self, sort: &[u8], row: &[u8], sign: i64) {
+        match &mut self.rows {
+            Rows::Small(v) => {
+                match v.binary_search_by(|e| e.key().cmp(&(sort, row))) {
+                    Ok(i) => {
+                        v[i].copies += sign;
+                        if v[i].copies == 0 {
+                            v.remove(i);
+                        }
+                    }
+                    Err(i) => v.insert(i, SmallEntry::new(sort, row, sign)),
+                }
+                if v.len() > SMALL_ROWS {
+                    self.grow();
+                }
+            }
+            Rows::Large(m) => {
+                let key = (sort.to_vec(), row.to_vec());
+                let n = m.entry(key.clone()).or_insert(0);
+                *n += sign;
+                if *n == 0 {
+                    m.remove(&key);
+                }
+            }
+        }
+    }
+
+    fn grow(&mut self) {
+        if let Rows::Small(v) = &mut self.rows {
+            let m = std::mem::take(v)
+                .into_iter()
+                .map(|e| {
+                    let (sort, row) = e.key();
+                    ((sort.to_vec(), row.to_vec()), e.copies)
+                })
+                .collect();
+            self.rows = Rows::Large(m);
+        }
+    }
+
+    /// Drops the rows past the first `rows` present ones (and, with `ties`, past those
+    /// tied with the last kept). Runs once the partition holds twice as many entries,
+    /// so an insert costs O(1) amortised.
+    pub fn keep_leading(&mut self, rows: u64, ties: bool) {
+        if (self.len() as u64) <= rows.saturating_mul(2).max(2) {
+            return;
+        }
+        // The entry holding the `rows`-th present copy stays whole (its other copies
+        // are duplicates of a kept row); with `ties`, so do those with its sort key.
+        let mut seen = 0u64;
+        let Some(boundary) = self.entries().position(|(_, _, n)| {
+            seen += n.max(0) as u64;
+            seen >= rows
+        }) else {
+            return;
+        };
+        let boundary_sort = self.entries().nth(boundary).map(|(s, _, _)| s.to_vec());
+        let kept = boundary
+            + 1
+            + self
+                .entries()
+                .skip(boundary + 1)
+                .take_while(|(s, _, _)| ties && Some(*s) == boundary_sort.as_deref())
+                .count();
+        match &mut self.rows {
+            Rows::Small(v) => v.truncate(kept),
+            Rows::Large(m) => {
+                if let Some(first_dropped) = m.keys().nth(kept).cloned() {
+                    m.split_off(&first_dropped);
+                }
+            }
+        }
+    }
+}
+
+impl StateValue for Partition {
+    fn encode(&self) -> Vec<u8> {
+        let size = 4 + self
+            .entries()
+            .map(|(sort, row, _)| 16 + sort.len() + row.len())
+            .sum::<usize>();
+        let mut buf = Vec::with_capacity(size);
+        buf.extend_from_slice(&(self.len() as u32).to_le_bytes());
+        for (sort, row, n) in self.entries() {
+            for part in [sort, row] {
+                buf.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                buf.extend_from_slice(part);
+            }
+            buf.extend_from_slice(&n.to_le_bytes());
+        }
+        buf
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut r = crate::bytes::Reader(bytes);
+        let count = r.u32()?;
+        let mut p = Partition::default();
+        for _ in 0..count {
+            let sort = r.prefixed()?;
+            let row = r.prefixed()?;
+            p.add(&sort, &row, r.i64()?);
+        }
+        Some(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partition(entries: &[(&str, &str, i64)]) -> Partition {
+        let mut p = Partition::default();
+        for (s, r, n) in entries {
+            p.add(s.as_bytes(), r.as_bytes(), *n);
+        }
+        p
+    }
+
+    fn sorts(p: &Partition) -> Vec<(String, i64)> {
+        p.entries()
+            .map(|(s, r, n)| {
+                let s = String::from_utf8_lossy(s);
+                (format!("{s}{}", String::from_utf8_lossy(r)), n)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn append_only_top_keeps_the_leading_rows_and_ties() {
+        let rows = [
+            ("a", "1", 1),
+            ("b", "1", 2),
+            ("c", "1", 1),
+            ("c", "2", 1),
+            ("d", "1", 1),
+            ("e", "1", 1),
+            ("f", "1", 1),
+        ];
+        // Top 3 by row number: a, b (two copies) — the entry holding the 3rd copy.
+        let mut p = partition(&rows);
+        p.keep_leading(3, false);
+        assert_eq!(sorts(&p), vec![("a1".into(), 1), ("b1".into(), 2)]);
+        // Top 3 by rank: c1 is 3rd, and c2 ties with it.
+        let mut single = rows;
+        single[1].2 = 1;
+        let mut p = partition(&single);
+        p.keep_leading(3, true);
+        assert_eq!(
+            sorts(&p),
+            vec![
+                ("a1".into(), 1),
+                ("b1".into(), 1),
+                ("c1".into(), 1),
+                ("c2".into(), 1)
+            ]
+        );
+        // Small partitions are left alone (trimming is amortised), and so is an
+        // unbounded top.
+        let mut p = partition(&rows[..4]);
+        p.keep_leading(3, false);
+        assert_eq!(p.len(), 4);
+        let mut p = partition(&rows);
+        p.keep_leading(u64::MAX, false);
+        assert_eq!(p.len(), 7);
+    }
+
+    /// The same adds, in a shuffled order, give the same entries whether the
+    /// partition stays small or grows into a B-tree, and both trim alike.
+    #[test]
+    fn small_and_large_partitions_agree() {
+        for n in [5usize, SMALL_ROWS, 3 * SMALL_ROWS] {
+            let mut p = Partition::default();
+            let mut expected = BTreeMap::new();
+            for i in 0..n {
+                let k = (i * 7919) % n;
+                let (sort, row) = (vec![(k / 3) as u8], vec![k as u8]);
+                p.add(&sort, &row, 1);
+                *expected.entry((sort.clone(), row.clone())).or_insert(0) += 1;
+                if k % 4 == 0 {
+                    p.add(&sort, &row, -1);
+                    expected.remove(&(sort, row));
+                }
+            }
+            let got: Vec<_> = p
+                .entries()
+                .map(|(s, r, n)| ((s.to_vec(), r.to_vec()), n))
+                .collect();
+            let want: Vec<_> = expected.into_iter().collect();
+            assert_eq!(got, want, "{n} rows");
+            let mut q = Partition::decode(&p.encode()).unwrap();
+            assert_eq!(sorts(&q), sorts(&p));
+            q.keep_leading(3, true);
+            p.keep_leading(3, true);
+            assert_eq!(sorts(&q), sorts(&p));
+            assert!(
+                p.len() >= 3 && p.len() < n.max(4),
+                "{n} rows trimmed to {}",
+                p.len()
+            );
+        }
+    }
+
+    #[test]
+    fn partition_state_round_trips() {
+        let mut p = Partition::default();
+        p.add(&[1], &[2, 3], 2);
+        p.add(&[0], &[], -1);
+        let back = Partition::decode(&p.encode()).unwrap();
+        assert_eq!(sorts(&back), sorts(&p));
+        assert_eq!(back.present().count(), 2);
+    }
+}
