@@ -8,6 +8,7 @@
 //! a B-tree, so inserts into a large partition (an OVER window over a whole table) stay
 //! O(log n). Both encode to the same checkpoint format.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use weir_storage::state_table::StateValue;
 
@@ -114,14 +115,17 @@ impl Partition {
                     self.grow();
                 }
             }
-            Rows::Large(m) => {
-                let key = (sort.to_vec(), row.to_vec());
-                let n = m.entry(key.clone()).or_insert(0);
-                *n += sign;
-                if *n == 0 {
-                    m.remove(&key);
+            Rows::Large(m) => match m.entry((sort.to_vec(), row.to_vec())) {
+                Entry::Occupied(mut e) => {
+                    *e.get_mut() += sign;
+                    if *e.get() == 0 {
+                        e.remove();
+                    }
                 }
-            }
+                Entry::Vacant(e) => {
+                    e.insert(sign);
+                }
+            },
         }
     }
 
@@ -147,21 +151,18 @@ impl Partition {
         }
         // The entry holding the `rows`-th present copy stays whole (its other copies
         // are duplicates of a kept row); with `ties`, so do those with its sort key.
-        let mut seen = 0u64;
-        let Some(boundary) = self.entries().position(|(_, _, n)| {
-            seen += n.max(0) as u64;
-            seen >= rows
-        }) else {
-            return;
+        let kept = {
+            let mut seen = 0u64;
+            let mut entries = self.entries().enumerate();
+            let Some((boundary, (boundary_sort, _, _))) = entries.find(|(_, (_, _, n))| {
+                seen += (*n).max(0) as u64;
+                seen >= rows
+            }) else {
+                return;
+            };
+            let tied = entries.take_while(|(_, (sort, _, _))| ties && *sort == boundary_sort);
+            boundary + 1 + tied.count()
         };
-        let boundary_sort = self.entries().nth(boundary).map(|(s, _, _)| s.to_vec());
-        let kept = boundary
-            + 1
-            + self
-                .entries()
-                .skip(boundary + 1)
-                .take_while(|(s, _, _)| ties && Some(*s) == boundary_sort.as_deref())
-                .count();
         match &mut self.rows {
             Rows::Small(v) => v.truncate(kept),
             Rows::Large(m) => {
