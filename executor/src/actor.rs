@@ -55,6 +55,12 @@ pub struct BarrierAck {
     pub actor: ActorId,
 }
 
+/// Where an actor reports the barriers it forwarded. A call, not a channel: the
+/// coordinator counts the ack (and commits a completed epoch) on the actor's own
+/// thread, so a read waiting for the epoch does not also wait for a coordinator task
+/// to be scheduled.
+pub type AckSink = Arc<dyn Fn(BarrierAck) + Send + Sync>;
+
 /// Shared, visible health of one job (one view or table pipeline).
 ///
 /// When an actor fails, its job's store freezes at the last committed epoch (the
@@ -207,7 +213,7 @@ pub struct Actor {
     pub input_sides: Vec<usize>,
     pub chain: Vec<Box<dyn Operator>>,
     pub output: ActorOutput,
-    pub acks: UnboundedSender<BarrierAck>,
+    pub acks: AckSink,
     pub checkpoints: UnboundedSender<CheckpointPart>,
     pub mode: CheckpointMode,
     pub health: Arc<JobHealth>,
@@ -767,7 +773,7 @@ impl Actor {
         {
             tracing::debug!(actor = self.id, "downstream gone while forwarding barrier");
         }
-        let _ = self.acks.send(BarrierAck {
+        (self.acks)(BarrierAck {
             epoch: barrier.epoch,
             actor: self.id,
         });
@@ -926,7 +932,9 @@ mod tests {
                 128,
             )
             .unwrap()]),
-            acks: acks_tx,
+            acks: Arc::new(move |ack| {
+                let _ = acks_tx.send(ack);
+            }),
             checkpoints: parts_tx,
             mode,
             health: Arc::new(JobHealth {

@@ -11,13 +11,13 @@
 //! more acknowledgement, given by [`BarrierCoordinator::ack_durable`], so nothing
 //! readable is ever lost in a crash.
 
-use crate::actor::BarrierAck;
+use crate::actor::{AckSink, BarrierAck};
 use crate::barrier::Epoch;
 use crate::store::RelationStore;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 #[derive(Default)]
 struct Pending {
@@ -31,33 +31,29 @@ pub struct BarrierCoordinator {
     stores: RwLock<Vec<Arc<RelationStore>>>,
     commit_lock: RwLock<()>,
     committed_tx: watch::Sender<Epoch>,
-    acks_tx: mpsc::UnboundedSender<BarrierAck>,
 }
 
 impl BarrierCoordinator {
     pub fn start(initial_epoch: Epoch) -> Arc<Self> {
-        let (acks_tx, mut acks_rx) = mpsc::unbounded_channel::<BarrierAck>();
         let (committed_tx, _) = watch::channel(initial_epoch);
-        let coord = Arc::new(Self {
+        Arc::new(Self {
             pending: Mutex::new(Pending::default()),
             actor_count: Mutex::new(0),
             stores: RwLock::new(Vec::new()),
             commit_lock: RwLock::new(()),
             committed_tx,
-            acks_tx,
-        });
-        let weak = Arc::downgrade(&coord);
-        tokio::spawn(async move {
-            while let Some(ack) = acks_rx.recv().await {
-                let Some(coord) = weak.upgrade() else { return };
-                coord.on_ack(ack);
-            }
-        });
-        coord
+        })
     }
 
-    pub fn ack_sender(&self) -> mpsc::UnboundedSender<BarrierAck> {
-        self.acks_tx.clone()
+    /// The sink actors report forwarded barriers to (weak: actors do not keep a
+    /// stopped runtime's coordinator alive).
+    pub fn ack_sender(self: &Arc<Self>) -> AckSink {
+        let weak = Arc::downgrade(self);
+        Arc::new(move |ack| {
+            if let Some(coord) = weak.upgrade() {
+                coord.on_ack(ack);
+            }
+        })
     }
 
     pub fn add_actors(&self, n: usize) {
@@ -162,24 +158,12 @@ impl BarrierCoordinator {
 mod tests {
     use super::*;
 
-    /// Waits until the acks sent so far were counted (they go through a task).
-    async fn settle(c: &BarrierCoordinator, want: Epoch) -> Epoch {
-        for _ in 0..100 {
-            if c.committed_epoch() >= want {
-                break;
-            }
-            tokio::task::yield_now().await;
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
-        c.committed_epoch()
-    }
-
     #[tokio::test]
     async fn epochs_commit_in_order_once_every_actor_and_the_log_acked() {
         let c = BarrierCoordinator::start(0);
         c.add_actors(2);
         let acks = c.ack_sender();
-        let ack = |epoch, actor| acks.send(BarrierAck { epoch, actor }).unwrap();
+        let ack = |epoch, actor| acks(BarrierAck { epoch, actor });
         c.begin_epoch(1, true); // waits for the log sync too
         c.begin_epoch(2, false);
         // Epoch 2 complete first: it still waits for epoch 1.
@@ -187,15 +171,15 @@ mod tests {
         ack(2, 2);
         ack(1, 1);
         ack(1, 2);
-        assert_eq!(settle(&c, 1).await, 0, "epoch 1 waits for its log sync");
+        assert_eq!(c.committed_epoch(), 0, "epoch 1 waits for its log sync");
         c.ack_durable(1);
-        assert_eq!(settle(&c, 2).await, 2, "the sync commits 1 and then 2");
+        assert_eq!(c.committed_epoch(), 2, "the sync commits 1 and then 2");
         // An ack of an unknown epoch, or one too many, changes nothing.
         ack(7, 1);
         c.ack_durable(2);
         c.begin_epoch(3, false);
         ack(3, 1);
-        assert_eq!(settle(&c, 3).await, 2, "one actor of two acked epoch 3");
+        assert_eq!(c.committed_epoch(), 2, "one actor of two acked epoch 3");
         ack(3, 2);
         c.wait_committed(3).await;
         // With no actors and nothing to sync, an epoch commits at once.

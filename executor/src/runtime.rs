@@ -26,10 +26,10 @@ use arrow::datatypes::SchemaRef;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use weir_storage::object_storage::ObjectStorage;
 use weir_storage::{StateBackend, TableLog};
 
@@ -158,6 +158,24 @@ fn advance(durable: &mut Epoch, epoch: Epoch) -> bool {
 }
 
 type UnsyncedLog = (Arc<weir_storage::LogSync>, u64);
+
+/// An epoch's table-log writes are on disk: reported once, by whichever of the fsync
+/// callback and the syncing task gets there first.
+struct EpochDurable {
+    epoch: Epoch,
+    fired: AtomicBool,
+    coordinator: Arc<BarrierCoordinator>,
+    durable: watch::Sender<Epoch>,
+}
+
+impl EpochDurable {
+    fn fire(&self) {
+        if !self.fired.swap(true, Ordering::AcqRel) {
+            self.durable.send_if_modified(|d| advance(d, self.epoch));
+            self.coordinator.ack_durable(self.epoch);
+        }
+    }
+}
 
 impl Runtime {
     pub fn start(config: RuntimeConfig, last_epoch: Epoch) -> Arc<Runtime> {
@@ -378,8 +396,22 @@ impl Runtime {
     /// error is retried: the epoch stays unreadable rather than exposing writes that
     /// may be lost.
     fn spawn_log_sync(&self, epoch: Epoch, unsynced: Vec<UnsyncedLog>) {
-        let coordinator = self.coordinator.clone();
-        let durable = self.durable_tx.clone();
+        let done = Arc::new(EpochDurable {
+            epoch,
+            fired: AtomicBool::new(false),
+            coordinator: self.coordinator.clone(),
+            durable: self.durable_tx.clone(),
+        });
+        // The common case, one table's local log: the thread that finishes the fsync
+        // commits the epoch, without a task hop in between (under load, a woken task
+        // waits behind every connection's).
+        if let [(sync, end)] = unsynced.as_slice() {
+            if !sync.has_replica() {
+                let done = done.clone();
+                sync.on_local_durable(*end, Box::new(move || done.fire()));
+            }
+        }
+        // Drives the fsync (and is the only path with several logs or a replica).
         tokio::spawn(async move {
             for (sync, end) in &unsynced {
                 // Shares the fsync with the statements waiting on the same log.
@@ -393,8 +425,7 @@ impl Runtime {
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
             }
-            durable.send_if_modified(|d| advance(d, epoch));
-            coordinator.ack_durable(epoch);
+            done.fire();
         });
     }
 

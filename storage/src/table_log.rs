@@ -50,7 +50,12 @@ pub struct LogSync {
     /// With high availability: where entries are also committed; durable means
     /// there too.
     replica: std::sync::OnceLock<Replica>,
+    /// Callbacks waiting for an end to be on disk (see [`LogSync::on_local_durable`]).
+    on_durable: Mutex<Vec<(LogOffset, DurableCallback)>>,
 }
+
+/// Run once an end is on disk, on the thread that finished the fsync.
+pub type DurableCallback = Box<dyn FnOnce() + Send>;
 
 /// A table's entries in the cluster log.
 struct Replica {
@@ -70,6 +75,7 @@ impl LogSync {
             syncing: std::sync::atomic::AtomicBool::new(false),
             failure: Mutex::new(None),
             replica: Default::default(),
+            on_durable: Mutex::new(Vec::new()),
         }))
     }
 
@@ -120,6 +126,42 @@ impl LogSync {
             .send_replace(self.synced.load(Ordering::Acquire));
     }
 
+    /// Runs `f` once every byte before `end` is on disk (not the cluster log: only
+    /// for logs without a replica, see [`LogSync::has_replica`]): at once if it is,
+    /// else on the thread that finishes the covering fsync, with no task to schedule
+    /// in between. It does not start an fsync; some waiter must.
+    pub fn on_local_durable(&self, end: LogOffset, f: DurableCallback) {
+        self.on_durable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((end, f));
+        // The fsync may have finished between the caller's check and the push.
+        self.run_durable_callbacks();
+    }
+
+    /// Whether durable also means committed to the cluster log.
+    pub fn has_replica(&self) -> bool {
+        self.replica.get().is_some()
+    }
+
+    fn run_durable_callbacks(&self) {
+        let synced = self.synced.load(Ordering::Acquire);
+        let due: Vec<DurableCallback> = {
+            let mut waiting = self.on_durable.lock().unwrap_or_else(|p| p.into_inner());
+            if waiting.is_empty() {
+                return;
+            }
+            let (due, rest) = std::mem::take(&mut *waiting)
+                .into_iter()
+                .partition(|(end, _)| *end <= synced);
+            *waiting = rest;
+            due.into_iter().map(|(_, f)| f).collect()
+        };
+        for f in due {
+            f();
+        }
+    }
+
     /// Returns once every byte before logical offset `end` is durable (see
     /// [`LogSync::wait_durable`]). Blocking.
     pub fn sync_to(&self, end: LogOffset) -> Result<()> {
@@ -146,6 +188,11 @@ impl LogSync {
         let covered = self.written.load(Ordering::Acquire);
         file.sync_data()?;
         self.synced.fetch_max(covered, Ordering::AcqRel);
+        drop(file);
+        // Before the waiting statements are woken: an epoch committed here is
+        // readable by the time a statement it holds is acknowledged, so the
+        // client's next read need not wait for it.
+        self.run_durable_callbacks();
         Ok(())
     }
 
@@ -175,6 +222,8 @@ impl LogSync {
         self.written.store(end, Ordering::Release);
         self.synced.store(end, Ordering::Release);
         self.published.send_replace(end);
+        drop(f);
+        self.run_durable_callbacks();
         Ok(())
     }
 }
