@@ -841,6 +841,7 @@ mod tests {
     use arrow::array::{Int64Array, RecordBatch};
     use arrow::datatypes::{DataType, Field, Schema};
     use tokio::sync::mpsc;
+    use weir_storage::state_snapshot::KeyedEntries;
 
     /// Passes chunks on and snapshots how many rows it has seen (as one keyed entry).
     struct Counter(i64);
@@ -857,11 +858,11 @@ mod tests {
         fn snapshot(&mut self, _epoch: Epoch) -> Result<Vec<StateDelta>> {
             Ok(vec![StateDelta {
                 uid: "counter".into(),
-                data: DeltaData::Keyed(vec![(
+                data: DeltaData::Keyed(KeyedEntries::from_entries([(
                     0,
                     b"n".to_vec(),
                     Some(self.0.to_be_bytes().to_vec()),
-                )]),
+                )])),
             }])
         }
     }
@@ -987,7 +988,14 @@ mod tests {
         let DeltaData::Keyed(entries) = &deltas[0].data else {
             panic!("keyed")
         };
-        let n = i64::from_be_bytes(entries[0].2.clone().unwrap().try_into().unwrap());
+        let n = i64::from_be_bytes(
+            entries.to_entries()[0]
+                .2
+                .clone()
+                .unwrap()
+                .try_into()
+                .unwrap(),
+        );
         assert_eq!(n, 2, "the snapshot counts the rows before the barrier only");
         let ack = h.acks.recv().await.unwrap();
         assert_eq!(ack.epoch, 1);

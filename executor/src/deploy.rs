@@ -71,7 +71,11 @@ fn sink_operator(
         uid: graph.output_uid.clone(),
         restored: restored
             .and_then(|r| r.keyed.get(&graph.output_uid))
-            .map(|e| e.iter().map(|(_, k, v)| (k.clone(), v.clone())).collect())
+            .map(|e| {
+                e.iter()
+                    .filter_map(|(_, k, v)| Some((k.to_vec(), v?.to_vec())))
+                    .collect()
+            })
             .unwrap_or_default(),
         completions: rt.checkpoints.completions(),
     };
@@ -344,14 +348,16 @@ fn load_restored(
     for (uid, entries) in &r.keyed {
         let uid: Arc<str> = uid.as_str().into();
         let mut batch = WriteBatch::default();
-        for (kg, key, value) in entries {
+        // Merged state holds no deletions.
+        for (kg, key, value) in entries.iter() {
+            let Some(value) = value else { continue };
             batch.put(
                 StateKey {
                     uid: uid.clone(),
-                    key_group: KeyGroup(*kg),
-                    key: key.clone(),
+                    key_group: KeyGroup(kg),
+                    key: key.to_vec(),
                 },
-                value.clone(),
+                value.to_vec(),
             );
         }
         rt.backend.write(batch)?;

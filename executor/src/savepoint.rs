@@ -432,19 +432,12 @@ async fn load_matched(
         let merged = tokio::task::block_in_place(|| merge_chain(u.kind, datas))?;
         match (u.kind, merged) {
             (StateKind::Keyed, DeltaData::Keyed(entries)) => {
-                let live: Vec<(u32, Vec<u8>, Vec<u8>)> = entries
-                    .into_iter()
-                    .filter_map(|(kg, k, v)| v.map(|v| (kg, k, v)))
-                    .collect();
+                // Merged: live entries only. Columns share their buffers (no copy).
                 carry.push(StateDelta {
                     uid: u.uid.clone(),
-                    data: DeltaData::Keyed(
-                        live.iter()
-                            .map(|(kg, k, v)| (*kg, k.clone(), Some(v.clone())))
-                            .collect(),
-                    ),
+                    data: DeltaData::Keyed(entries.clone()),
                 });
-                keyed.insert(u.uid.clone(), live);
+                keyed.insert(u.uid.clone(), entries);
             }
             (StateKind::Rows, DeltaData::Rows(changes)) => {
                 carry.push(StateDelta {

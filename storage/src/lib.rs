@@ -21,6 +21,8 @@
 //!   group-committed to create-only segments in the object store, fenced by epoch;
 //!   the standby's mirror of it.
 //! - [`state_snapshot`]: operator state as Arrow IPC files (deltas and bases).
+//! - [`keyed_entries`]: `KeyedEntries`, keyed-state changes as the Arrow columns a
+//!   state file holds (built without an allocation per entry).
 //! - [`checkpoint_meta`]: a checkpoint's `_metadata` (state files, source positions,
 //!   checksums, format version).
 //! - [`savepoint_meta`]: a savepoint's `_metadata` (one canonical file per uid, source
@@ -32,6 +34,7 @@ pub mod cluster_log;
 pub mod codec;
 pub mod failpoint;
 pub mod key_group;
+pub mod keyed_entries;
 pub mod leader_lease;
 pub mod meta_store;
 pub mod object_storage;

@@ -10,15 +10,11 @@
 //! Every row carries its key group, so state written at one parallelism can be loaded
 //! at any other: each actor keeps the key groups it owns.
 
-use crate::{Result, StorageError};
-use arrow::array::{Array, BinaryArray, RecordBatch, UInt32Array};
-use arrow::datatypes::{DataType, Field, Schema};
+pub use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder, KeyedEntry};
+use crate::Result;
+use arrow::array::RecordBatch;
 use arrow::ipc::writer::StreamWriter;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
-
-/// One keyed-state change: `(key_group, key, Some(value) | None for a deletion)`.
-pub type KeyedEntry = (u32, Vec<u8>, Option<Vec<u8>>);
 
 /// One change batch of a row store: op codes (1 insert, -1 delete) and rows.
 pub type RowChange = (Vec<i8>, RecordBatch);
@@ -32,7 +28,7 @@ pub enum StateKind {
 
 #[derive(Debug, Clone)]
 pub enum DeltaData {
-    Keyed(Vec<KeyedEntry>),
+    Keyed(KeyedEntries),
     Rows(Vec<RowChange>),
 }
 
@@ -51,10 +47,10 @@ impl DeltaData {
     }
 
     /// The keyed entries (none if this is row data): a uid's files are all one kind.
-    pub fn into_keyed(self) -> Vec<KeyedEntry> {
+    pub fn into_keyed(self) -> KeyedEntries {
         match self {
             DeltaData::Keyed(e) => e,
-            DeltaData::Rows(_) => vec![],
+            DeltaData::Rows(_) => KeyedEntries::default(),
         }
     }
 
@@ -74,17 +70,6 @@ pub struct StateDelta {
     pub data: DeltaData,
 }
 
-fn keyed_schema() -> Arc<Schema> {
-    Arc::new(Schema::new(vec![
-        Field::new("key_group", DataType::UInt32, false),
-        Field::new("key", DataType::Binary, false),
-        Field::new("value", DataType::Binary, true),
-    ]))
-}
-
-/// Rows per IPC batch in keyed files: bounds memory when writing and reading.
-const KEYED_BATCH_ROWS: usize = 65_536;
-
 pub fn encode(data: &DeltaData) -> Result<Vec<u8>> {
     encode_parts(&[data])
 }
@@ -96,14 +81,15 @@ pub fn encode_parts(parts: &[&DeltaData]) -> Result<Vec<u8>> {
     };
     match first.kind() {
         StateKind::Keyed => {
-            let entries: Vec<&[KeyedEntry]> = parts
+            let batches: Vec<&RecordBatch> = parts
                 .iter()
                 .filter_map(|d| match d {
-                    DeltaData::Keyed(e) => Some(e.as_slice()),
+                    DeltaData::Keyed(e) => Some(e.batches()),
                     DeltaData::Rows(_) => None,
                 })
+                .flatten()
                 .collect();
-            encode_keyed(&entries)
+            encode_keyed(&batches)
         }
         StateKind::Rows => {
             let batches: Vec<(&[i8], &RecordBatch)> = parts
@@ -124,19 +110,14 @@ pub fn encode_parts(parts: &[&DeltaData]) -> Result<Vec<u8>> {
     }
 }
 
-fn encode_keyed(parts: &[&[KeyedEntry]]) -> Result<Vec<u8>> {
-    let schema = keyed_schema();
-    let mut buf = Vec::new();
+fn encode_keyed(batches: &[&RecordBatch]) -> Result<Vec<u8>> {
+    // Sized up front: a growing buffer would copy (and fault in) the file twice.
+    let size: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
+    let mut buf = Vec::with_capacity(size + 4096);
     {
-        let mut w = StreamWriter::try_new(&mut buf, &schema)?;
-        for part in parts.iter().flat_map(|p| p.chunks(KEYED_BATCH_ROWS)) {
-            let kg = UInt32Array::from_iter_values(part.iter().map(|e| e.0));
-            let key = BinaryArray::from_iter_values(part.iter().map(|e| e.1.as_slice()));
-            let value: BinaryArray = part.iter().map(|e| e.2.as_deref()).collect();
-            w.write(&RecordBatch::try_new(
-                schema.clone(),
-                vec![Arc::new(kg), Arc::new(key), Arc::new(value)],
-            )?)?;
+        let mut w = StreamWriter::try_new(&mut buf, &crate::keyed_entries::keyed_schema())?;
+        for b in batches {
+            w.write(b)?;
         }
         w.finish()?;
     }
@@ -147,7 +128,7 @@ fn encode_keyed(parts: &[&[KeyedEntry]]) -> Result<Vec<u8>> {
 pub fn decode(kind: StateKind, bytes: bytes::Bytes) -> Result<DeltaData> {
     if bytes.is_empty() {
         return Ok(match kind {
-            StateKind::Keyed => DeltaData::Keyed(vec![]),
+            StateKind::Keyed => DeltaData::Keyed(KeyedEntries::default()),
             StateKind::Rows => DeltaData::Rows(vec![]),
         });
     }
@@ -155,32 +136,9 @@ pub fn decode(kind: StateKind, bytes: bytes::Bytes) -> Result<DeltaData> {
         StateKind::Rows => Ok(DeltaData::Rows(
             crate::codec::decode_change_batches_zero_copy(bytes)?,
         )),
-        StateKind::Keyed => {
-            let mut out = Vec::new();
-            for batch in crate::codec::decode_batches_zero_copy(bytes)? {
-                let bad = || StorageError::Corrupt("keyed state file has a wrong schema".into());
-                let kg = batch
-                    .column(0)
-                    .as_any()
-                    .downcast_ref::<UInt32Array>()
-                    .ok_or_else(bad)?;
-                let key = batch
-                    .column(1)
-                    .as_any()
-                    .downcast_ref::<BinaryArray>()
-                    .ok_or_else(bad)?;
-                let value = batch
-                    .column(2)
-                    .as_any()
-                    .downcast_ref::<BinaryArray>()
-                    .ok_or_else(bad)?;
-                for i in 0..batch.num_rows() {
-                    let v = (!value.is_null(i)).then(|| value.value(i).to_vec());
-                    out.push((kg.value(i), key.value(i).to_vec(), v));
-                }
-            }
-            Ok(DeltaData::Keyed(out))
-        }
+        StateKind::Keyed => Ok(DeltaData::Keyed(KeyedEntries::from_batches(
+            crate::codec::decode_batches_zero_copy(bytes)?,
+        )?)),
     }
 }
 
@@ -188,11 +146,12 @@ pub fn decode(kind: StateKind, bytes: bytes::Bytes) -> Result<DeltaData> {
 /// The result is sorted by key group and key (so a file's key-group ranges are
 /// contiguous). A hash map plus one sort of the survivors costs far less than keeping
 /// every write ordered: compaction runs next to the dataflow, on the same cores.
-pub fn merge_keyed(files: Vec<Vec<KeyedEntry>>) -> Vec<(u32, Vec<u8>, Vec<u8>)> {
-    let mut map: ahash::AHashMap<(u32, Vec<u8>), Option<Vec<u8>>> =
-        ahash::AHashMap::with_capacity(files.iter().map(Vec::len).max().unwrap_or(0));
+pub fn merge_keyed(files: &[KeyedEntries]) -> KeyedEntries {
+    // Borrowed from the files: only the survivors are copied, once, into columns.
+    let mut map: ahash::AHashMap<(u32, &[u8]), Option<&[u8]>> =
+        ahash::AHashMap::with_capacity(files.iter().map(KeyedEntries::len).max().unwrap_or(0));
     for entries in files {
-        for (kg, k, v) in entries {
+        for (kg, k, v) in entries.iter() {
             map.insert((kg, k), v);
         }
     }
@@ -200,8 +159,12 @@ pub fn merge_keyed(files: Vec<Vec<KeyedEntry>>) -> Vec<(u32, Vec<u8>, Vec<u8>)> 
         .into_iter()
         .filter_map(|((kg, k), v)| v.map(|v| (kg, k, v)))
         .collect();
-    live.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    live
+    live.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut out = KeyedEntriesBuilder::default();
+    for (kg, k, v) in live {
+        out.push(kg, k, Some(v));
+    }
+    out.finish()
 }
 
 #[cfg(test)]
@@ -210,14 +173,14 @@ mod tests {
 
     #[test]
     fn keyed_round_trip_and_merge() {
-        let d1 = DeltaData::Keyed(vec![
+        let d1 = DeltaData::Keyed(KeyedEntries::from_entries([
             (1, b"a".to_vec(), Some(b"1".to_vec())),
             (2, b"b".to_vec(), Some(b"2".to_vec())),
-        ]);
-        let d2 = DeltaData::Keyed(vec![
+        ]));
+        let d2 = DeltaData::Keyed(KeyedEntries::from_entries([
             (1, b"a".to_vec(), None),
             (3, b"c".to_vec(), Some(b"3".to_vec())),
-        ]);
+        ]));
         let files: Vec<_> = [d1, d2]
             .iter()
             .map(
@@ -227,12 +190,12 @@ mod tests {
                 },
             )
             .collect();
-        let merged = merge_keyed(files);
+        let merged = merge_keyed(&files).to_entries();
         assert_eq!(
             merged,
             vec![
-                (2, b"b".to_vec(), b"2".to_vec()),
-                (3, b"c".to_vec(), b"3".to_vec())
+                (2, b"b".to_vec(), Some(b"2".to_vec())),
+                (3, b"c".to_vec(), Some(b"3".to_vec()))
             ]
         );
     }

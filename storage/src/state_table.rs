@@ -7,6 +7,7 @@
 //! also gets them as one atomic write batch, so it holds a barrier-consistent image.
 //! The in-heap backend keeps no second copy.
 
+use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder};
 use crate::{KeyGroup, StateBackend, StateKey, WriteBatch};
 // ahash: the std SipHash showed up as the top cost of aggregation in profiles.
 use ahash::{AHashMap as HashMap, AHashSet as HashSet};
@@ -14,8 +15,16 @@ use std::sync::Arc;
 
 /// A value that can be stored in a state table.
 pub trait StateValue: Sized {
-    fn encode(&self) -> Vec<u8>;
+    /// Appends the encoding to `out` (a checkpoint encodes every value into one
+    /// column buffer this way, with no allocation per value).
+    fn encode_into(&self, out: &mut Vec<u8>);
     fn decode(bytes: &[u8]) -> Option<Self>;
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode_into(&mut out);
+        out
+    }
 }
 
 pub struct StateTable<V> {
@@ -146,19 +155,19 @@ impl<V: StateValue> StateTable<V> {
 
     /// The changes flushed since the last checkpoint, as keyed-state entries (None:
     /// deleted), encoded now. Call after [`StateTable::flush`] at a checkpoint.
-    pub fn take_checkpoint_delta(&mut self) -> Vec<crate::state_snapshot::KeyedEntry> {
+    pub fn take_checkpoint_delta(&mut self) -> KeyedEntries {
         let born = std::mem::take(&mut self.born_since_checkpoint);
-        self.since_checkpoint
-            .drain()
-            .filter_map(|k| {
-                let v = self.cache.get(&k).map(StateValue::encode);
-                if v.is_none() && born.contains(&k) {
-                    // Created and removed since the last checkpoint: nothing to undo.
-                    return None;
-                }
-                Some((KeyGroup::of_key(&k, self.max_parallelism).0, k, v))
-            })
-            .collect()
+        let mut out = KeyedEntriesBuilder::default();
+        for k in self.since_checkpoint.drain() {
+            let kg = KeyGroup::of_key(&k, self.max_parallelism).0;
+            match self.cache.get(&k) {
+                Some(v) => out.push_with(kg, &k, |buf| v.encode_into(buf)),
+                // Created and removed since the last checkpoint: nothing to undo.
+                None if born.contains(&k) => {}
+                None => out.push(kg, &k, None),
+            }
+        }
+        out.finish()
     }
 
     pub fn uid(&self) -> &str {
@@ -172,8 +181,8 @@ mod tests {
     use crate::MemoryStateBackend;
 
     impl StateValue for i64 {
-        fn encode(&self) -> Vec<u8> {
-            self.to_le_bytes().to_vec()
+        fn encode_into(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(&self.to_le_bytes());
         }
         fn decode(b: &[u8]) -> Option<Self> {
             Some(i64::from_le_bytes(b.try_into().ok()?))
@@ -193,6 +202,7 @@ mod tests {
         assert_eq!(t.flush().unwrap(), 2);
         let mut values: Vec<_> = t
             .take_checkpoint_delta()
+            .to_entries()
             .into_iter()
             .map(|(_, k, v)| (k, v))
             .collect();
@@ -222,6 +232,7 @@ mod tests {
         t.flush().unwrap();
         let delta: Vec<_> = t
             .take_checkpoint_delta()
+            .to_entries()
             .into_iter()
             .map(|(_, k, v)| (k, v))
             .collect();

@@ -532,7 +532,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::restore::load_latest;
     use weir_storage::object_storage::S3Settings;
-    use weir_storage::state_snapshot::DeltaData;
+    use weir_storage::state_snapshot::{DeltaData, KeyedEntries};
 
     /// One actor's part of checkpoint `epoch`: one keyed entry in key group `kg`.
     fn part(epoch: Epoch, actor: ActorId, kg: u32, value: &[u8]) -> CheckpointPart {
@@ -542,7 +542,11 @@ mod tests {
             actor,
             result: Ok(vec![StateDelta {
                 uid: "v.hashagg.x".into(),
-                data: DeltaData::Keyed(vec![(kg, vec![b'k', kg as u8], Some(value.to_vec()))]),
+                data: DeltaData::Keyed(KeyedEntries::from_entries([(
+                    kg,
+                    vec![b'k', kg as u8],
+                    Some(value.to_vec()),
+                )])),
             }]),
             alignment_ms: 0,
         }
@@ -594,13 +598,13 @@ mod tests {
         let restored = load_latest(&c.storage, 7, "v").await.expect("restorable");
         assert_eq!(restored.meta.epoch, 1);
         assert_eq!(restored.meta.positions["t"], 42);
-        let mut entries = restored.keyed["v.hashagg.x"].clone();
+        let mut entries = restored.keyed["v.hashagg.x"].to_entries();
         entries.sort();
         assert_eq!(
             entries,
             vec![
-                (3, b"k\x03".to_vec(), b"one".to_vec()),
-                (90, b"k\x5a".to_vec(), b"two".to_vec())
+                (3, b"k\x03".to_vec(), Some(b"one".to_vec())),
+                (90, b"k\x5a".to_vec(), Some(b"two".to_vec()))
             ]
         );
         // Forced (a CHECKPOINT or SAVEPOINT statement): due at once.

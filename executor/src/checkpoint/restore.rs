@@ -9,7 +9,7 @@ use crate::metrics::metrics;
 use std::collections::HashMap;
 use weir_storage::checkpoint_meta::{self, CheckpointMetadata, UidState};
 use weir_storage::object_storage::ObjectStorage;
-use weir_storage::state_snapshot::{self, DeltaData, RowChange, StateKind};
+use weir_storage::state_snapshot::{self, DeltaData, KeyedEntries, RowChange, StateKind};
 
 /// What a job starts from: its restored chain and retained checkpoints (empty for a
 /// new job).
@@ -31,14 +31,11 @@ pub fn metadata_key(job: u64, epoch: Epoch) -> String {
     format!("{}/_metadata", checkpoint_dir(job, epoch))
 }
 
-/// A live keyed-state entry: `(key_group, key, value)`.
-pub type KeyedRow = (u32, Vec<u8>, Vec<u8>);
-
 /// A job's state as of one checkpoint.
 pub struct RestoredJob {
     pub meta: CheckpointMetadata,
-    /// uid → live keyed entries `(key_group, key, value)`.
-    pub keyed: HashMap<String, Vec<KeyedRow>>,
+    /// uid → live keyed entries, sorted by key group and key (no deletions).
+    pub keyed: HashMap<String, KeyedEntries>,
     /// uid → row changes, in order (applying them yields the rows).
     pub rows: HashMap<String, Vec<RowChange>>,
     /// What the job's uploader continues from.
@@ -101,8 +98,8 @@ async fn load(storage: &ObjectStorage, meta: CheckpointMetadata) -> crate::Resul
                 rows.insert(u.uid.clone(), changes);
             }
             StateKind::Keyed => {
-                let files = datas.into_iter().map(DeltaData::into_keyed).collect();
-                let live = tokio::task::block_in_place(|| state_snapshot::merge_keyed(files));
+                let files: Vec<_> = datas.into_iter().map(DeltaData::into_keyed).collect();
+                let live = tokio::task::block_in_place(|| state_snapshot::merge_keyed(&files));
                 keyed.insert(u.uid.clone(), live);
             }
         }

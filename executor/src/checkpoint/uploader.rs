@@ -355,13 +355,8 @@ pub(crate) fn chrono_now_ms() -> i64 {
 pub(crate) fn merge_chain(kind: StateKind, datas: Vec<DeltaData>) -> crate::Result<DeltaData> {
     match kind {
         StateKind::Keyed => {
-            let files = datas.into_iter().map(DeltaData::into_keyed).collect();
-            Ok(DeltaData::Keyed(
-                state_snapshot::merge_keyed(files)
-                    .into_iter()
-                    .map(|(kg, k, v)| (kg, k, Some(v)))
-                    .collect(),
-            ))
+            let files: Vec<_> = datas.into_iter().map(DeltaData::into_keyed).collect();
+            Ok(DeltaData::Keyed(state_snapshot::merge_keyed(&files)))
         }
         StateKind::Rows => {
             // An insert-only chain (an append-only table, say) merges by concatenation:

@@ -74,10 +74,8 @@ pub struct GroupState {
 }
 
 impl StateValue for GroupState {
-    fn encode(&self) -> Vec<u8> {
-        let mut buf = Vec::new();
-        encode_states(self.rows, &self.accs, &mut buf);
-        buf
+    fn encode_into(&self, buf: &mut Vec<u8>) {
+        encode_states(self.rows, &self.accs, buf);
     }
     fn decode(bytes: &[u8]) -> Option<Self> {
         let (rows, accs) = decode_states(bytes)?;

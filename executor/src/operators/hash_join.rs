@@ -215,9 +215,9 @@ impl Bucket {
 }
 
 impl StateValue for Bucket {
-    fn encode(&self) -> Vec<u8> {
+    fn encode_into(&self, buf: &mut Vec<u8>) {
         let size: usize = self.entries.iter().map(|e| e.row.len() + 20).sum();
-        let mut buf = Vec::with_capacity(4 + size);
+        buf.reserve(4 + size);
         buf.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
         for e in &self.entries {
             buf.extend_from_slice(&(e.row.len() as u32).to_le_bytes());
@@ -225,7 +225,6 @@ impl StateValue for Bucket {
             buf.extend_from_slice(&e.count.to_le_bytes());
             buf.extend_from_slice(&e.degree.to_le_bytes());
         }
-        buf
     }
 
     fn decode(bytes: &[u8]) -> Option<Self> {
@@ -965,7 +964,7 @@ mod tests {
                     };
                     let uid: Arc<str> = delta.uid.as_str().into();
                     let mut batch = weir_storage::WriteBatch::default();
-                    for (kg, key, value) in entries {
+                    for (kg, key, value) in entries.to_entries() {
                         let key = weir_storage::StateKey {
                             uid: uid.clone(),
                             key_group: weir_storage::KeyGroup(kg),

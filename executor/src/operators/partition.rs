@@ -175,12 +175,12 @@ impl Partition {
 }
 
 impl StateValue for Partition {
-    fn encode(&self) -> Vec<u8> {
+    fn encode_into(&self, buf: &mut Vec<u8>) {
         let size = 4 + self
             .entries()
             .map(|(sort, row, _)| 16 + sort.len() + row.len())
             .sum::<usize>();
-        let mut buf = Vec::with_capacity(size);
+        buf.reserve(size);
         buf.extend_from_slice(&(self.len() as u32).to_le_bytes());
         for (sort, row, n) in self.entries() {
             for part in [sort, row] {
@@ -189,7 +189,6 @@ impl StateValue for Partition {
             }
             buf.extend_from_slice(&n.to_le_bytes());
         }
-        buf
     }
 
     fn decode(bytes: &[u8]) -> Option<Self> {

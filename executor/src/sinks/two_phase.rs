@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc};
-use weir_storage::state_snapshot::{DeltaData, KeyedEntry, StateDelta};
+use weir_storage::state_snapshot::{DeltaData, KeyedEntriesBuilder, StateDelta};
 
 /// How long a sink waits at its first checkpoint for recovery to finish; past it the
 /// job fails and restarts.
@@ -165,14 +165,14 @@ impl Staging {
         self.next_seq = self
             .next_seq
             .max(self.status.min_next_seq.load(Ordering::SeqCst));
-        let mut entries: Vec<KeyedEntry> = Vec::new();
+        let mut entries = KeyedEntriesBuilder::default();
         let below = self.status.committed_below.load(Ordering::SeqCst);
         while let Some(&seq) = self.pending.first() {
             if seq >= below {
                 break;
             }
             self.pending.pop_first();
-            entries.push((0, batch_key(seq), None));
+            entries.push(0, &batch_key(seq), None);
         }
         if !self.current.is_empty() {
             let seq = self.next_seq;
@@ -180,7 +180,7 @@ impl Staging {
             let records = std::mem::take(&mut self.current);
             let mut value = epoch.to_be_bytes().to_vec();
             value.extend_from_slice(&encode_records(&records));
-            entries.push((0, batch_key(seq), Some(value)));
+            entries.push(0, &batch_key(seq), Some(&value));
             self.pending.insert(seq);
             self.committer
                 .send(Staged {
@@ -190,10 +190,10 @@ impl Staging {
                 })
                 .map_err(|_| ExecError::Internal("sink: committer stopped".into()))?;
         }
-        entries.push((0, b"n".to_vec(), Some(self.next_seq.to_be_bytes().to_vec())));
+        entries.push(0, b"n", Some(&self.next_seq.to_be_bytes()));
         Ok(vec![StateDelta {
             uid: self.uid.clone(),
-            data: DeltaData::Keyed(entries),
+            data: DeltaData::Keyed(entries.finish()),
         }])
     }
 }
