@@ -871,7 +871,7 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             let row = format!("row{}", (seed >> 33) % 300).into_bytes();
             let have = model.get(&row).copied().unwrap_or(0);
-            let sign = if have > 0 && (seed >> 20) % 3 == 0 {
+            let sign = if have > 0 && (seed >> 20).is_multiple_of(3) {
                 -1
             } else {
                 1
@@ -882,10 +882,10 @@ mod tests {
             if *n == 0 {
                 model.retain(|_, n| *n != 0);
             }
-            if step % 5_000 == 0 {
+            if step.is_multiple_of(5_000) {
                 bucket.index = None; // as after watermark cleaning
             }
-            if step % 997 == 0 {
+            if step.is_multiple_of(997) {
                 let mut seen: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
                 for e in &bucket.entries {
                     assert!(
