@@ -473,7 +473,10 @@ impl Actor {
                 clock.busy += started.elapsed();
             }
             Event::Input(idx, Some(Message::Watermark(w)), _) => {
-                self.on_input_watermark(idx, w, l).await;
+                // Closing windows is work: it counts as busy time.
+                let started = Instant::now();
+                self.on_input_watermark(idx, w, l, clock).await;
+                clock.busy += started.elapsed();
             }
             Event::Input(idx, Some(Message::Marker(b)), _) => {
                 // A marker can beat its lane copy: then it starts the cut.
@@ -495,8 +498,15 @@ impl Actor {
     }
 
     /// Combines input `idx`'s watermark with the other inputs of its side; a new
-    /// combined watermark passes through the chain and on downstream.
-    async fn on_input_watermark(&mut self, idx: usize, w: crate::barrier::Watermark, l: &mut Loop) {
+    /// combined watermark passes through the chain and on downstream, after any rows
+    /// it made an operator emit (windows it closed).
+    async fn on_input_watermark(
+        &mut self,
+        idx: usize,
+        w: crate::barrier::Watermark,
+        l: &mut Loop,
+        clock: &mut ActorClock,
+    ) {
         let side = l.sides[idx];
         let side_open: Vec<bool> = (0..l.open.len())
             .map(|k| l.open[k] && l.sides[k] == side)
@@ -505,22 +515,51 @@ impl Actor {
         let (Some(w), None) = (combined, self.health.failure()) else {
             return;
         };
-        let mut ws = vec![w];
-        for (k, op) in self.chain.iter_mut().enumerate() {
-            let mut next = Vec::new();
-            for w in ws {
-                let out = if k == 0 {
-                    op.process_watermark_from(side, w)
-                } else {
-                    op.process_watermark(w)
-                };
-                next.extend(out.unwrap_or_default());
+        let (chunks, ws) = match self.run_watermark(side, w) {
+            Ok(out) => out,
+            Err(e) => {
+                self.health.fail(e.to_string());
+                return;
             }
-            ws = next;
+        };
+        for c in chunks {
+            clock.records_out.inc_by(c.len() as u64);
+            if self.output.send(Message::Chunk(c)).await.is_err() {
+                return;
+            }
         }
         for w in ws {
             let _ = self.output.send(Message::Watermark(w)).await;
         }
+    }
+
+    /// Runs a watermark through the chain: each operator first gets the rows the one
+    /// before it emitted for the watermark, then the watermark.
+    fn run_watermark(
+        &mut self,
+        side: usize,
+        w: crate::barrier::Watermark,
+    ) -> Result<(Vec<StreamChunk>, Vec<crate::barrier::Watermark>)> {
+        let mut ws = vec![w];
+        let mut carried: Vec<StreamChunk> = Vec::new();
+        for (k, op) in self.chain.iter_mut().enumerate() {
+            let mut chunks = Vec::new();
+            for c in carried {
+                guard(|| op.process_chunk(c, &mut chunks))?;
+            }
+            let mut next = Vec::new();
+            for w in ws {
+                next.extend(guard(|| {
+                    if k == 0 {
+                        op.process_watermark_from(side, w, &mut chunks)
+                    } else {
+                        op.process_watermark(w, &mut chunks)
+                    }
+                })?);
+            }
+            (carried, ws) = (chunks, next);
+        }
+        Ok((carried, ws))
     }
 
     /// Processes every barrier that all open inputs have delivered, in order.

@@ -29,6 +29,7 @@
 //!   their code.
 //! - [`append_only`]: which fragments only insert (their min / max keep one value).
 //! - [`digest`]: order-independent digests of changelogs (output checks).
+//! - [`row_below`]: testing an encoded row's column against a watermark in place.
 //!
 //! API for the layers above: `Runtime`, `RuntimeConfig`, `StreamGraph` and its specs,
 //! `StreamChunk`, `Op`, `ExecError` (re-exported here). The modules the server and
@@ -54,6 +55,7 @@ pub mod jobs;
 pub mod metrics;
 pub(crate) mod operator;
 pub mod operators;
+pub(crate) mod row_below;
 pub(crate) mod runtime;
 pub mod savepoint;
 pub mod sinks;

@@ -37,8 +37,15 @@ pub trait Operator: Send {
 
     /// Event-time progress; by default passed on unchanged. An operator may pass on
     /// several (one watermark per output column that carries it: a projection keeping
-    /// both `window_start` and `window_end`) or none.
-    fn process_watermark(&mut self, watermark: Watermark) -> Result<Vec<Watermark>> {
+    /// both `window_start` and `window_end`) or none. Rows it pushes to `out` go
+    /// downstream before the watermarks it returns: an `EMIT ON WINDOW CLOSE`
+    /// aggregation emits the windows a watermark closes ahead of that watermark, so
+    /// that a window aggregation after it does not take them for late rows.
+    fn process_watermark(
+        &mut self,
+        watermark: Watermark,
+        _out: &mut Vec<StreamChunk>,
+    ) -> Result<Vec<Watermark>> {
         Ok(vec![watermark])
     }
 
@@ -48,8 +55,9 @@ pub trait Operator: Send {
         &mut self,
         _side: usize,
         watermark: Watermark,
+        out: &mut Vec<StreamChunk>,
     ) -> Result<Vec<Watermark>> {
-        self.process_watermark(watermark)
+        self.process_watermark(watermark, out)
     }
 
     /// Called once all inputs delivered `barrier` (aligned), before it is forwarded:

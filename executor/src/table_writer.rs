@@ -77,6 +77,8 @@ pub struct TableWriter {
     upsert_index: Option<upsert::UpsertIndex>,
     /// The table's declared watermark (`WATERMARK FOR ...`), if any.
     watermark: Option<crate::watermark::WatermarkGenerator>,
+    /// Its bounded source ended (see [`TableWriter::end_of_input`]).
+    input_ended: bool,
     /// Set for an unstored source: its log holds index ranges, not rows, and no row
     /// is kept here; replays and backfills regenerate them.
     generated: Option<crate::source::generated::GeneratedRows>,
@@ -119,6 +121,7 @@ impl TableWriter {
             source_positions: SourcePositions::new(),
             upsert_index: None,
             watermark: None,
+            input_ended: false,
             generated: None,
         })
     }
@@ -329,6 +332,22 @@ impl TableWriter {
             .append(&weir_storage::source_positions::encode(&merged, &range)?)?;
         self.source_positions = merged;
         self.send_changes(chunk).await
+    }
+
+    /// A bounded source wrote its last row: the watermark moves past every row (see
+    /// [`crate::watermark::WatermarkGenerator::end_of_input`]). Nothing is logged: a
+    /// restart finds the source at its end and says so again.
+    pub async fn end_of_input(&mut self) -> Result<()> {
+        self.input_ended = true;
+        match self.watermark.as_mut().and_then(|g| g.end_of_input()) {
+            Some(w) => self.send(Message::Watermark(w)).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Whether its bounded source wrote its last row and said so downstream.
+    pub fn input_ended(&self) -> bool {
+        self.input_ended
     }
 
     /// The table's positions with one reader's (or generator's) moved on: every

@@ -66,6 +66,33 @@ impl WatermarkGenerator {
         }
     }
 
+    /// The watermark at the end of a bounded input (a generator that wrote its last
+    /// row): past every row, so that every window closes and every state behind
+    /// watermarks is cleaned, as Flink's end of input does. Half of `i64::MAX` in
+    /// the column's unit, so that window bounds computed from it cannot overflow.
+    pub fn end_of_input(&mut self) -> Option<Watermark> {
+        self.advance_to(i64::MAX / 2)
+    }
+
+    /// The watermark at `next` (in the column's unit), if that advances it.
+    fn advance_to(&mut self, next: i64) -> Option<Watermark> {
+        if self.current.is_some_and(|c| c >= next) {
+            return None;
+        }
+        self.current = Some(next);
+        let tz = self.tz.clone();
+        let value = match self.unit {
+            TimeUnit::Second => ScalarValue::TimestampSecond(Some(next), tz),
+            TimeUnit::Millisecond => ScalarValue::TimestampMillisecond(Some(next), tz),
+            TimeUnit::Microsecond => ScalarValue::TimestampMicrosecond(Some(next), tz),
+            TimeUnit::Nanosecond => ScalarValue::TimestampNanosecond(Some(next), tz),
+        };
+        Some(Watermark {
+            column: self.spec.column,
+            value,
+        })
+    }
+
     /// The new watermark after `chunk`, if it advanced.
     pub fn observe(&mut self, chunk: &StreamChunk) -> Result<Option<Watermark>> {
         let col = arrow::compute::cast(chunk.batch.column(self.spec.column), &DataType::Int64)?;
@@ -77,22 +104,7 @@ impl WatermarkGenerator {
             .filter_map(|(v, _)| v)
             .max();
         let Some(max) = max else { return Ok(None) };
-        let next = max.saturating_sub(self.delay_in_unit());
-        if self.current.is_some_and(|c| c >= next) {
-            return Ok(None);
-        }
-        self.current = Some(next);
-        let tz = self.tz.clone();
-        let value = match self.unit {
-            TimeUnit::Second => ScalarValue::TimestampSecond(Some(next), tz),
-            TimeUnit::Millisecond => ScalarValue::TimestampMillisecond(Some(next), tz),
-            TimeUnit::Microsecond => ScalarValue::TimestampMicrosecond(Some(next), tz),
-            TimeUnit::Nanosecond => ScalarValue::TimestampNanosecond(Some(next), tz),
-        };
-        Ok(Some(Watermark {
-            column: self.spec.column,
-            value,
-        }))
+        Ok(self.advance_to(max.saturating_sub(self.delay_in_unit())))
     }
 }
 

@@ -19,6 +19,7 @@ use datafusion::execution::SessionState;
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use weir_executor::aggregate::{AggCall, AggKind};
 use weir_executor::exchange::ExchangeKind;
@@ -26,7 +27,6 @@ use weir_executor::operators::expand::ExpandSpec;
 use weir_executor::operators::filter::FilterSpec;
 use weir_executor::operators::hash_agg::HashAggSpec;
 use weir_executor::operators::project::ProjectSpec;
-use weir_executor::operators::spec::WatermarkFlow;
 use weir_executor::{FragmentInput, FragmentSpec, OperatorSpec, StreamGraph};
 
 /// A fragment under construction.
@@ -89,43 +89,53 @@ pub struct PlannedView {
     pub schema: SchemaRef,
 }
 
-/// `EMIT ON WINDOW CLOSE`: the aggregation at the top of the query (in the last
-/// fragment) emits each window once, when the watermark closes it.
-pub fn emit_on_window_close(graph: &mut StreamGraph) -> SqlResult<()> {
-    // Watermarks stop at joins, Top-N and OVER windows (SESSION windows are OVER
-    // windows): those may still change rows older than any watermark, so a window
-    // after them would never close.
-    let blocked = graph
-        .fragments
-        .iter()
-        .flat_map(|f| &f.chain)
-        .find(|op| op.spec().watermarks() == WatermarkFlow::Stops);
-    if let Some(op) = blocked {
-        return Err(SqlError::unsupported(format!(
-            "EMIT ON WINDOW CLOSE needs a watermark on the window, and watermarks do not \
-             pass through {} (joins, Top-N and window functions, SESSION windows included, \
-             may still change older rows); use TUMBLE or HOP over a table with a WATERMARK",
-            op.spec().kind()
-        )));
-    }
-    let agg = graph.fragments.last_mut().and_then(|f| {
-        f.chain.iter_mut().find_map(|op| match op {
-            OperatorSpec::HashAgg(spec) if !spec.group_types.is_empty() => Some(spec),
-            _ => None,
-        })
-    });
-    match agg {
-        Some(spec) => {
-            spec.emit_on_window_close = true;
-            // The stored rows mean something else (final windows only).
-            graph.output_uid.push_str(".eowc");
-            Ok(())
+/// `EMIT ON WINDOW CLOSE`: every aggregation grouped by a column that carries a
+/// watermark (a window bound of a table's watermarked column) emits each group once,
+/// as an insert, when the watermark passes it, as Flink's window aggregations do. A
+/// window aggregation over another one's windows (q5's maximum of counts), or a join
+/// of two, then sees each window once. `relation_watermarks` gives the watermarked
+/// columns of a table the query reads. Aggregations no watermark reaches (after a
+/// join, a Top-N, an OVER window) stay incremental; at least one must close windows.
+pub fn emit_on_window_close(
+    graph: &mut StreamGraph,
+    relation_watermarks: &dyn Fn(&str) -> BTreeSet<usize>,
+) -> SqlResult<()> {
+    // Fragments come after the fragments they read.
+    let mut outputs: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+    let mut closing = 0;
+    for f in &mut graph.fragments {
+        let mut columns = f
+            .inputs
+            .iter()
+            .map(|i| match i {
+                FragmentInput::Relation(r) => relation_watermarks(r),
+                FragmentInput::Fragment { id, .. } => outputs.get(id).cloned().unwrap_or_default(),
+            })
+            .reduce(|a, b| a.intersection(&b).copied().collect())
+            .unwrap_or_default();
+        for op in &mut f.chain {
+            if let OperatorSpec::HashAgg(spec) = op {
+                let keys = spec.group_types.len();
+                if columns.iter().any(|c| *c < keys) {
+                    spec.emit_on_window_close = true;
+                    closing += 1;
+                }
+            }
+            columns = op.spec().watermark_columns(&columns);
         }
-        None => Err(SqlError::unsupported(
-            "EMIT ON WINDOW CLOSE needs a query whose last step is a GROUP BY over a \
-             window (window_start or window_end of TUMBLE / HOP over a table with a WATERMARK)",
-        )),
+        outputs.insert(f.id, columns);
     }
+    if closing == 0 {
+        return Err(SqlError::unsupported(
+            "EMIT ON WINDOW CLOSE needs a GROUP BY over a window (window_start or \
+             window_end of TUMBLE or HOP over a table with a WATERMARK) that no join, \
+             Top-N or window function (SESSION windows included) comes before: those may \
+             still change older rows, so a window after them would never close",
+        ));
+    }
+    // The stored rows mean something else (final windows only).
+    graph.output_uid.push_str(".eowc");
+    Ok(())
 }
 
 /// A correlated subquery DataFusion could not turn into a join (its correlation is

@@ -158,17 +158,21 @@ async fn exec(db: &Database, s: &mut Session, sql: &str) -> Result<Vec<Output>, 
         .collect()
 }
 
-/// Waits until every generator in `relations` has logged its last event.
+/// Waits until every generator in `relations` has logged its last event and sent its
+/// end of input (the watermark that closes every window) downstream.
 async fn wait_generated(db: &Database, relations: &[String], events: u64) {
     loop {
         let done = {
             let mut w = db.runtime().lock_writes().await;
             relations
                 .iter()
-                .map(|t| {
-                    w.table(t)
-                        .and_then(|t| t.source_positions().get("nexmark:next_event").copied())
-                        .unwrap_or(0)
+                .map(|t| match w.table(t) {
+                    Some(t) if t.input_ended() => t
+                        .source_positions()
+                        .get("nexmark:next_event")
+                        .copied()
+                        .unwrap_or(0),
+                    _ => 0,
                 })
                 .min()
                 .unwrap_or(0)
@@ -198,7 +202,12 @@ pub async fn run(mut cfg: Config, run: Run) -> Result<(), String> {
     let start = Instant::now();
     let (generators, mut ddl) = run.input_ddl(false)?;
     ddl.extend(sinks.iter().map(|(name, sql)| {
-        format!("CREATE SINK {name} AS {sql} WITH (connector = 'blackhole', blackhole.checksum = 'true')")
+        let eowc = if queries::closes_windows(name) {
+            ", emit_on_window_close = 'true'"
+        } else {
+            ""
+        };
+        format!("CREATE SINK {name} AS {sql} WITH (connector = 'blackhole', blackhole.checksum = 'true'{eowc})")
     }));
     for stmt in &ddl {
         exec(&db, &mut s, stmt).await?;

@@ -330,6 +330,47 @@ pub(crate) fn view_job_config(
         .map_err(|e| SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, e))
 }
 
+/// Marks the graph's window aggregations to emit each window once, at its close
+/// (`EMIT ON WINDOW CLOSE` of a view, `emit_on_window_close` of a sink).
+pub(crate) fn emit_on_window_close(
+    db: &Database,
+    graph: &mut weir_executor::StreamGraph,
+) -> SqlResult<()> {
+    weir_planner::stream_plan::emit_on_window_close(graph, &|r| watermark_columns(db, r))
+}
+
+/// The columns of table `name` that carry a watermark (its `WATERMARK FOR`).
+fn watermark_columns(db: &Database, name: &str) -> std::collections::BTreeSet<usize> {
+    let sql = db.catalog.read().get(name).map(|e| e.sql.clone());
+    let (Some(sql), Some(schema)) = (sql, db.relation_schema(name)) else {
+        return Default::default();
+    };
+    let Ok(weir_planner::WeirStatement::Sql(stmt)) = weir_planner::parse_statement(&sql) else {
+        return Default::default();
+    };
+    match stmt.as_ref() {
+        Statement::CreateTable(ct) => crate::connector::watermark_spec(ct, &schema)
+            .ok()
+            .flatten()
+            .map(|w| w.column)
+            .into_iter()
+            .collect(),
+        _ => Default::default(),
+    }
+}
+
+/// Whether a stored view's DDL asks for `EMIT ON WINDOW CLOSE`.
+pub(crate) fn emits_on_window_close(options: &CreateTableOptions) -> bool {
+    let CreateTableOptions::With(list) = options else {
+        return false;
+    };
+    list.iter().any(|o| {
+        matches!(o, SqlOption::KeyValue { key, value }
+            if key.value.eq_ignore_ascii_case(weir_planner::connector_ddl::EMIT_ON_WINDOW_CLOSE)
+                && option_text(value) == "true")
+    })
+}
+
 pub(crate) fn option_text(value: &SqlExpr) -> String {
     match value {
         SqlExpr::Value(v) => match &v.value {
@@ -536,7 +577,7 @@ async fn plan_create_view(
     }
     let mut planned = plan_query(db, &cv.query, &name).await?;
     if opts.emit_on_window_close {
-        weir_planner::stream_plan::emit_on_window_close(&mut planned.graph)?;
+        emit_on_window_close(db, &mut planned.graph)?;
     }
     pin_uids(&mut planned.graph, &opts.pinned_uids)?;
     // Postgres names for the view's columns, or the names the user listed.

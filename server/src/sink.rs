@@ -22,6 +22,7 @@ use weir_executor::exchange::ExchangeKind;
 use weir_executor::sinks::SinkTarget;
 use weir_executor::{FragmentInput, FragmentSpec, SinkSpec, StreamGraph, ViewSpec};
 use weir_planner::connector_ddl::SinkInput;
+use weir_planner::connector_ddl::EMIT_ON_WINDOW_CLOSE;
 use weir_planner::{sqlstate, SqlError, SqlResult, WeirStatement};
 
 /// The job a sink runs. A sink of a table reads the table. A sink of a materialized
@@ -37,15 +38,29 @@ async fn sink_spec(
     parallelism: u32,
     settings: &BTreeMap<String, String>,
 ) -> SqlResult<(ViewSpec, Vec<String>)> {
-    let (schema, mut fragments) = sink_input(db, name, input).await?;
+    // `emit_on_window_close` is the sink's, not its connector's.
+    let (eowc, options): (Vec<_>, Vec<_>) = options
+        .iter()
+        .cloned()
+        .partition(|(k, _)| k.eq_ignore_ascii_case(EMIT_ON_WINDOW_CLOSE));
+    let eowc = match eowc.last().map(|(_, v)| v.to_ascii_lowercase()) {
+        None => false,
+        Some(v) if v == "true" || v == "false" => v == "true",
+        Some(v) => {
+            return Err(SqlError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("emit_on_window_close must be true or false, not \"{v}\""),
+            ))
+        }
+    };
+    let (schema, mut fragments) = sink_input(db, name, input, eowc).await?;
     let schema = schema.as_ref();
     let target = SinkTarget {
         name,
         schema,
         s3: &db.config.s3(),
     };
-    let sink =
-        weir_executor::sinks::from_options(ConnectorOptions::new(options.to_vec()), &target)?;
+    let sink = weir_executor::sinks::from_options(ConnectorOptions::new(options), &target)?;
     let config = crate::ddl::view_job_config(db, settings)?;
     let exactly_once = sink.connector().exactly_once();
     {
@@ -96,11 +111,13 @@ async fn sink_spec(
 }
 
 /// The schema a sink writes and the fragments that compute it: a table is read as it
-/// is; a materialized view's query or the sink's own query runs in the sink's job.
+/// is; a materialized view's query or the sink's own query runs in the sink's job,
+/// emitting each window once at its close when the view was so declared or `eowc`.
 async fn sink_input(
     db: &Database,
     name: &str,
     input: &SinkInput,
+    eowc: bool,
 ) -> SqlResult<(SchemaRef, Vec<FragmentSpec>)> {
     let query = match input {
         SinkInput::Relation(from) => {
@@ -117,6 +134,12 @@ async fn sink_input(
                 .filter(|e| e.kind == RelationKind::MaterializedView)
                 .map(|e| e.sql.clone());
             let Some(sql) = view_sql else {
+                if eowc {
+                    return Err(SqlError::unsupported(format!(
+                        "emit_on_window_close: a sink of table \"{from}\" has no window \
+                         aggregation to close; sink a query that groups by a window"
+                    )));
+                }
                 let table = FragmentSpec {
                     id: 0,
                     single: false,
@@ -134,11 +157,11 @@ async fn sink_input(
                     "stored view DDL is not CREATE MATERIALIZED VIEW",
                 ));
             };
-            let fragments = crate::ddl::plan_query(db, &cv.query, name)
-                .await?
-                .graph
-                .fragments;
-            return Ok((schema, fragments));
+            let mut graph = crate::ddl::plan_query(db, &cv.query, name).await?.graph;
+            if eowc || crate::ddl::emits_on_window_close(&cv.options) {
+                crate::ddl::emit_on_window_close(db, &mut graph)?;
+            }
+            return Ok((schema, graph.fragments));
         }
         SinkInput::Query(q) => q,
     };
@@ -148,7 +171,10 @@ async fn sink_input(
     let Statement::Query(query) = *stmt else {
         return Err(SqlError::syntax("CREATE SINK ... AS needs a SELECT query"));
     };
-    let planned = crate::ddl::plan_query(db, &query, name).await?;
+    let mut planned = crate::ddl::plan_query(db, &query, name).await?;
+    if eowc {
+        crate::ddl::emit_on_window_close(db, &mut planned.graph)?;
+    }
     let schema = Arc::new(arrow::datatypes::Schema::new(
         planned
             .schema

@@ -7,10 +7,11 @@ use crate::chunk::StreamChunk;
 use crate::error::Result;
 use crate::operator::Operator;
 use crate::operators::project::ProjectOperator;
-use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
+use crate::operators::spec::{watermarks_through, BuildContext, StreamSpec, WatermarkFlow};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// Each input row once per projection (a UNION ALL of projections of one scan).
@@ -32,6 +33,12 @@ impl StreamSpec for ExpandSpec {
     }
     fn watermarks(&self) -> WatermarkFlow {
         WatermarkFlow::Passes
+    }
+    fn watermark_columns(&self, input: &BTreeSet<usize>) -> BTreeSet<usize> {
+        watermarks_through(
+            &mut ExpandOperator::new(self.projections.clone(), self.schema.clone()),
+            input,
+        )
     }
     fn build(&self, _: &BuildContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(ExpandOperator::new(
@@ -70,10 +77,14 @@ impl Operator for ExpandOperator {
 
     /// As a union of the projections would: a column carries a watermark when every
     /// projection gives it one, the smallest of them.
-    fn process_watermark(&mut self, w: Watermark) -> Result<Vec<Watermark>> {
+    fn process_watermark(
+        &mut self,
+        w: Watermark,
+        out: &mut Vec<StreamChunk>,
+    ) -> Result<Vec<Watermark>> {
         let mut combined: Option<Vec<Watermark>> = None;
         for p in &mut self.projections {
-            let mine = p.process_watermark(w.clone())?;
+            let mine = p.process_watermark(w.clone(), out)?;
             combined = Some(match combined {
                 None => mine,
                 Some(c) => c

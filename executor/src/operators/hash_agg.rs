@@ -21,6 +21,7 @@ use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use weir_storage::state_snapshot::{DeltaData, StateDelta};
 use weir_storage::state_table::StateValue;
@@ -156,6 +157,15 @@ impl StreamSpec for HashAggSpec {
         WatermarkFlow::Passes
     }
 
+    /// Group keys come first in both input and output and keep their watermarks.
+    fn watermark_columns(&self, input: &BTreeSet<usize>) -> BTreeSet<usize> {
+        input
+            .iter()
+            .copied()
+            .filter(|c| *c < self.group_types.len())
+            .collect()
+    }
+
     /// An EMIT ON WINDOW CLOSE aggregation drops what it emitted: its rows are stored.
     fn rederives_rows(&self) -> bool {
         !self.emit_on_window_close
@@ -287,7 +297,11 @@ impl Operator for HashAggOperator {
     /// stays at its position; one on any other column ends here. Windows close, or
     /// groups are cleaned, by the watermark of the first key column that has one
     /// (`window_start` before `window_end`): each alone is a valid bound.
-    fn process_watermark(&mut self, w: Watermark) -> Result<Vec<Watermark>> {
+    fn process_watermark(
+        &mut self,
+        w: Watermark,
+        out: &mut Vec<StreamChunk>,
+    ) -> Result<Vec<Watermark>> {
         if w.column >= self.spec.group_types.len() {
             return Ok(vec![]);
         }
@@ -296,7 +310,15 @@ impl Operator for HashAggOperator {
             return Ok(vec![w]);
         }
         if self.spec.emit_on_window_close {
+            // The windows it closes go out ahead of it (see `Operator::process_watermark`).
+            let advanced = !self
+                .closed_below
+                .as_ref()
+                .is_some_and(|(_, v)| v.partial_cmp(&w.value).is_some_and(|o| o.is_ge()));
             self.closed_below = Some((w.column, w.value.clone()));
+            if advanced {
+                self.emit_closed(out)?;
+            }
         } else if self.spec.clean_by_watermark {
             self.clean_pending = Some((w.column, w.value.clone()));
         }
@@ -357,9 +379,11 @@ impl Operator for HashAggOperator {
             order[fill[*g as usize]] = i;
             fill[*g as usize] += 1;
         }
+        // A window emitted once at its close needs no image of its row before the epoch.
+        let track_before = !self.spec.emit_on_window_close;
         for (g, &first) in first_row.iter().enumerate() {
             let key = key_of(first);
-            if !self.epoch_before.contains_key(key) {
+            if track_before && !self.epoch_before.contains_key(key) {
                 let before = match self.state.get(key) {
                     Some(g) if self.visible(g) => Some(self.outputs(g)?),
                     None if self.is_global() && self.global_emitted => {
@@ -400,26 +424,25 @@ impl Operator for HashAggOperator {
 }
 
 impl HashAggOperator {
-    /// `EMIT ON WINDOW CLOSE`: emits every group the watermark closed, once, and
-    /// drops it. Nothing else is emitted.
+    /// `EMIT ON WINDOW CLOSE`: emits every group the watermark closed, once, as an
+    /// insert, and drops it.
     fn emit_closed(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
-        self.epoch_before.clear();
-        if let Some((col, below)) = self.closed_below.clone() {
-            let (mut out_keys, mut values) = (Vec::new(), Vec::new());
-            for key in self.keys_below(col, &below)? {
-                if let Some(g) = self.state.remove(&key) {
-                    if g.rows > 0 {
-                        values.push(self.outputs(&g)?);
-                        out_keys.push(key);
-                    }
+        let Some((col, below)) = self.closed_below.clone() else {
+            return Ok(());
+        };
+        let (mut out_keys, mut values) = (Vec::new(), Vec::new());
+        for key in self.keys_below(col, &below)? {
+            if let Some(g) = self.state.remove(&key) {
+                if g.rows > 0 {
+                    values.push(self.outputs(&g)?);
+                    out_keys.push(key);
                 }
             }
-            if !values.is_empty() {
-                let ops = vec![Op::Insert; values.len()];
-                out.push(self.build_output(out_keys, ops, values)?);
-            }
         }
-        self.state.flush()?;
+        if !values.is_empty() {
+            let ops = vec![Op::Insert; values.len()];
+            out.push(self.build_output(out_keys, ops, values)?);
+        }
         Ok(())
     }
 
@@ -450,64 +473,21 @@ impl HashAggOperator {
             .collect())
     }
 
-    /// [`Self::keys_below`] without copying or decoding any key, when every key column
-    /// up to `col` has a fixed-width row encoding (a window key after an `auction`
-    /// bigint, say): then `col`'s bytes sit at one offset in every key, and Arrow's row
-    /// format orders them bytewise, so they compare with `below` encoded alone. `None`
-    /// when the layout does not allow it.
+    /// [`Self::keys_below`] without decoding any key, when the key layout allows it
+    /// (see [`crate::row_below`]). `None` when it does not.
     fn keys_below_at_offset(
         &self,
         col: usize,
         below: &ScalarValue,
     ) -> Result<Option<Vec<Vec<u8>>>> {
-        let types = &self.spec.group_types;
-        // Fixed-width values encode as a validity byte and the value's bytes.
-        let widths: Option<Vec<usize>> = types[..=col]
-            .iter()
-            .map(|t| match t {
-                DataType::Int8
-                | DataType::Int16
-                | DataType::Int32
-                | DataType::Int64
-                | DataType::UInt8
-                | DataType::UInt16
-                | DataType::UInt32
-                | DataType::UInt64
-                | DataType::Float32
-                | DataType::Float64
-                | DataType::Date32
-                | DataType::Date64
-                | DataType::Timestamp(..)
-                | DataType::Decimal128(..) => t.primitive_width().map(|w| w + 1),
-                _ => None,
-            })
-            .collect();
-        let Some(widths) = widths else {
+        let Some(test) = crate::row_below::RowBelow::new(&self.spec.group_types, col, below)?
+        else {
             return Ok(None);
         };
-        let (offset, width) = (widths[..col].iter().sum::<usize>(), widths[col]);
-        let Ok(value) = below.cast_to(&types[col]) else {
-            return Ok(None);
-        };
-        if value.is_null() {
-            return Ok(Some(vec![]));
-        }
-        let one = RowConverter::new(vec![SortField::new(types[col].clone())])?;
-        let encoded = one.convert_columns(&[value.to_array()?])?;
-        let bound = encoded.row(0);
-        let bound = bound.as_ref();
-        if bound.len() != width {
-            return Ok(None);
-        }
-        // A NULL key value has another validity byte and is never below (as in
-        // `below_mask`).
         Ok(Some(
             self.state
                 .keys()
-                .filter(|k| {
-                    k.get(offset..offset + width)
-                        .is_some_and(|v| v[0] == bound[0] && v < bound)
-                })
+                .filter(|k| test.test(k))
                 .cloned()
                 .collect(),
         ))
@@ -535,7 +515,9 @@ impl HashAggOperator {
     /// last emitted and an insert of the current one, and flushes the state table.
     fn emit_changes(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
         if self.spec.emit_on_window_close {
-            return self.emit_closed(out);
+            // Closed windows went out with the watermark that closed them.
+            self.state.flush()?;
+            return Ok(());
         }
         if self.is_global() && !self.global_emitted && self.epoch_before.is_empty() {
             // Postgres returns one row for a global aggregate over no rows.

@@ -518,14 +518,24 @@ impl HashJoinOperator {
             DueKeys::All => self.states[s].keys().cloned().collect(),
             DueKeys::Some(keys) => keys,
         };
+        let in_place = crate::row_below::RowBelow::new(&self.spec.side_types[s], col, &below)?;
         let mut dropped = 0u64;
         for key in keys {
             let Some(bucket) = self.states[s].get(&key) else {
                 continue;
             };
-            let rows: Vec<&[u8]> = bucket.entries.iter().map(|e| &*e.row).collect();
-            let cols = self.columns_of(s, &rows)?;
-            let dead = crate::chunk::below_mask(&cols[col], &below)?;
+            let dead: BooleanArray = match &in_place {
+                Some(test) => bucket
+                    .entries
+                    .iter()
+                    .map(|e| Some(test.test(&e.row)))
+                    .collect(),
+                None => {
+                    let rows: Vec<&[u8]> = bucket.entries.iter().map(|e| &*e.row).collect();
+                    let cols = self.columns_of(s, &rows)?;
+                    crate::chunk::below_mask(&cols[col], &below)?
+                }
+            };
             if dead.true_count() == 0 {
                 continue;
             }
@@ -803,7 +813,11 @@ impl Operator for HashJoinOperator {
 
     /// Watermarks are not passed on (output rows below one could still be emitted
     /// until the next barrier cleans state); watermarks on key columns clean state.
-    fn process_watermark(&mut self, _w: Watermark) -> Result<Vec<Watermark>> {
+    fn process_watermark(
+        &mut self,
+        _w: Watermark,
+        _out: &mut Vec<StreamChunk>,
+    ) -> Result<Vec<Watermark>> {
         Ok(vec![])
     }
 
@@ -811,7 +825,12 @@ impl Operator for HashJoinOperator {
         2
     }
 
-    fn process_watermark_from(&mut self, side: usize, w: Watermark) -> Result<Vec<Watermark>> {
+    fn process_watermark_from(
+        &mut self,
+        side: usize,
+        w: Watermark,
+        _out: &mut Vec<StreamChunk>,
+    ) -> Result<Vec<Watermark>> {
         if side < 2 {
             self.key_watermarks.observe(side, &w);
             self.interval_watermarks.observe(side, &w);

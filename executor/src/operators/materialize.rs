@@ -64,7 +64,11 @@ impl Operator for MaterializeOperator {
 
     /// Watermarks that reach a relation's rows are its output watermark (a metric).
     /// With watermarks on several columns, the metric follows the first of them.
-    fn process_watermark(&mut self, w: Watermark) -> Result<Vec<Watermark>> {
+    fn process_watermark(
+        &mut self,
+        w: Watermark,
+        _out: &mut Vec<StreamChunk>,
+    ) -> Result<Vec<Watermark>> {
         if self.metric_column.is_some_and(|c| c < w.column) {
             return Ok(vec![w]);
         }

@@ -332,7 +332,11 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
 
     /// Watermarks stop here: a delete can refill a top, or change a window value, with
     /// rows older than any watermark.
-    fn process_watermark(&mut self, _w: Watermark) -> Result<Vec<Watermark>> {
+    fn process_watermark(
+        &mut self,
+        _w: Watermark,
+        _out: &mut Vec<StreamChunk>,
+    ) -> Result<Vec<Watermark>> {
         Ok(vec![])
     }
 

@@ -4,10 +4,11 @@ use crate::barrier::Watermark;
 use crate::chunk::StreamChunk;
 use crate::error::Result;
 use crate::operator::Operator;
-use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
+use crate::operators::spec::{watermarks_through, BuildContext, StreamSpec, WatermarkFlow};
 use arrow::array::{RecordBatch, RecordBatchOptions};
 use arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// A SELECT list in a plan: one expression per output column of `schema`.
@@ -30,6 +31,12 @@ impl StreamSpec for ProjectSpec {
     }
     fn watermarks(&self) -> WatermarkFlow {
         WatermarkFlow::Passes
+    }
+    fn watermark_columns(&self, input: &BTreeSet<usize>) -> BTreeSet<usize> {
+        watermarks_through(
+            &mut ProjectOperator::new(self.exprs.clone(), self.schema.clone()),
+            input,
+        )
     }
     fn build(&self, _: &BuildContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(ProjectOperator::new(
@@ -79,7 +86,11 @@ impl Operator for ProjectOperator {
     /// TUMBLE and HOP compute: an aggregation grouping by `window_start` needs it to
     /// close windows, and a join bounded by `window_end` to clean its state); a
     /// projection that drops the column drops the watermark.
-    fn process_watermark(&mut self, w: Watermark) -> Result<Vec<Watermark>> {
+    fn process_watermark(
+        &mut self,
+        w: Watermark,
+        _out: &mut Vec<StreamChunk>,
+    ) -> Result<Vec<Watermark>> {
         let mut out = Vec::new();
         for (column, e) in self.exprs.iter().enumerate() {
             if let Some(value) = crate::watermark::window_bound(e, &w) {

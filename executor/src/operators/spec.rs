@@ -8,8 +8,11 @@
 //! else matches on the kind of operator. Adding an operator means its file (operator
 //! and spec), its planner rule and that line.
 
+use crate::barrier::Watermark;
 use crate::error::Result;
 use crate::operator::Operator;
+use datafusion::common::ScalarValue;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use weir_storage::{KeyGroupRange, StateBackend};
 
@@ -40,6 +43,21 @@ impl StateRestore {
             track_changes: false,
         }
     }
+}
+
+/// The output columns of `op` that carry a watermark when its input columns `input`
+/// do: a watermark of each runs through the operator (the same code as at run time).
+pub fn watermarks_through(op: &mut dyn Operator, input: &BTreeSet<usize>) -> BTreeSet<usize> {
+    let mut out = BTreeSet::new();
+    for &column in input {
+        let w = Watermark {
+            column,
+            value: ScalarValue::TimestampMillisecond(Some(0), None),
+        };
+        let passed = op.process_watermark(w, &mut Vec::new()).unwrap_or_default();
+        out.extend(passed.into_iter().map(|w| w.column));
+    }
+    out
 }
 
 /// What building an operator for one actor needs.
@@ -85,6 +103,16 @@ pub trait StreamSpec {
     fn mark_append_only(&mut self, input_append_only: bool) -> bool;
 
     fn watermarks(&self) -> WatermarkFlow;
+
+    /// The output columns that carry a watermark when the input columns `input` do.
+    /// By default all of them when watermarks pass, none when they stop; operators
+    /// that move columns answer by running a watermark through their own code.
+    fn watermark_columns(&self, input: &BTreeSet<usize>) -> BTreeSet<usize> {
+        match self.watermarks() {
+            WatermarkFlow::Passes => input.clone(),
+            WatermarkFlow::Stops => BTreeSet::new(),
+        }
+    }
 
     /// The rows it emits can be rebuilt from its state on restore (so a view ending in
     /// it, followed only by stateless operators, need not checkpoint its rows).

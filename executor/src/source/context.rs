@@ -101,6 +101,12 @@ impl SourceContext {
         self.with_table(|t| Box::pin(t.write_generated(from, to, batch, positions)))
     }
 
+    /// The source has no more rows (a bounded generator ended): every window closes.
+    /// `None`: the table is gone.
+    pub fn end_of_input(&self) -> Option<Result<()>> {
+        self.with_table(|t| Box::pin(t.end_of_input()))
+    }
+
     /// A record that could not be decoded: counted, listed by `SHOW SOURCE ERRORS`.
     pub fn bad_record(&self, partition: i32, offset: i64, reason: String) {
         if let Some(rt) = self.runtime.upgrade() {

@@ -87,6 +87,10 @@ impl Turn {
         self.moved.notify_all();
     }
 
+    fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
     fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         let _guard = self.next.lock().unwrap_or_else(|e| e.into_inner());
@@ -128,8 +132,15 @@ pub fn spawn(ctx: SourceContext, run: Run, generated: GeneratedRows) -> Result<(
                 first,
                 turn: Turn::new(),
             };
-            if let Err(e) = generate_splits(&g) {
-                ctx.fail(&e.to_string());
+            match generate_splits(&g) {
+                Err(e) => ctx.fail(&e.to_string()),
+                // A bounded run wrote its last row (and was not stopped by a drop).
+                Ok(()) if run.total.is_some() && !g.turn.is_stopped() => {
+                    if let Some(Err(e)) = ctx.end_of_input() {
+                        ctx.fail(&e.to_string());
+                    }
+                }
+                Ok(()) => {}
             }
         })
         .map_err(|e| ExecError::Internal(format!("cannot start the generator: {e}")))?;

@@ -294,6 +294,14 @@ pub fn reads_channel_or_url(name: &str) -> bool {
     query(name).is_some_and(|(_, sql)| sql.contains("channel") || sql.contains("url"))
 }
 
+/// Whether a query aggregates over TUMBLE or HOP windows. Flink runs those as window
+/// aggregations, which emit each window once, when the watermark closes it; the
+/// benchmark runs them the same way (`emit_on_window_close`) so that the engines do
+/// the same work. (SESSION windows are OVER windows in Weir: they stay incremental.)
+pub fn closes_windows(name: &str) -> bool {
+    query(name).is_some_and(|(_, sql)| sql.contains("TABLE(TUMBLE(") || sql.contains("TABLE(HOP("))
+}
+
 /// The tables and query of a Nexmark query name.
 pub fn query(name: &str) -> Option<(&'static [&'static str], &'static str)> {
     QUERIES
