@@ -30,6 +30,7 @@
 //! - [`append_only`]: which fragments only insert (their min / max keep one value).
 //! - [`digest`]: order-independent digests of changelogs (output checks).
 //! - [`row_below`]: testing an encoded row's column against a watermark in place.
+//! - [`row_groups`]: a chunk's rows grouped by key, for keyed operators.
 //!
 //! API for the layers above: `Runtime`, `RuntimeConfig`, `StreamGraph` and its specs,
 //! `StreamChunk`, `Op`, `ExecError` (re-exported here). The modules the server and
@@ -56,6 +57,7 @@ pub mod metrics;
 pub(crate) mod operator;
 pub mod operators;
 pub(crate) mod row_below;
+pub(crate) mod row_groups;
 pub(crate) mod runtime;
 pub mod savepoint;
 pub mod sinks;

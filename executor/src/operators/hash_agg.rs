@@ -349,39 +349,12 @@ impl Operator for HashAggOperator {
             .iter()
             .map(|c| c.call.arg.map(|a| &cols[a]))
             .collect();
-        // Rows grouped by key first (one hash per row), so that the per-group work —
-        // the epoch's "before" image and the state lookup, several hashes each — runs
-        // once per distinct key of the chunk instead of once per row.
         let n = chunk.len();
         let key_of = |i: usize| -> &[u8] { keys.as_ref().map(|k| k.row(i).data()).unwrap_or(&[]) };
-        let mut group_of: HashMap<&[u8], u32> = HashMap::with_capacity(n.min(1024));
-        let mut first_row: Vec<usize> = Vec::new();
-        let mut row_group: Vec<u32> = Vec::with_capacity(n);
-        for i in 0..n {
-            let next = first_row.len() as u32;
-            let g = *group_of.entry(key_of(i)).or_insert_with(|| {
-                first_row.push(i);
-                next
-            });
-            row_group.push(g);
-        }
-        // Row indexes ordered by group (a counting sort keeps each group's rows in order).
-        let mut start = vec![0usize; first_row.len() + 1];
-        for g in &row_group {
-            start[*g as usize + 1] += 1;
-        }
-        for g in 0..first_row.len() {
-            start[g + 1] += start[g];
-        }
-        let mut fill = start.clone();
-        let mut order = vec![0usize; n];
-        for (i, g) in row_group.iter().enumerate() {
-            order[fill[*g as usize]] = i;
-            fill[*g as usize] += 1;
-        }
+        let groups = crate::row_groups::RowGroups::new(n, key_of);
         // A window emitted once at its close needs no image of its row before the epoch.
         let track_before = !self.spec.emit_on_window_close;
-        for (g, &first) in first_row.iter().enumerate() {
+        for (g, &first) in groups.first_row.iter().enumerate() {
             let key = key_of(first);
             if track_before && !self.epoch_before.contains_key(key) {
                 let before = match self.state.get(key) {
@@ -395,7 +368,7 @@ impl Operator for HashAggOperator {
             }
             let calls = &self.spec.calls;
             let group = self.state.get_or_insert_with(key, || empty_group(calls));
-            for &i in &order[start[g]..start[g + 1]] {
+            for &i in groups.rows(g) {
                 let sign = chunk.ops[i].sign();
                 group.rows += sign;
                 for (j, c) in self.calls.iter().enumerate() {

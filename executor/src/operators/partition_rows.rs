@@ -21,7 +21,7 @@ use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
 use ahash::AHashMap as HashMap;
-use arrow::array::ArrayRef;
+use arrow::array::{Array, ArrayRef};
 use arrow::compute::SortOptions;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -203,18 +203,47 @@ impl<S: Shown> PartitionedOperator<S> {
         })
     }
 
-    /// What a partition shows, each row paired with its extra columns' encoding.
-    fn shown_rows(&self, key: &[u8]) -> Result<Vec<ShownRow>> {
-        let Showing { rows, extras } =
-            self.shown.shown(self.state.get(key), &self.row_converter)?;
-        let Some(c) = self.extra_converter.as_ref().filter(|_| !rows.is_empty()) else {
-            return Ok(rows.into_iter().map(|r| (r, Vec::new())).collect());
+    /// What each partition shows, each row paired with its extra columns' encoding.
+    /// The extra columns of all the partitions are encoded in one conversion (one
+    /// per partition cost more than the rest of a small partition's work).
+    fn shown_rows<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Vec<ShownRow>>> {
+        let showings = keys
+            .iter()
+            .map(|k| {
+                self.shown
+                    .shown(self.state.get(k.as_ref()), &self.row_converter)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let total: usize = showings.iter().map(|s| s.rows.len()).sum();
+        let Some(c) = self.extra_converter.as_ref().filter(|_| total > 0) else {
+            return Ok(showings
+                .into_iter()
+                .map(|s| s.rows.into_iter().map(|r| (r, Vec::new())).collect())
+                .collect());
         };
-        let encoded = c.convert_columns(&extras)?;
-        Ok(rows
+        let columns = (0..self.shown.extra_types().len())
+            .map(|j| {
+                let parts: Vec<&dyn Array> = showings
+                    .iter()
+                    .filter(|s| !s.rows.is_empty())
+                    .map(|s| s.extras[j].as_ref())
+                    .collect();
+                arrow::compute::concat(&parts)
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let encoded = c.convert_columns(&columns)?;
+        let mut next = 0;
+        Ok(showings
             .into_iter()
-            .enumerate()
-            .map(|(i, r)| (r, encoded.row(i).as_ref().to_vec()))
+            .map(|s| {
+                s.rows
+                    .into_iter()
+                    .map(|r| {
+                        next += 1;
+                        (r, encoded.row(next - 1).as_ref().to_vec())
+                    })
+                    .collect()
+            })
             .collect())
     }
 
@@ -222,16 +251,23 @@ impl<S: Shown> PartitionedOperator<S> {
         let mut ops = Vec::new();
         let mut rows: Vec<Vec<u8>> = Vec::new();
         let mut extras: Vec<Vec<u8>> = Vec::new();
-        let changed: Vec<_> = self.epoch_before.drain().collect();
-        for (key, before) in changed {
-            let after = self.shown_rows(&key)?;
-            if self.state.get(&key).is_some_and(|p| p.is_empty()) {
-                self.state.remove(&key);
-            }
-            for (op, (row, extra)) in multiset_diff(before, after) {
-                ops.push(op);
-                rows.push(row);
-                extras.push(extra);
+        let mut changed: Vec<_> = self.epoch_before.drain().collect();
+        // In slices: what all changed partitions show at once would be a peak of
+        // memory that only lives for the diff.
+        for slice in changed.chunks_mut(1024) {
+            let afters = {
+                let keys: Vec<&[u8]> = slice.iter().map(|(k, _)| k.as_slice()).collect();
+                self.shown_rows(&keys)?
+            };
+            for ((key, before), after) in slice.iter_mut().zip(afters) {
+                if self.state.get(key).is_some_and(|p| p.is_empty()) {
+                    self.state.remove(key);
+                }
+                for (op, (row, extra)) in multiset_diff(std::mem::take(before), after) {
+                    ops.push(op);
+                    rows.push(row);
+                    extras.push(extra);
+                }
             }
         }
         self.state.flush()?;
@@ -304,27 +340,36 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
             .shown
             .leading_rows_shown()
             .filter(|_| self.layout.append_only_input);
-        for (i, op) in chunk.ops.iter().enumerate() {
-            let key: Vec<u8> = parts
-                .as_ref()
-                .map(|r| r.row(i).as_ref().to_vec())
-                .unwrap_or_default();
-            if !self.epoch_before.contains_key(&key) {
-                let before = self.shown_rows(&key)?;
-                self.epoch_before.insert(key.clone(), before);
-            }
-            if kept.is_some() && *op != Op::Insert {
-                return Err(ExecError::Internal(format!(
-                    "{} {} was planned over an append-only input and got a retraction",
-                    self.shown.name(),
-                    self.layout.uid
-                )));
-            }
-            let row: &[u8] = rows.as_ref().map(|r| r.row(i).data()).unwrap_or_default();
-            let partition = self.state.get_or_insert_with(&key, Partition::default);
-            partition.add(sorts.row(i).data(), row, op.sign());
-            if let Some((rows, ties)) = kept {
-                partition.keep_leading(rows, ties);
+        if kept.is_some() && chunk.ops.iter().any(|op| *op != Op::Insert) {
+            return Err(ExecError::Internal(format!(
+                "{} {} was planned over an append-only input and got a retraction",
+                self.shown.name(),
+                self.layout.uid
+            )));
+        }
+        let key_of = |i: usize| -> &[u8] { parts.as_ref().map(|r| r.row(i).data()).unwrap_or(&[]) };
+        let groups = crate::row_groups::RowGroups::new(chunk.len(), key_of);
+        // What the partitions first changed in this epoch showed before, in one batch.
+        let fresh: Vec<&[u8]> = groups
+            .first_row
+            .iter()
+            .map(|&i| key_of(i))
+            .filter(|k| !self.epoch_before.contains_key(*k))
+            .collect();
+        let befores = self.shown_rows(&fresh)?;
+        for (key, before) in fresh.into_iter().zip(befores) {
+            self.epoch_before.insert(key.to_vec(), before);
+        }
+        for (g, &first) in groups.first_row.iter().enumerate() {
+            let partition = self
+                .state
+                .get_or_insert_with(key_of(first), Partition::default);
+            for &i in groups.rows(g) {
+                let row: &[u8] = rows.as_ref().map(|r| r.row(i).data()).unwrap_or_default();
+                partition.add(sorts.row(i).data(), row, chunk.ops[i].sign());
+                if let Some((rows, ties)) = kept {
+                    partition.keep_leading(rows, ties);
+                }
             }
         }
         Ok(())
