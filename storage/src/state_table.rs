@@ -10,7 +10,12 @@
 use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder};
 use crate::{KeyGroup, StateBackend, StateKey, WriteBatch};
 // ahash: the std SipHash showed up as the top cost of aggregation in profiles.
-use ahash::{AHashMap as HashMap, AHashSet as HashSet};
+use ahash::AHashSet as HashSet;
+
+/// The cache and the dirty set look keys up by `&[u8]` and copy a key only when it
+/// is new to them (`entry_ref`, `get_or_insert_with`): one hash per lookup.
+type KeyMap<V> = hashbrown::HashMap<Vec<u8>, V, ahash::RandomState>;
+type KeySet = hashbrown::HashSet<Vec<u8>, ahash::RandomState>;
 use std::sync::Arc;
 
 /// A value that can be stored in a state table.
@@ -31,8 +36,8 @@ pub struct StateTable<V> {
     uid: Arc<str>,
     max_parallelism: u32,
     backend: Arc<dyn StateBackend>,
-    cache: HashMap<Vec<u8>, V>,
-    dirty: HashSet<Vec<u8>>,
+    cache: KeyMap<V>,
+    dirty: KeySet,
     /// Keys flushed since the last checkpoint: the delta the next checkpoint uploads
     /// (encoded then, once, however often the entry changed in between), so upload
     /// size follows the change, not the state.
@@ -51,8 +56,8 @@ impl<V: StateValue> StateTable<V> {
             uid: uid.into(),
             max_parallelism,
             backend,
-            cache: HashMap::new(),
-            dirty: HashSet::new(),
+            cache: KeyMap::default(),
+            dirty: KeySet::default(),
             since_checkpoint: HashSet::new(),
             born_since_checkpoint: HashSet::new(),
             track_changes: true,
@@ -92,25 +97,22 @@ impl<V: StateValue> StateTable<V> {
 
     /// Mutable access; marks the key dirty. Inserts `default()` when absent.
     pub fn get_or_insert_with(&mut self, key: &[u8], default: impl FnOnce() -> V) -> &mut V {
-        // Look up by borrowed key first: the hot path (an existing, already dirty key)
-        // allocates nothing.
-        let touched = self.dirty.contains(key);
-        if !touched {
-            self.dirty.insert(key.to_vec());
-        }
-        if !self.cache.contains_key(key) {
-            // Absent and untouched since the last checkpoint: that image lacks it too.
-            // (Absent but touched: it may have been removed since, so it may be there.)
-            if self.track_changes && !touched && !self.since_checkpoint.contains(key) {
-                self.born_since_checkpoint.insert(key.to_vec());
+        let before = self.dirty.len();
+        self.dirty.get_or_insert_with(key, |k| k.to_vec());
+        let touched = self.dirty.len() == before;
+        match self.cache.entry_ref(key) {
+            hashbrown::hash_map::EntryRef::Occupied(e) => e.into_mut(),
+            hashbrown::hash_map::EntryRef::Vacant(e) => {
+                if self.track_changes && !touched && !self.since_checkpoint.contains(key) {
+                    self.born_since_checkpoint.insert(key.to_vec());
+                }
+                e.insert(default())
             }
-            self.cache.insert(key.to_vec(), default());
         }
-        self.cache.get_mut(key).expect("inserted above")
     }
 
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {
-        self.dirty.insert(key.to_vec());
+        self.dirty.get_or_insert_with(key, |k| k.to_vec());
         self.cache.remove(key)
     }
 
