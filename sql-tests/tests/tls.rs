@@ -174,11 +174,13 @@ fn start_remote(dir: &Path, args: &[&str], config: &str) -> (bool, String) {
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    // Its own readiness line, not a connection: another test's server can take the
+    // probed port between our probe and this start, and answer in its place.
     let running = loop {
         if let Some(_status) = child.try_wait().unwrap() {
             break false;
         }
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if std::fs::read_to_string(&log).is_ok_and(|l| l.contains("weir is ready")) {
             break true;
         }
         assert!(std::time::Instant::now() < deadline, "weir did not start");
