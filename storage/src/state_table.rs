@@ -10,13 +10,13 @@
 use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder};
 use crate::{KeyGroup, StateBackend, StateKey, WriteBatch};
 // ahash: the std SipHash showed up as the top cost of aggregation in profiles.
-use ahash::AHashSet as HashSet;
 
-/// The cache and the dirty set look keys up by `&[u8]` and copy a key only when it
-/// is new to them (`entry_ref`, `get_or_insert_with`): one hash per lookup.
-type KeyMap<V> = hashbrown::HashMap<Vec<u8>, V, ahash::RandomState>;
-type KeySet = hashbrown::HashSet<Vec<u8>, ahash::RandomState>;
+use hashbrown::hash_map::EntryRef;
 use std::sync::Arc;
+
+/// The cache and the change sets look keys up by `&[u8]` and copy a key only when it
+/// is new to them (`entry_ref`): one hash per lookup.
+type KeyMap<V> = hashbrown::HashMap<Vec<u8>, V, ahash::RandomState>;
 
 /// A value that can be stored in a state table.
 pub trait StateValue: Sized {
@@ -37,15 +37,16 @@ pub struct StateTable<V> {
     max_parallelism: u32,
     backend: Arc<dyn StateBackend>,
     cache: KeyMap<V>,
-    dirty: KeySet,
+    /// Keys changed since the last flush, each with whether it is *born*: absent
+    /// from the state the last checkpoint holds (see `since_checkpoint`).
+    dirty: KeyMap<bool>,
     /// Keys flushed since the last checkpoint: the delta the next checkpoint uploads
     /// (encoded then, once, however often the entry changed in between), so upload
-    /// size follows the change, not the state.
-    since_checkpoint: HashSet<Vec<u8>>,
-    /// Keys the last checkpoint's image does not hold that were created since: one
-    /// removed again before the next checkpoint needs no entry in its delta (window
-    /// state that is created and cleaned between two checkpoints uploads nothing).
-    born_since_checkpoint: HashSet<Vec<u8>>,
+    /// size follows the change, not the state. A born key removed again before the
+    /// next checkpoint needs no entry in its delta (window state that is created and
+    /// cleaned between two checkpoints uploads nothing). One map holds both facts, so
+    /// each key is stored once.
+    since_checkpoint: KeyMap<bool>,
     /// Off when the job never checkpoints: then nothing is kept for deltas.
     track_changes: bool,
 }
@@ -57,9 +58,8 @@ impl<V: StateValue> StateTable<V> {
             max_parallelism,
             backend,
             cache: KeyMap::default(),
-            dirty: KeySet::default(),
-            since_checkpoint: HashSet::new(),
-            born_since_checkpoint: HashSet::new(),
+            dirty: KeyMap::default(),
+            since_checkpoint: KeyMap::default(),
             track_changes: true,
         }
     }
@@ -69,7 +69,6 @@ impl<V: StateValue> StateTable<V> {
         self.track_changes = on;
         if !on {
             self.since_checkpoint.clear();
-            self.born_since_checkpoint.clear();
         }
     }
 
@@ -97,22 +96,20 @@ impl<V: StateValue> StateTable<V> {
 
     /// Mutable access; marks the key dirty. Inserts `default()` when absent.
     pub fn get_or_insert_with(&mut self, key: &[u8], default: impl FnOnce() -> V) -> &mut V {
-        let before = self.dirty.len();
-        self.dirty.get_or_insert_with(key, |k| k.to_vec());
-        let touched = self.dirty.len() == before;
-        match self.cache.entry_ref(key) {
-            hashbrown::hash_map::EntryRef::Occupied(e) => e.into_mut(),
-            hashbrown::hash_map::EntryRef::Vacant(e) => {
-                if self.track_changes && !touched && !self.since_checkpoint.contains(key) {
-                    self.born_since_checkpoint.insert(key.to_vec());
-                }
-                e.insert(default())
-            }
+        let (value, absent) = match self.cache.entry_ref(key) {
+            EntryRef::Occupied(e) => (e.into_mut(), false),
+            EntryRef::Vacant(e) => (e.insert(default()), true),
+        };
+        if let EntryRef::Vacant(e) = self.dirty.entry_ref(key) {
+            // First change this epoch: born when the last checkpoint cannot hold it.
+            let born = self.track_changes && absent && !self.since_checkpoint.contains_key(key);
+            e.insert(born);
         }
+        value
     }
 
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {
-        self.dirty.get_or_insert_with(key, |k| k.to_vec());
+        self.dirty.entry_ref(key).or_insert(false);
         self.cache.remove(key)
     }
 
@@ -134,7 +131,7 @@ impl<V: StateValue> StateTable<V> {
         let n = self.dirty.len();
         if self.backend.keeps_flushed_state() {
             let mut batch = WriteBatch::default();
-            for key in &self.dirty {
+            for key in self.dirty.keys() {
                 let state_key = StateKey {
                     uid: self.uid.clone(),
                     key_group: KeyGroup::of_key(key, self.max_parallelism),
@@ -148,7 +145,10 @@ impl<V: StateValue> StateTable<V> {
             self.backend.write(batch)?;
         }
         if self.track_changes {
-            self.since_checkpoint.extend(self.dirty.drain());
+            // A key already in the delta keeps what it was at its first change.
+            for (key, born) in self.dirty.drain() {
+                self.since_checkpoint.entry(key).or_insert(born);
+            }
         } else {
             self.dirty.clear();
         }
@@ -158,14 +158,13 @@ impl<V: StateValue> StateTable<V> {
     /// The changes flushed since the last checkpoint, as keyed-state entries (None:
     /// deleted), encoded now. Call after [`StateTable::flush`] at a checkpoint.
     pub fn take_checkpoint_delta(&mut self) -> KeyedEntries {
-        let born = std::mem::take(&mut self.born_since_checkpoint);
         let mut out = KeyedEntriesBuilder::default();
-        for k in self.since_checkpoint.drain() {
+        for (k, born) in self.since_checkpoint.drain() {
             let kg = KeyGroup::of_key(&k, self.max_parallelism).0;
             match self.cache.get(&k) {
                 Some(v) => out.push_with(kg, &k, |buf| v.encode_into(buf)),
                 // Created and removed since the last checkpoint: nothing to undo.
-                None if born.contains(&k) => {}
+                None if born => {}
                 None => out.push(kg, &k, None),
             }
         }
