@@ -55,6 +55,17 @@ impl ConnectorOptions {
             .transpose()
     }
 
+    /// `true` or `false` (any case), or an error naming the key.
+    pub fn take_bool(&mut self, key: &str) -> Result<Option<bool>> {
+        self.take(key)
+            .map(|v| match v.to_ascii_lowercase().as_str() {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                _ => Err(invalid(format!("{key} must be true or false, not {v}"))),
+            })
+            .transpose()
+    }
+
     /// Every `<prefix><rest>` option, as `(rest, value)`.
     pub fn take_prefixed(&mut self, prefix: &str) -> Vec<(String, String)> {
         let keys: Vec<String> = self

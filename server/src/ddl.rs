@@ -360,15 +360,8 @@ fn watermark_columns(db: &Database, name: &str) -> std::collections::BTreeSet<us
 }
 
 /// Whether a stored view's DDL asks for `EMIT ON WINDOW CLOSE`.
-pub(crate) fn emits_on_window_close(options: &CreateTableOptions) -> bool {
-    let CreateTableOptions::With(list) = options else {
-        return false;
-    };
-    list.iter().any(|o| {
-        matches!(o, SqlOption::KeyValue { key, value }
-            if key.value.eq_ignore_ascii_case(weir_planner::connector_ddl::EMIT_ON_WINDOW_CLOSE)
-                && option_text(value) == "true")
-    })
+pub(crate) fn emits_on_window_close(options: &CreateTableOptions) -> SqlResult<bool> {
+    Ok(view_options(options, &mut BTreeMap::new())?.emit_on_window_close)
 }
 
 pub(crate) fn option_text(value: &SqlExpr) -> String {

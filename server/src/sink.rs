@@ -38,21 +38,9 @@ async fn sink_spec(
     parallelism: u32,
     settings: &BTreeMap<String, String>,
 ) -> SqlResult<(ViewSpec, Vec<String>)> {
+    let mut options = ConnectorOptions::new(options.to_vec());
     // `emit_on_window_close` is the sink's, not its connector's.
-    let (eowc, options): (Vec<_>, Vec<_>) = options
-        .iter()
-        .cloned()
-        .partition(|(k, _)| k.eq_ignore_ascii_case(EMIT_ON_WINDOW_CLOSE));
-    let eowc = match eowc.last().map(|(_, v)| v.to_ascii_lowercase()) {
-        None => false,
-        Some(v) if v == "true" || v == "false" => v == "true",
-        Some(v) => {
-            return Err(SqlError::new(
-                sqlstate::INVALID_PARAMETER_VALUE,
-                format!("emit_on_window_close must be true or false, not \"{v}\""),
-            ))
-        }
-    };
+    let eowc = options.take_bool(EMIT_ON_WINDOW_CLOSE)?.unwrap_or(false);
     let (schema, mut fragments) = sink_input(db, name, input, eowc).await?;
     let schema = schema.as_ref();
     let target = SinkTarget {
@@ -60,7 +48,7 @@ async fn sink_spec(
         schema,
         s3: &db.config.s3(),
     };
-    let sink = weir_executor::sinks::from_options(ConnectorOptions::new(options), &target)?;
+    let sink = weir_executor::sinks::from_options(options, &target)?;
     let config = crate::ddl::view_job_config(db, settings)?;
     let exactly_once = sink.connector().exactly_once();
     {
@@ -158,7 +146,7 @@ async fn sink_input(
                 ));
             };
             let mut graph = crate::ddl::plan_query(db, &cv.query, name).await?.graph;
-            if eowc || crate::ddl::emits_on_window_close(&cv.options) {
+            if eowc || crate::ddl::emits_on_window_close(&cv.options)? {
                 crate::ddl::emit_on_window_close(db, &mut graph)?;
             }
             return Ok((schema, graph.fragments));

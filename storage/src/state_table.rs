@@ -9,13 +9,12 @@
 
 use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder};
 use crate::{KeyGroup, StateBackend, StateKey, WriteBatch};
-// ahash: the std SipHash showed up as the top cost of aggregation in profiles.
-
 use hashbrown::hash_map::EntryRef;
 use std::sync::Arc;
 
 /// The cache and the change sets look keys up by `&[u8]` and copy a key only when it
-/// is new to them (`entry_ref`): one hash per lookup.
+/// is new to them (`entry_ref`): one hash per lookup. ahash: the std SipHash showed up
+/// as the top cost of aggregation in profiles.
 type KeyMap<V> = hashbrown::HashMap<Vec<u8>, V, ahash::RandomState>;
 
 /// A value that can be stored in a state table.

@@ -11,7 +11,7 @@
 use super::two_phase::SinkContext;
 use super::{SinkConnector, SinkTarget};
 use crate::chunk::StreamChunk;
-use crate::connector_options::{invalid, ConnectorOptions};
+use crate::connector_options::ConnectorOptions;
 use crate::digest::ChangeDigest;
 use crate::error::Result;
 use crate::operator::Operator;
@@ -31,16 +31,7 @@ pub(crate) fn parse_options(
 ) -> Result<Arc<dyn SinkConnector>> {
     o.take("format");
     o.take("encode");
-    let checksum = match o.take("blackhole.checksum").map(|v| v.to_ascii_lowercase()) {
-        None => false,
-        Some(v) if v == "true" => true,
-        Some(v) if v == "false" => false,
-        Some(v) => {
-            return Err(invalid(format!(
-                "blackhole.checksum must be true or false, not {v}"
-            )))
-        }
-    };
+    let checksum = o.take_bool("blackhole.checksum")?.unwrap_or(false);
     Ok(Arc::new(BlackholeSpec { checksum }))
 }
 
