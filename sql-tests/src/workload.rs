@@ -59,9 +59,12 @@ pub async fn stream_writes(port: u16, start_id: i64, acked: Arc<Mutex<Acked>>) -
         .unwrap_or_else(|e| panic!("writer from {start_id} cannot connect: {e}"));
     let mut id = start_id;
     let mut acknowledged = 0;
+    // The next statement is marked in flight under the same lock that records the
+    // previous one's acknowledgement, so a kill never sees a running writer with
+    // nothing in flight.
+    acked.lock().unwrap().in_flight.insert((id, id % 7));
     loop {
         let g = id % 7;
-        acked.lock().unwrap().in_flight.insert((id, g));
         let sql = if id % 10 == 9 {
             // Move an earlier row to another group: an update that views must retract.
             format!("UPDATE t SET g = {} WHERE id = {}", (g + 1) % 7, id - 5)
@@ -83,8 +86,9 @@ pub async fn stream_writes(port: u16, start_id: i64, acked: Arc<Mutex<Acked>>) -
             a.rows.insert(id, g);
         }
         a.in_flight.remove(&(id, g));
-        drop(a);
         id += 1;
+        a.in_flight.insert((id, id % 7));
+        drop(a);
     }
 }
 
