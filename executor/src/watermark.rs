@@ -157,10 +157,10 @@ fn map_units(value: &ScalarValue, f: impl Fn(i64, i64) -> i64) -> Option<ScalarV
 }
 
 /// If `expr` is a window bound of the watermark's column — `date_bin(size, col)` or
-/// `window_bound(col, size, offset_ms)`, optionally `± interval` — the watermark of
-/// that output: the same expression at the
-/// watermark. These are non-decreasing in `col`, so no later row can produce a smaller
-/// bound.
+/// `window_bound(col, size, offset_ms)`, optionally `± interval` — or the column
+/// itself `± interval` (a sliced HOP window's later windows), the watermark of that
+/// output: the same expression at the watermark. These are non-decreasing in `col`,
+/// so no later row can produce a smaller bound.
 pub fn window_bound(expr: &Arc<dyn PhysicalExpr>, w: &Watermark) -> Option<ScalarValue> {
     if let Some(b) = expr.downcast_ref::<BinaryExpr>() {
         let shift = interval_ms(b.right())?;
@@ -169,7 +169,10 @@ pub fn window_bound(expr: &Arc<dyn PhysicalExpr>, w: &Watermark) -> Option<Scala
             Operator::Minus => -shift,
             _ => return None,
         };
-        let inner = window_bound(b.left(), w)?;
+        let inner = match b.left().downcast_ref::<Column>() {
+            Some(c) if c.index() == w.column => w.value.clone(),
+            _ => window_bound(b.left(), w)?,
+        };
         return map_units(&inner, |v, per_ms| v + shift * per_ms);
     }
     let f = expr.downcast_ref::<ScalarFunctionExpr>()?;

@@ -178,6 +178,14 @@ pub fn extract(sql: &str) -> SqlResult<(String, Option<Clauses>)> {
         {
             Ok(emit_on_window_close(sql, t))
         }
+        [e, c, m, v, ..]
+            if is_word(e, "explain")
+                && is_word(c, "create")
+                && is_word(m, "materialized")
+                && is_word(v, "view") =>
+        {
+            Ok(emit_on_window_close(sql, t))
+        }
         _ => Ok((sql.to_string(), None)),
     }
 }

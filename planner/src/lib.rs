@@ -12,6 +12,8 @@
 //! - `join_bounds`: an interval join condition's time bounds (state cleaning).
 //! - `stream_top_n`: ORDER BY ... LIMIT and ROW_NUMBER() filters → a `TopN` fragment.
 //! - `stream_over`: other window functions (lag, sum OVER, ...) → an `OverWindow` fragment.
+//! - `hop_slicing`: a HOP window aggregation that emits on window close, aggregated
+//!   per slide and merged per window (Flink's slicing).
 //! - `output_names`: unique internal names for select items Postgres names alike
 //!   (`SELECT a, a`, two subqueries), which DataFusion would refuse.
 //! - [`explain`]: `EXPLAIN CREATE MATERIALIZED VIEW` output.
@@ -24,6 +26,7 @@ pub mod connector_ddl;
 pub mod error;
 pub mod explain;
 mod grouping_sets;
+mod hop_slicing;
 mod join_bounds;
 pub mod naming;
 mod not_in;

@@ -419,7 +419,11 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
             }
         }
         ["explain", "create", "materialized", ..] => {
-            let stmt = parse_sqlparser(&w.rest(1))?;
+            let mut stmt = parse_sqlparser(&w.rest(1))?;
+            // `... EMIT ON WINDOW CLOSE`, as the view would be created.
+            if let Some(clauses) = clauses {
+                clauses.apply(&mut stmt)?;
+            }
             return Ok(WeirStatement::ExplainCreateMaterializedView(Box::new(stmt)));
         }
         _ => {}

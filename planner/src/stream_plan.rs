@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use weir_executor::aggregate::{AggCall, AggKind};
 use weir_executor::exchange::ExchangeKind;
-use weir_executor::operators::expand::ExpandSpec;
+use weir_executor::operators::expand::{ExpandShape, ExpandSpec, HopWindows};
 use weir_executor::operators::filter::FilterSpec;
 use weir_executor::operators::hash_agg::HashAggSpec;
 use weir_executor::operators::project::ProjectSpec;
@@ -133,6 +133,7 @@ pub fn emit_on_window_close(
              still change older rows, so a window after them would never close",
         ));
     }
+    crate::hop_slicing::slice_hop_windows(graph);
     // The stored rows mean something else (final windows only).
     graph.output_uid.push_str(".eowc");
     Ok(())
@@ -407,8 +408,9 @@ impl Builder<'_> {
         }
     }
 
-    /// A UNION ALL whose branches all project one and the same scan (HOP windows):
-    /// the scan is read once and an Expand applies every projection to each row.
+    /// A UNION ALL whose branches all project one and the same input (HOP windows,
+    /// over a table or a view): the input is planned and read once, and an Expand
+    /// applies every projection to each of its rows.
     fn union_of_projections(
         &mut self,
         u: &datafusion::logical_expr::Union,
@@ -417,11 +419,7 @@ impl Builder<'_> {
             .inputs
             .iter()
             .filter_map(|c| match c.as_ref() {
-                LogicalPlan::Projection(p)
-                    if matches!(p.input.as_ref(), LogicalPlan::TableScan(_)) =>
-                {
-                    Some(p)
-                }
+                LogicalPlan::Projection(p) => Some(p),
                 _ => None,
             })
             .collect();
@@ -442,6 +440,7 @@ impl Builder<'_> {
             );
         }
         p.chain.push(OperatorSpec::Expand(ExpandSpec {
+            shape: HopWindows::of(&all).map_or(ExpandShape::Projections, ExpandShape::Hop),
             projections: all,
             schema: nullable_schema(&u.schema),
         }));

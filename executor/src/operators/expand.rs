@@ -19,6 +19,106 @@ use std::sync::Arc;
 pub struct ExpandSpec {
     pub projections: Vec<Vec<Arc<dyn PhysicalExpr>>>,
     pub schema: SchemaRef,
+    pub shape: ExpandShape,
+}
+
+/// What an Expand's projections are, for plans and EXPLAIN.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExpandShape {
+    /// Branches of a UNION ALL.
+    Projections,
+    /// A HOP window's copies of each row ([`HopWindows::of`]).
+    Hop(HopWindows),
+    /// A sliced HOP window's slide rows, copied into the windows that hold them.
+    SlidesIntoWindows,
+}
+
+/// An Expand that is a HOP window (`planner::window_tvf`): the projections differ
+/// only in window bounds, `window_bound(ts, slide, offset)`, whose offsets step back
+/// one slide per copy. Known so that an aggregation over it can aggregate each slide
+/// once and merge slides into windows (`planner::hop_slicing`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HopWindows {
+    pub slide_ms: i64,
+    /// Output columns that are window bounds.
+    pub bounds: Vec<usize>,
+    /// The projection of the row's own slide: the windows that start latest.
+    pub own: usize,
+}
+
+impl HopWindows {
+    /// The HOP shape of `projections`, if they have it.
+    pub fn of(projections: &[Vec<Arc<dyn PhysicalExpr>>]) -> Option<Self> {
+        let first = projections.first()?;
+        if projections.len() < 2 || projections.iter().any(|p| p.len() != first.len()) {
+            return None;
+        }
+        let mut bounds = Vec::new();
+        // (ts column, slide) and, per bound column, each projection's offset.
+        let mut window: Option<(usize, i64)> = None;
+        let mut offsets: Vec<Vec<i64>> = Vec::new();
+        for i in 0..first.len() {
+            if projections
+                .iter()
+                .all(|p| p[i].as_ref() == first[i].as_ref())
+            {
+                continue;
+            }
+            let mut column_offsets = Vec::new();
+            for p in projections {
+                let (ts, slide, offset) = bound_call(&p[i])?;
+                if *window.get_or_insert((ts, slide)) != (ts, slide) {
+                    return None;
+                }
+                column_offsets.push(offset);
+            }
+            bounds.push(i);
+            offsets.push(column_offsets);
+        }
+        let (_, slide_ms) = window?;
+        let own = (0..projections.len()).max_by_key(|&p| offsets[0][p])?;
+        // Every bound column steps back the same whole slides per copy, and the copies
+        // are 0, 1, ... slides back: one window each.
+        let back = |column: &[i64], p: usize| column[own] - column[p];
+        let mut steps: Vec<i64> = (0..projections.len())
+            .map(|p| back(&offsets[0], p))
+            .collect();
+        if offsets
+            .iter()
+            .any(|c| (0..projections.len()).any(|p| back(c, p) != steps[p]))
+        {
+            return None;
+        }
+        steps.sort_unstable();
+        let expected = (0..projections.len() as i64).map(|k| k * slide_ms);
+        if !steps.into_iter().eq(expected) {
+            return None;
+        }
+        Some(Self {
+            slide_ms,
+            bounds,
+            own,
+        })
+    }
+}
+
+/// `window_bound(ts, slide, offset_ms)` over a column: (ts column, slide ms, offset).
+fn bound_call(e: &Arc<dyn PhysicalExpr>) -> Option<(usize, i64, i64)> {
+    use datafusion::physical_expr::expressions::{Column, Literal};
+    let f = e.downcast_ref::<datafusion::physical_expr::ScalarFunctionExpr>()?;
+    let [ts, slide, offset] = f.args() else {
+        return None;
+    };
+    if f.name() != "window_bound" {
+        return None;
+    }
+    let ts = ts.downcast_ref::<Column>()?.index();
+    let slide = crate::watermark::fixed_interval_ms(slide.downcast_ref::<Literal>()?.value())
+        .filter(|s| *s > 0)?;
+    match offset.downcast_ref::<Literal>()?.value() {
+        ScalarValue::Int64(Some(o)) => Some((ts, slide, *o)),
+        _ => None,
+    }
 }
 
 impl StreamSpec for ExpandSpec {
@@ -26,7 +126,14 @@ impl StreamSpec for ExpandSpec {
         "Expand"
     }
     fn describe(&self) -> String {
-        format!("Expand: {} projections of each row", self.projections.len())
+        let n = self.projections.len();
+        match self.shape {
+            ExpandShape::Projections => format!("Expand: {n} projections of each row"),
+            ExpandShape::Hop(_) => format!("Expand: each row into its {n} HOP windows"),
+            ExpandShape::SlidesIntoWindows => {
+                format!("Expand: each slide's row into its {n} windows")
+            }
+        }
     }
     fn mark_append_only(&mut self, input_append_only: bool) -> bool {
         input_append_only
