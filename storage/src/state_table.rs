@@ -107,9 +107,23 @@ impl<V: StateValue> StateTable<V> {
         value
     }
 
+    /// Removes the key. One born since the last checkpoint that no backend holds
+    /// leaves no trace in the change sets: the checkpoint's image never had it (a
+    /// window created and closed between two checkpoints costs no further work).
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {
-        self.dirty.entry_ref(key).or_insert(false);
-        self.cache.remove(key)
+        let removed = self.cache.remove(key);
+        if self.dirty.get(key) == Some(&true) {
+            // Born and never flushed: not in `since_checkpoint`, not in any backend.
+            self.dirty.remove(key);
+        } else if self.since_checkpoint.get(key) == Some(&true)
+            && !self.backend.keeps_flushed_state()
+        {
+            self.since_checkpoint.remove(key);
+            self.dirty.remove(key);
+        } else {
+            self.dirty.entry_ref(key).or_insert(false);
+        }
+        removed
     }
 
     pub fn len(&self) -> usize {
@@ -199,7 +213,8 @@ mod tests {
         assert_eq!(t.flush().unwrap(), 0);
         t.remove(b"k1");
         *t.get_or_insert_with(b"k2", || 0) += 1;
-        assert_eq!(t.flush().unwrap(), 2);
+        // k1 was born since the last checkpoint: its removal is no change to it.
+        assert_eq!(t.flush().unwrap(), 1);
         let mut values: Vec<_> = t
             .take_checkpoint_delta()
             .to_entries()
@@ -237,6 +252,37 @@ mod tests {
             .map(|(_, k, v)| (k, v))
             .collect();
         assert_eq!(delta, vec![(b"k".to_vec(), None)]);
+    }
+
+    #[test]
+    fn a_key_born_and_removed_between_checkpoints_leaves_no_change() {
+        let mut t: StateTable<i64> = StateTable::new("agg", 16, MemoryStateBackend::new());
+        *t.get_or_insert_with(b"old", || 0) += 1;
+        t.flush().unwrap();
+        assert_eq!(t.take_checkpoint_delta().len(), 1);
+        // Born and removed within one barrier, and across a flush.
+        *t.get_or_insert_with(b"a", || 0) += 1;
+        t.remove(b"a");
+        *t.get_or_insert_with(b"b", || 0) += 1;
+        assert_eq!(t.flush().unwrap(), 1);
+        *t.get_or_insert_with(b"b", || 0) += 1;
+        t.remove(b"b");
+        assert_eq!(
+            t.flush().unwrap(),
+            0,
+            "b needs no change: the image never had it"
+        );
+        // A key of the image still leaves its tombstone.
+        t.remove(b"old");
+        assert_eq!(t.flush().unwrap(), 1);
+        let delta: Vec<_> = t
+            .take_checkpoint_delta()
+            .to_entries()
+            .into_iter()
+            .map(|(_, k, v)| (k, v))
+            .collect();
+        assert_eq!(delta, vec![(b"old".to_vec(), None)]);
+        assert!(t.get(b"b").is_none());
     }
 
     #[test]
