@@ -162,6 +162,8 @@ impl Builder<'_> {
             output_schema: nullable_schema(&join.schema),
             key_sources,
             interval_bounds,
+            // Set at deployment (`weir_executor::append_only`).
+            append_only_inputs: false,
         };
         Ok(Partial {
             inputs,

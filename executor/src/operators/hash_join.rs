@@ -121,6 +121,10 @@ pub struct HashJoinSpec {
     pub key_sources: [Vec<Option<usize>>; 2],
     /// Time bounds of the condition (interval joins), for cleaning by watermark.
     pub interval_bounds: Vec<IntervalBound>,
+    /// Both inputs only ever insert (set at deployment, see [`crate::append_only`]):
+    /// a new row is stored as a new entry without looking for an equal one, since no
+    /// delete will ever need to find it (q7 keeps every bid under its price).
+    pub append_only_inputs: bool,
 }
 
 impl HashJoinSpec {
@@ -145,7 +149,8 @@ impl HashJoinSpec {
     }
 }
 
-/// A distinct stored row: its copies and how many rows of the other side it matches.
+/// A stored row: its copies and how many rows of the other side it matches. Rows are
+/// distinct in a bucket, except that append-only inputs may store equal rows apart.
 /// Both may be negative for a while: a row's insert and delete can reach the join
 /// through different upstream actors in either order within one epoch; at a barrier
 /// they have settled.
@@ -208,19 +213,22 @@ impl Bucket {
                     self.remove_at(at);
                 }
             }
-            None => {
-                self.entries.push(Entry {
-                    row: row.into(),
-                    count: sign,
-                    degree,
-                });
-                let entries = &self.entries;
-                if let Some(index) = &mut self.index {
-                    index.insert_unique(row_hash(row), (entries.len() - 1) as u32, |&j| {
-                        row_hash(&entries[j as usize].row)
-                    });
-                }
-            }
+            None => self.push(row, sign, degree),
+        }
+    }
+
+    /// Adds `count` copies of `row` as a new entry, whether or not an equal one exists.
+    fn push(&mut self, row: &[u8], count: i64, degree: i64) {
+        self.entries.push(Entry {
+            row: row.into(),
+            count,
+            degree,
+        });
+        let entries = &self.entries;
+        if let Some(index) = &mut self.index {
+            index.insert_unique(row_hash(row), (entries.len() - 1) as u32, |&j| {
+                row_hash(&entries[j as usize].row)
+            });
         }
     }
 
@@ -370,6 +378,7 @@ impl StreamSpec for HashJoinSpec {
     /// A new row of an inner join only ever adds matches (and cleaning by watermark
     /// drops state without retracting output); other kinds may retract.
     fn mark_append_only(&mut self, input_append_only: bool) -> bool {
+        self.append_only_inputs = input_append_only;
         input_append_only && self.kind == JoinKind::Inner
     }
 
@@ -733,7 +742,11 @@ impl HashJoinOperator {
                 em.emit(sign, OutRow::Alone(s, i));
             }
             let bucket = self.states[s].get_or_insert_with(key, Bucket::default);
-            bucket.apply(&em.rows[s][i], sign, m);
+            if self.spec.append_only_inputs && sign > 0 {
+                bucket.push(&em.rows[s][i], sign, m);
+            } else {
+                bucket.apply(&em.rows[s][i], sign, m);
+            }
             if bucket.entries.is_empty() {
                 self.states[s].remove(key);
             }
@@ -939,6 +952,7 @@ mod tests {
             output_schema: schema,
             key_sources: [vec![None], vec![None]],
             interval_bounds: vec![],
+            append_only_inputs: false,
         }
     }
 
@@ -1014,6 +1028,21 @@ mod tests {
     /// matches is padded, and retracted when its first match arrives).
     #[test]
     fn left_outer_join_changes_add_up_to_the_join_across_a_restore() {
+        random_rounds(false);
+    }
+
+    /// The same with append-only inputs: no deletes, and repeated rows, which the
+    /// join then stores as separate entries.
+    #[test]
+    fn append_only_inputs_with_repeated_rows_add_up_to_the_join_across_a_restore() {
+        random_rounds(true);
+    }
+
+    fn random_rounds(append_only: bool) {
+        let spec = || HashJoinSpec {
+            append_only_inputs: append_only,
+            ..spec()
+        };
         let tracked = StateRestore {
             track_changes: true,
             ..StateRestore::fresh(128)
@@ -1035,7 +1064,11 @@ mod tests {
                 let side = next(2) as usize;
                 let rows = if side == 0 { &mut left } else { &mut right };
                 let mut batch = Vec::new();
-                if !rows.is_empty() && next(3) == 0 {
+                if append_only && !rows.is_empty() && next(3) == 0 {
+                    let again = rows[next(rows.len() as u64) as usize];
+                    rows.push(again);
+                    batch.push((again.0, again.1, true));
+                } else if !rows.is_empty() && next(3) == 0 {
                     let (gone_id, gone_k) = rows.remove(next(rows.len() as u64) as usize);
                     batch.push((gone_id, gone_k, false));
                 } else {
@@ -1081,5 +1114,8 @@ mod tests {
             }
         }
         assert!(seen.keys().any(|(_, m)| m.is_none()) && seen.keys().any(|(_, m)| m.is_some()));
+        if append_only {
+            assert!(seen.values().any(|n| *n > 1), "some rows were repeated");
+        }
     }
 }
