@@ -112,6 +112,23 @@ impl<V: StateValue> StateTable<V> {
     /// window created and closed between two checkpoints costs no further work).
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {
         let removed = self.cache.remove(key);
+        self.note_removed(key);
+        removed
+    }
+
+    /// Removes and returns every entry whose key passes `pred`, as [`Self::remove`]
+    /// would one by one, moving the keys out instead of copying them (a watermark can
+    /// close millions of windows at once).
+    pub fn take_where(&mut self, mut pred: impl FnMut(&[u8]) -> bool) -> Vec<(Vec<u8>, V)> {
+        let taken: Vec<(Vec<u8>, V)> = self.cache.extract_if(|k, _| pred(k)).collect();
+        for (key, _) in &taken {
+            self.note_removed(key);
+        }
+        taken
+    }
+
+    /// Records the removal of `key` in the change sets.
+    fn note_removed(&mut self, key: &[u8]) {
         if self.dirty.get(key) == Some(&true) {
             // Born and never flushed: not in `since_checkpoint`, not in any backend.
             self.dirty.remove(key);
@@ -123,7 +140,6 @@ impl<V: StateValue> StateTable<V> {
         } else {
             self.dirty.entry_ref(key).or_insert(false);
         }
-        removed
     }
 
     pub fn len(&self) -> usize {
@@ -283,6 +299,38 @@ mod tests {
             .collect();
         assert_eq!(delta, vec![(b"old".to_vec(), None)]);
         assert!(t.get(b"b").is_none());
+    }
+
+    #[test]
+    fn take_where_removes_like_remove() {
+        let mut t: StateTable<i64> = StateTable::new("agg", 16, MemoryStateBackend::new());
+        for k in [b"a1", b"a2", b"b1"] {
+            *t.get_or_insert_with(k, || 0) += 1;
+        }
+        t.flush().unwrap();
+        t.take_checkpoint_delta();
+        *t.get_or_insert_with(b"a3", || 0) += 1;
+        let mut taken = t.take_where(|k| k[0] == b'a');
+        taken.sort();
+        assert_eq!(
+            taken,
+            vec![
+                (b"a1".to_vec(), 1),
+                (b"a2".to_vec(), 1),
+                (b"a3".to_vec(), 1)
+            ]
+        );
+        assert_eq!(t.len(), 1);
+        t.flush().unwrap();
+        let mut delta: Vec<_> = t
+            .take_checkpoint_delta()
+            .to_entries()
+            .into_iter()
+            .map(|(_, k, v)| (k, v))
+            .collect();
+        delta.sort();
+        // a3 was born since the checkpoint: no tombstone.
+        assert_eq!(delta, vec![(b"a1".to_vec(), None), (b"a2".to_vec(), None)]);
     }
 
     #[test]

@@ -69,6 +69,9 @@ impl HashAggSpec {
     }
 }
 
+/// Closed windows emitted per output chunk.
+const EMIT_SLICE: usize = 8192;
+
 pub struct GroupState {
     rows: i64,
     accs: Vec<AccState>,
@@ -403,16 +406,24 @@ impl HashAggOperator {
         let Some((col, below)) = self.closed_below.clone() else {
             return Ok(());
         };
-        let (mut out_keys, mut values) = (Vec::new(), Vec::new());
-        for key in self.keys_below(col, &below)? {
-            if let Some(g) = self.state.remove(&key) {
-                if g.rows > 0 {
-                    values.push(self.outputs(&g)?);
-                    out_keys.push(key);
-                }
+        let closed = match crate::row_below::RowBelow::new(&self.spec.group_types, col, &below)? {
+            Some(test) => self.state.take_where(|k| test.test(k)),
+            None => {
+                let keys = self.keys_below_decoded(col, &below)?;
+                keys.into_iter()
+                    .filter_map(|k| self.state.remove(&k).map(|g| (k, g)))
+                    .collect()
             }
-        }
-        if !values.is_empty() {
+        };
+        // In slices: the end of input closes every window at once, and one row of
+        // ScalarValues per group for all of them at once held more than the state did.
+        let mut closed = closed.into_iter().filter(|(_, g)| g.rows > 0).peekable();
+        while closed.peek().is_some() {
+            let (mut out_keys, mut values) = (Vec::new(), Vec::new());
+            for (key, g) in closed.by_ref().take(EMIT_SLICE) {
+                values.push(self.outputs(&g)?);
+                out_keys.push(key);
+            }
             let ops = vec![Op::Insert; values.len()];
             out.push(self.build_output(out_keys, ops, values)?);
         }
