@@ -706,3 +706,74 @@ async fn unaligned_checkpoints_complete_under_backpressure_and_recover_exactly()
         assert!(!want.is_empty());
     }
 }
+
+/// Bids `from..to`: auction `i % 3`, one every 100 ms of event time from 2024-01-01.
+async fn insert_bids(client: &Client, from: i64, to: i64) {
+    let rows: Vec<String> = (from..to)
+        .map(|i| {
+            let (s, ms) = (i / 10, i % 10 * 100);
+            format!(
+                "({i}, {}, {}, '2024-01-01 00:{:02}:{:02}.{ms:03}')",
+                i % 3,
+                i * 37 % 100,
+                s / 60,
+                s % 60
+            )
+        })
+        .collect();
+    client
+        .batch_execute(&format!("INSERT INTO bids VALUES {}", rows.join(", ")))
+        .await
+        .unwrap();
+}
+
+/// A sliced HOP aggregation (EMIT ON WINDOW CLOSE) keeps its open slides and windows
+/// in its checkpoints: killed with windows open, restored, replaying the log after
+/// the checkpoint and fed more rows, it closes every window with the answer of the
+/// same query without EMIT ON WINDOW CLOSE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliced_hop_windows_resume_from_a_checkpoint_after_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[execution.checkpointing]\ninterval = \"200ms\"\n";
+    let mut server = WeirProcess::start_with_config(&dir.path().join("data"), 2, config).await;
+    let c = server.connect().await;
+    let query = "SELECT auction, window_start, window_end, count(*) AS n, sum(price) AS total, \
+         max(price) AS hi FROM TABLE(HOP(TABLE bids, DESCRIPTOR(ts), INTERVAL '2' SECOND, \
+         INTERVAL '6' SECOND)) GROUP BY auction, window_start, window_end";
+    c.batch_execute(&format!(
+        "CREATE TABLE bids (id bigint PRIMARY KEY, auction bigint, price bigint, ts timestamp,
+           WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);
+         CREATE MATERIALIZED VIEW sliced AS {query} EMIT ON WINDOW CLOSE;
+         CREATE MATERIALIZED VIEW unsliced AS {query};"
+    ))
+    .await
+    .unwrap();
+    insert_bids(&c, 0, 300).await;
+    c.batch_execute("CHECKPOINT").await.unwrap();
+    // After the checkpoint: replayed from the table's log at recovery.
+    insert_bids(&c, 300, 400).await;
+    let before = value(&c, "SELECT count(*) FROM sliced").await;
+    server.restart().await; // kill -9, then start again
+    let c = server.connect().await;
+    let m = server.metrics().await;
+    assert!(
+        metric(&m, "lastCheckpointRestoreTimestamp", "sliced").unwrap_or(0.0) > 0.0,
+        "sliced was not restored from a checkpoint"
+    );
+    insert_bids(&c, 400, 600).await;
+    // A bid a minute after the last closes every window of the bids above.
+    c.batch_execute("INSERT INTO bids VALUES (1000000, 9, 1, '2024-01-01 00:02:00')")
+        .await
+        .unwrap();
+    // 3 auctions × the windows that hold bids from 0 s to 59.9 s (starts -4 s .. 58 s
+    // every 2 s): 32 each.
+    wait_until(&c, "SELECT count(*) FROM sliced", 30, |r| r[0][0] == "96").await;
+    let n: i64 = before.parse().unwrap();
+    assert!(n > 0 && n < 96, "windows closed before the kill: {n}");
+    let closed = "SELECT * FROM unsliced WHERE window_end <= TIMESTAMP '2024-01-01 00:01:06'";
+    let sliced = "SELECT * FROM sliced";
+    for (a, b) in [(sliced, closed), (closed, sliced)] {
+        let diff = format!("SELECT count(*) FROM ({a} EXCEPT {b}) x");
+        assert_eq!(value(&c, &diff).await, "0", "{diff}");
+    }
+}
