@@ -210,6 +210,18 @@ mod tests {
     use super::*;
     use crate::MemoryStateBackend;
 
+    /// The next checkpoint's delta as sorted (key, encoded value or tombstone).
+    fn delta(t: &mut StateTable<i64>) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        let mut d: Vec<_> = t
+            .take_checkpoint_delta()
+            .to_entries()
+            .into_iter()
+            .map(|(_, k, v)| (k, v))
+            .collect();
+        d.sort();
+        d
+    }
+
     impl StateValue for i64 {
         fn encode_into(&self, out: &mut Vec<u8>) {
             out.extend_from_slice(&self.to_le_bytes());
@@ -231,13 +243,7 @@ mod tests {
         *t.get_or_insert_with(b"k2", || 0) += 1;
         // k1 was born since the last checkpoint: its removal is no change to it.
         assert_eq!(t.flush().unwrap(), 1);
-        let mut values: Vec<_> = t
-            .take_checkpoint_delta()
-            .to_entries()
-            .into_iter()
-            .map(|(_, k, v)| (k, v))
-            .collect();
-        values.sort();
+        let values = delta(&mut t);
         assert_eq!(
             values,
             vec![(b"k2".to_vec(), Some(8i64.encode()))],
@@ -261,12 +267,7 @@ mod tests {
         *t.get_or_insert_with(b"new", || 0) += 3;
         t.remove(b"new");
         t.flush().unwrap();
-        let delta: Vec<_> = t
-            .take_checkpoint_delta()
-            .to_entries()
-            .into_iter()
-            .map(|(_, k, v)| (k, v))
-            .collect();
+        let delta = delta(&mut t);
         assert_eq!(delta, vec![(b"k".to_vec(), None)]);
     }
 
@@ -291,12 +292,7 @@ mod tests {
         // A key of the image still leaves its tombstone.
         t.remove(b"old");
         assert_eq!(t.flush().unwrap(), 1);
-        let delta: Vec<_> = t
-            .take_checkpoint_delta()
-            .to_entries()
-            .into_iter()
-            .map(|(_, k, v)| (k, v))
-            .collect();
+        let delta = delta(&mut t);
         assert_eq!(delta, vec![(b"old".to_vec(), None)]);
         assert!(t.get(b"b").is_none());
     }
@@ -322,13 +318,7 @@ mod tests {
         );
         assert_eq!(t.len(), 1);
         t.flush().unwrap();
-        let mut delta: Vec<_> = t
-            .take_checkpoint_delta()
-            .to_entries()
-            .into_iter()
-            .map(|(_, k, v)| (k, v))
-            .collect();
-        delta.sort();
+        let delta = delta(&mut t);
         // a3 was born since the checkpoint: no tombstone.
         assert_eq!(delta, vec![(b"a1".to_vec(), None), (b"a2".to_vec(), None)]);
     }
