@@ -12,6 +12,7 @@
 //! [`JobHealth`] makes reads of the view report the failure.
 
 use crate::barrier::{Barrier, Epoch, Message};
+use crate::buffering::DataReceiver;
 use crate::checkpoint::{CheckpointMode, CheckpointPart};
 use crate::chunk::StreamChunk;
 use crate::error::Result;
@@ -25,7 +26,7 @@ use prometheus::IntCounter;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc::{Receiver, UnboundedSender};
+use tokio::sync::mpsc::UnboundedSender;
 use weir_storage::state_snapshot::{DeltaData, StateDelta};
 
 pub type ActorId = u64;
@@ -155,7 +156,7 @@ impl ActorOutput {
 /// Waits for the next event: a lane barrier first, then the alignment timeout, then
 /// any readable input. `None` when nothing can ever arrive again.
 async fn next_event(
-    inputs: &mut [Receiver<Message>],
+    inputs: &mut [DataReceiver],
     readable: &[usize],
     lane: Option<&mut tokio::sync::mpsc::UnboundedReceiver<Barrier>>,
     timeout_at: Option<Instant>,
@@ -208,7 +209,7 @@ pub struct Actor {
     pub job: u64,
     /// The job's name: metric label and failpoint suffix.
     pub job_name: Arc<str>,
-    pub inputs: Vec<Receiver<Message>>,
+    pub inputs: Vec<DataReceiver>,
     /// Per receiver: which of the fragment's inputs it belongs to (a join's side).
     pub input_sides: Vec<usize>,
     pub chain: Vec<Box<dyn Operator>>,
@@ -962,13 +963,13 @@ mod tests {
             id: 1,
             job: 7,
             job_name: "test".into(),
-            inputs: receivers,
+            inputs: receivers.into_iter().map(DataReceiver::from).collect(),
             input_sides: sides,
             chain: vec![Box::new(Counter(0))],
             output: ActorOutput::Exchange(vec![Dispatcher::new(
                 &ExchangeKind::Single,
                 &[],
-                vec![out_tx],
+                vec![out_tx.into()],
                 128,
             )
             .unwrap()]),

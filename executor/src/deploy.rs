@@ -3,10 +3,11 @@
 
 use crate::actor::{Actor, ActorOutput, JobHealth, UnalignedSetup};
 use crate::barrier::{Barrier, Message};
+use crate::buffering::{data_channel, DataReceiver, DataSender, Debloat};
 use crate::checkpoint::restore::{load_latest, RestoredJob};
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
-use crate::exchange::{Dispatcher, ExchangeKind, PriorityLane, CHANNEL_CAPACITY};
+use crate::exchange::{Dispatcher, ExchangeKind, PriorityLane};
 use crate::graph::{FragmentInput, SinkSpec, StreamGraph};
 use crate::hub::{RelationHub, Subscription};
 use crate::operator::Operator;
@@ -17,7 +18,7 @@ use crate::store::RelationStore;
 use arrow::array::RecordBatch;
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::sync::mpsc::{self, Receiver, Sender, UnboundedReceiver};
+use tokio::sync::mpsc::{self, UnboundedReceiver};
 use weir_storage::{KeyGroup, KeyGroupRange, StateKey, WriteBatch};
 
 /// Rows per chunk when backfilling a new view from existing contents.
@@ -25,11 +26,14 @@ const BACKFILL_CHUNK_ROWS: usize = 4096;
 
 /// One new channel to each downstream actor: returns the senders, and adds each
 /// receiver to its actor's inputs.
-fn connect_to_all(downstream_inputs: &mut [Vec<Receiver<Message>>]) -> Vec<Sender<Message>> {
+fn connect_to_all(
+    downstream_inputs: &mut [Vec<DataReceiver>],
+    debloat: Debloat,
+) -> Vec<DataSender> {
     downstream_inputs
         .iter_mut()
         .map(|inputs| {
-            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+            let (tx, rx) = data_channel(debloat);
             inputs.push(rx);
             tx
         })
@@ -157,15 +161,7 @@ pub(crate) async fn deploy_view(
         .iter()
         .map(|f| if f.single { 1 } else { parallelism as usize })
         .collect();
-    let mut wiring = wire(
-        rt,
-        w,
-        job,
-        frags,
-        &counts,
-        spec.config.checkpoint.unaligned,
-        restored.as_ref(),
-    )?;
+    let mut wiring = wire(rt, w, job, frags, &counts, &spec.config, restored.as_ref())?;
     let last = frags.len() - 1;
     for (d, out) in wiring.outputs[last].iter_mut().enumerate() {
         *out = Some(ActorOutput::Hub {
@@ -372,14 +368,14 @@ fn load_restored(
 /// the fragment's inputs each belongs to), its output, its priority lane (unaligned
 /// checkpoints); the subscriptions to upstream relations and what to backfill.
 struct Wiring {
-    receivers: Vec<Vec<Vec<Receiver<Message>>>>,
+    receivers: Vec<Vec<Vec<DataReceiver>>>,
     outputs: Vec<Vec<Option<ActorOutput>>>,
     lane_rx: Vec<Vec<Option<UnboundedReceiver<Barrier>>>>,
     sides: Vec<Vec<Vec<usize>>>,
     subscriptions: Vec<(String, Subscription)>,
     /// Per upstream relation: the first publisher's senders and the rows to send
     /// (its contents, or its log from the restored position).
-    backfill: Vec<(Vec<Sender<Message>>, Vec<StreamChunk>)>,
+    backfill: Vec<(Vec<DataSender>, Vec<StreamChunk>)>,
     upstream_names: Vec<String>,
     /// Log rows replayed from the restored positions.
     replayed: usize,
@@ -393,12 +389,14 @@ fn wire(
     job: u64,
     frags: &[crate::graph::FragmentSpec],
     counts: &[usize],
-    unaligned: bool,
+    config: &crate::checkpoint::JobConfig,
     restored: Option<&RestoredJob>,
 ) -> Result<Wiring> {
     let max_p = rt.config.max_parallelism;
+    let unaligned = config.checkpoint.unaligned;
+    let debloat = config.buffering.debloat;
     let pos: HashMap<usize, usize> = frags.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
-    let mut receivers: Vec<Vec<Vec<Receiver<Message>>>> = counts
+    let mut receivers: Vec<Vec<Vec<DataReceiver>>> = counts
         .iter()
         .map(|&c| (0..c).map(|_| Vec::new()).collect())
         .collect();
@@ -421,7 +419,7 @@ fn wire(
         lane_rx.push(rxs);
     }
     let mut subscriptions: Vec<(String, Subscription)> = Vec::new();
-    let mut backfill: Vec<(Vec<Sender<Message>>, Vec<StreamChunk>)> = Vec::new();
+    let mut backfill: Vec<(Vec<DataSender>, Vec<StreamChunk>)> = Vec::new();
     let mut upstream_names = Vec::new();
     let mut replayed = 0usize;
 
@@ -442,7 +440,7 @@ fn wire(
                         _ => vec![],
                     };
                     for out in outputs[fi].iter_mut() {
-                        let senders = connect_to_all(&mut receivers[gi]);
+                        let senders = connect_to_all(&mut receivers[gi], debloat);
                         let d = Dispatcher::new(exchange, &key_types, senders, max_p)?
                             .with_lanes(lane_tx[gi].clone());
                         // A fragment several consumers read sends to each of them.
@@ -482,7 +480,7 @@ fn wire(
                     let mut per_upstream = Vec::with_capacity(publishers);
                     let mut first = Vec::new();
                     for u in 0..publishers {
-                        let senders = connect_to_all(&mut receivers[gi]);
+                        let senders = connect_to_all(&mut receivers[gi], debloat);
                         if u == 0 {
                             first = senders.clone();
                         }
@@ -539,7 +537,7 @@ fn overtaken_data(r: &RestoredJob, prefix: &str, sides: &[usize]) -> Result<Over
 async fn start(
     rt: &Runtime,
     actors: Vec<ReadyActor>,
-    backfill: Vec<(Vec<Sender<Message>>, Vec<StreamChunk>)>,
+    backfill: Vec<(Vec<DataSender>, Vec<StreamChunk>)>,
     subscriptions: Vec<(String, Subscription)>,
 ) -> Result<()> {
     for (a, setup, initial) in actors {
@@ -549,8 +547,7 @@ async fn start(
         for (i, chunk) in chunks.into_iter().enumerate() {
             senders[i % senders.len()]
                 .send(Message::Chunk(chunk))
-                .await
-                .map_err(|_| ExecError::ChannelClosed)?;
+                .await?;
         }
     }
     let relations = rt.relations.write();

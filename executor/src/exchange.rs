@@ -15,12 +15,13 @@
 //! hub subscription) cuts at the checkpoint barrier itself.
 
 use crate::barrier::{Barrier, Message};
+use crate::buffering::DataSender;
 use crate::chunk::StreamChunk;
-use crate::error::{ExecError, Result};
+use crate::error::Result;
 use arrow::datatypes::DataType;
 use arrow::row::{RowConverter, SortField};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tokio::sync::mpsc::{Sender, UnboundedSender};
+use tokio::sync::mpsc::UnboundedSender;
 use weir_storage::key_group::{key_hash, KeyGroup};
 
 /// Bounded channel capacity between two actors, in messages. Bounded channels are what
@@ -38,7 +39,7 @@ pub enum ExchangeKind {
 pub type PriorityLane = UnboundedSender<Barrier>;
 
 pub struct Dispatcher {
-    senders: Vec<Sender<Message>>,
+    senders: Vec<DataSender>,
     /// One per destination when the destinations run unaligned checkpoints, else empty.
     lanes: Vec<PriorityLane>,
     /// Set on a job's source edge: the job whose checkpoint barriers this dispatcher
@@ -61,7 +62,7 @@ impl Dispatcher {
     pub fn new(
         kind: &ExchangeKind,
         key_types: &[DataType],
-        senders: Vec<Sender<Message>>,
+        senders: Vec<DataSender>,
         max_parallelism: u32,
     ) -> Result<Self> {
         let route = match kind {
@@ -123,9 +124,7 @@ impl Dispatcher {
             let _ = lane.send(barrier.clone());
         }
         for s in &self.senders {
-            s.send(Message::Marker(barrier.clone()))
-                .await
-                .map_err(|_| ExecError::ChannelClosed)?;
+            s.send(Message::Marker(barrier.clone())).await?;
         }
         Ok(())
     }
@@ -149,9 +148,7 @@ impl Dispatcher {
                     }
                 }
                 for s in &self.senders {
-                    s.send(other.clone())
-                        .await
-                        .map_err(|_| ExecError::ChannelClosed)?;
+                    s.send(other.clone()).await?;
                 }
                 Ok(())
             }
@@ -198,9 +195,6 @@ impl Dispatcher {
     }
 }
 
-async fn send(sender: &Sender<Message>, chunk: StreamChunk) -> Result<()> {
-    sender
-        .send(Message::Chunk(chunk))
-        .await
-        .map_err(|_| ExecError::ChannelClosed)
+async fn send(sender: &DataSender, chunk: StreamChunk) -> Result<()> {
+    sender.send(Message::Chunk(chunk)).await
 }

@@ -19,6 +19,8 @@
 //! - [`savepoint`]: SAVEPOINT / RESTORE: named, portable copies of views' state.
 //! - [`watermark`]: watermark generation on tables and combining across inputs.
 //! - [`source`]: connectors feeding tables (Kafka), positions logged with the rows.
+//! - [`buffering`]: the buffer timeout of sources and debloated channels (latency
+//!   against throughput).
 //! - [`supervisor`]: restarts failed jobs' regions per their restart strategy.
 //! - [`metrics`]: Prometheus metrics with Flink's names.
 //! - [`aggregate`] and [`operators`]: the operators; [`bytes`]: reading their encoded state.
@@ -41,6 +43,7 @@ pub(crate) mod actor;
 pub mod aggregate;
 pub(crate) mod append_only;
 pub(crate) mod barrier;
+pub mod buffering;
 pub(crate) mod bytes;
 pub mod checkpoint;
 pub(crate) mod chunk;

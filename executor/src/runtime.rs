@@ -13,7 +13,6 @@ use crate::checkpoint::{
 use crate::chunk::StreamChunk;
 use crate::coordinator::BarrierCoordinator;
 use crate::error::{ExecError, Result};
-use crate::exchange::CHANNEL_CAPACITY;
 use crate::graph::StreamGraph;
 use crate::hub::RelationHub;
 use crate::jobs::{JobInfo, JobStatus};
@@ -492,7 +491,7 @@ impl Runtime {
         }
         // An unstored source's own contents are nothing: its range entries are skipped.
         let replay = crate::table_writer::decode_log_entries(name, &schema, entries, None)?;
-        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let (tx, rx) = crate::buffering::data_channel(self.config.job.buffering.debloat);
         let mut writer = TableWriter::new(id, name, schema.clone(), primary_key, log, tx)?;
         writer.set_source_positions(source_positions);
         let store = Arc::new(match unstored {

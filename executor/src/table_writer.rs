@@ -11,6 +11,7 @@
 //! nothing unsynced is ever readable or checkpointed.
 
 use crate::barrier::Message;
+use crate::buffering::DataSender;
 use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::store::RowMultiset;
@@ -19,7 +20,6 @@ use ahash::AHashSet as HashSet;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
-use tokio::sync::mpsc::Sender;
 use weir_storage::source_positions::SourcePositions;
 use weir_storage::TableLog;
 
@@ -70,7 +70,7 @@ pub struct TableWriter {
     log: TableLog,
     latest: RowMultiset,
     pk: Option<PrimaryKey>,
-    sender: Sender<Message>,
+    sender: DataSender,
     /// Where the table's connector (if any) stands after the last logged entry.
     source_positions: SourcePositions,
     /// Primary key -> row, for `FORMAT UPSERT` connectors (built on first use).
@@ -95,7 +95,7 @@ impl TableWriter {
         schema: SchemaRef,
         pk_columns: Vec<usize>,
         log: TableLog,
-        sender: Sender<Message>,
+        sender: DataSender,
     ) -> Result<Self> {
         let pk = if pk_columns.is_empty() {
             None
@@ -294,6 +294,12 @@ impl TableWriter {
     /// bad): then an entry with no rows records them. A connector with several readers
     /// passes each reader's own positions: they are merged into the table's, so every
     /// entry logs all of them.
+    ///
+    /// Not synced here: the next barrier's epoch commits, and its checkpoints
+    /// complete, only once the log is on disk (group commit). A crash before that
+    /// loses entries no commit or checkpoint depends on, and the connector reads (or
+    /// generates) them again from the last durable position. Without this, a source
+    /// batch of one row (`execution.buffer-timeout.interval = 0`) costs an fsync.
     pub async fn write_from_source(
         &mut self,
         chunk: StreamChunk,
@@ -303,7 +309,7 @@ impl TableWriter {
         if positions == self.source_positions && chunk.is_empty() {
             return Ok(());
         }
-        self.write_inner(chunk, false, Some(&positions), true)
+        self.write_inner(chunk, false, Some(&positions), false)
             .await?;
         self.source_positions = positions;
         Ok(())
@@ -328,8 +334,9 @@ impl TableWriter {
         let chunk = StreamChunk::inserts(batch).with_schema(self.schema.clone())?;
         self.check_not_null(&chunk)?;
         let range = weir_storage::codec::encode_generated_range(from, to);
+        // Synced with the epoch, as in `write_from_source`.
         self.log
-            .append(&weir_storage::source_positions::encode(&merged, &range)?)?;
+            .append_unsynced(&weir_storage::source_positions::encode(&merged, &range)?)?;
         self.source_positions = merged;
         self.send_changes(chunk).await
     }
@@ -466,10 +473,7 @@ impl TableWriter {
                     batch: chunk.batch.slice(offset, len),
                 }
             };
-            self.sender
-                .send(Message::Chunk(piece))
-                .await
-                .map_err(|_| ExecError::ChannelClosed)?;
+            self.sender.send(Message::Chunk(piece)).await?;
             offset += len;
         }
         let watermark = match self.watermark.as_mut() {
@@ -477,19 +481,13 @@ impl TableWriter {
             None => None,
         };
         if let Some(w) = watermark {
-            self.sender
-                .send(Message::Watermark(w))
-                .await
-                .map_err(|_| ExecError::ChannelClosed)?;
+            self.sender.send(Message::Watermark(w)).await?;
         }
         Ok(())
     }
 
     pub async fn send(&self, msg: Message) -> Result<()> {
-        self.sender
-            .send(msg)
-            .await
-            .map_err(|_| ExecError::ChannelClosed)
+        self.sender.send(msg).await
     }
 
     fn check_not_null(&self, chunk: &StreamChunk) -> Result<()> {
@@ -605,6 +603,7 @@ mod restore_tests {
         ]));
         let (log, _) = TableLog::open(&dir.join("t.log")).unwrap();
         let (tx, _rx) = tokio::sync::mpsc::channel(4);
+        let tx = tx.into();
         TableWriter::new(1, "t", schema, vec![0], log, tx).unwrap()
     }
 

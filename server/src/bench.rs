@@ -50,6 +50,17 @@ pub enum BenchCommand {
         /// Compare each output with the query run as a batch over a stored twin
         #[arg(long)]
         check: bool,
+        /// Pace the input to this many events per second of wall clock
+        /// (`nexmark.max.events.per.second`); event time then runs with the wall clock
+        /// and the sinks of source, q0, q1 and q5 measure end-to-end latency
+        #[arg(long)]
+        max_events_per_second: Option<u64>,
+        /// `execution.buffer-timeout.interval` (`0`, `100ms`, `-1`, ...)
+        #[arg(long, allow_hyphen_values = true)]
+        buffer_timeout: Option<String>,
+        /// `taskmanager.network.memory.buffer-debloat.enabled = true`
+        #[arg(long)]
+        debloat: bool,
     },
     /// Kafka topic -> table -> view: records/s, records per CPU-second, latency.
     Kafka {
@@ -92,14 +103,33 @@ pub async fn run(cmd: BenchCommand, mut cfg: Config) -> Result<(), String> {
             event_rate,
             shape,
             check,
+            max_events_per_second,
+            buffer_timeout,
+            debloat,
         } => {
+            let mut set = |k: &str, v: String| -> Result<(), String> {
+                crate::settings::validate(k, &v)?;
+                cfg.settings.insert(k.into(), v);
+                Ok(())
+            };
+            if let Some(t) = buffer_timeout {
+                set("execution.buffer-timeout.interval", t)?;
+            }
+            if debloat {
+                set(
+                    "taskmanager.network.memory.buffer-debloat.enabled",
+                    "true".into(),
+                )?;
+            }
             let run = crate::bench_nexmark::Run {
                 queries: query,
                 events,
                 parallelism,
-                event_rate,
+                event_rate: max_events_per_second.unwrap_or(event_rate),
                 shape,
                 check,
+                max_events_per_second,
+                base_time_ms: None,
             };
             crate::bench_nexmark::run(cfg, run).await
         }

@@ -36,7 +36,7 @@ use crate::{Config, Database};
 use std::time::{Duration, Instant};
 
 use weir_executor::digest::ChangeDigest;
-use weir_executor::sinks::blackhole;
+use weir_executor::sinks::{blackhole, latency};
 use weir_executor::source::nexmark::{generator, queries};
 
 /// How the input is built.
@@ -56,6 +56,12 @@ pub struct Run {
     pub event_rate: u64,
     pub shape: Shape,
     pub check: bool,
+    /// `nexmark.max.events.per.second`: paced input whose event time runs with the
+    /// wall clock (`event_rate` is the same, and event 0 is due at the run's start).
+    pub max_events_per_second: Option<u64>,
+    /// Event 0's time: the run's start when paced (set by [`run`]), else the
+    /// generator's fixed default.
+    pub base_time_ms: Option<i64>,
 }
 
 /// The tables and query of a benchmark name.
@@ -63,10 +69,45 @@ fn query(name: &str) -> Result<(&'static [&'static str], &'static str), String> 
     if name == "source" {
         return Ok((&["bid"], "SELECT * FROM bid"));
     }
+    if name == "slow" {
+        return Ok((&["bid"], SLOW_QUERY));
+    }
     queries::query(name).ok_or_else(|| {
         let known: Vec<&str> = queries::QUERIES.iter().map(|(n, _, _)| *n).collect();
         format!("{name}: known are source, {}", known.join(", "))
     })
+}
+
+/// A deliberately slow operator, for backpressure: an md5 of each bid's `extra`
+/// repeated 256 times, the largest kept per auction. (A deeper nest of md5 calls
+/// makes planning blow up; a wider repeat holds gigabytes of transient strings.)
+const SLOW_QUERY: &str = "SELECT auction, count(*) AS bids, max(md5(repeat(extra, 256))) AS h \
+     FROM bid GROUP BY auction";
+
+/// The query a latency run measures, the timestamp column of its output that tells
+/// when each row could first have been written, and how long after that column's
+/// time (ms): a pass-through row as soon as its event is due; a q5 window once an
+/// event 4 s (the watermark's delay) past its end is due. q5 keeps its window's end
+/// in its output for this (its rows are otherwise Nexmark's).
+fn latency_probe(name: &str, sql: &str) -> Option<(String, &'static str, i64)> {
+    match name {
+        "source" | "q0" | "q1" => Some((sql.to_string(), "date_time", 0)),
+        "q5" => {
+            let select = "SELECT AuctionBids.auction, AuctionBids.num FROM";
+            sql.contains(select).then(|| {
+                (
+                    sql.replacen(
+                        select,
+                        "SELECT AuctionBids.auction, AuctionBids.num, AuctionBids.endtime FROM",
+                        1,
+                    ),
+                    "endtime",
+                    4_000,
+                )
+            })
+        }
+        _ => None,
+    }
 }
 
 /// The name of the `event` source in the Flink shape.
@@ -86,10 +127,19 @@ impl Run {
         Ok(kinds)
     }
 
-    /// The generator's options for a source of `table_type`.
-    fn options(&self, table_type: &str) -> String {
+    /// The generator's options for a source of `table_type`: paced ones from
+    /// `base_time_ms` at the run's wall-clock rate (a stored twin has the same events,
+    /// unpaced).
+    fn options(&self, table_type: &str, stored: bool) -> String {
+        let pace = match (self.max_events_per_second, self.base_time_ms) {
+            (Some(rate), Some(base)) if !stored => {
+                format!(", nexmark.max.events.per.second = '{rate}', nexmark.base.time = '{base}'")
+            }
+            (_, Some(base)) => format!(", nexmark.base.time = '{base}'"),
+            _ => String::new(),
+        };
         format!(
-            "connector = 'nexmark', nexmark.table.type = '{table_type}', nexmark.generator = 'splittable-random', nexmark.event.num = '{}', nexmark.event.rate = '{}', nexmark.split.num = '{}'",
+            "connector = 'nexmark', nexmark.table.type = '{table_type}', nexmark.generator = 'splittable-random', nexmark.event.num = '{}', nexmark.event.rate = '{}', nexmark.split.num = '{}'{pace}",
             self.events, self.event_rate, self.parallelism
         )
     }
@@ -108,7 +158,7 @@ impl Run {
                 let mut ddl = vec![format!(
                     "{create} {EVENT_SOURCE} ({}, {watermark}) WITH ({})",
                     queries::event_columns(),
-                    self.options("event")
+                    self.options("event", stored)
                 )];
                 ddl.extend(queries::kind_views(EVENT_SOURCE));
                 (vec![EVENT_SOURCE.to_string()], ddl)
@@ -121,7 +171,7 @@ impl Run {
                         format!(
                             "{create} {t} ({}, {watermark}) WITH ({})",
                             queries::harness_columns(t).unwrap_or_default(),
-                            self.options(t)
+                            self.options(t, stored)
                         )
                     })
                     .collect();
@@ -184,7 +234,7 @@ async fn wait_generated(db: &Database, relations: &[String], events: u64) {
     }
 }
 
-pub async fn run(mut cfg: Config, run: Run) -> Result<(), String> {
+pub async fn run(mut cfg: Config, mut run: Run) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("weir-bench-nexmark-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     cfg.data_dir = dir.clone();
@@ -193,21 +243,40 @@ pub async fn run(mut cfg: Config, run: Run) -> Result<(), String> {
         .insert("execution.checkpointing.interval".into(), "10s".into());
     let db = Database::open(cfg.clone()).await?;
     let mut s = Session::default();
-    let sinks: Vec<(String, &str)> = run
-        .queries
-        .iter()
-        .map(|q| Ok((q.clone(), query(q)?.1)))
-        .collect::<Result<_, String>>()?;
+    let paced = run.max_events_per_second.is_some();
+    // Each sink's query, and in a paced run the latency it measures.
+    let mut sinks: Vec<(String, String)> = vec![];
+    let mut probes: Vec<Option<(&'static str, i64)>> = vec![];
+    for q in &run.queries {
+        let sql = query(q)?.1;
+        match latency_probe(q, sql).filter(|_| paced) {
+            Some((sql, column, offset)) => {
+                sinks.push((q.clone(), sql));
+                probes.push(Some((column, offset)));
+            }
+            None => {
+                sinks.push((q.clone(), sql.to_string()));
+                probes.push(None);
+            }
+        }
+    }
     let cpu0 = crate::bench_kafka::cpu_seconds();
     let start = Instant::now();
+    if paced {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        run.base_time_ms = Some(now.map_or(0, |d| d.as_millis() as i64));
+    }
     let (generators, mut ddl) = run.input_ddl(false)?;
-    ddl.extend(sinks.iter().map(|(name, sql)| {
+    ddl.extend(sinks.iter().zip(&probes).map(|((name, sql), probe)| {
         let eowc = if queries::closes_windows(name) {
             ", emit_on_window_close = 'true'"
         } else {
             ""
         };
-        format!("CREATE SINK {name} AS {sql} WITH (connector = 'blackhole', blackhole.checksum = 'true'{eowc})")
+        let latency = probe.map_or(String::new(), |(column, offset)| {
+            format!(", blackhole.latency.column = '{column}', blackhole.latency.offset.ms = '{offset}'")
+        });
+        format!("CREATE SINK {name} AS {sql} WITH (connector = 'blackhole', blackhole.checksum = 'true'{eowc}{latency})")
     }));
     for stmt in &ddl {
         exec(&db, &mut s, stmt).await?;
@@ -220,16 +289,17 @@ pub async fn run(mut cfg: Config, run: Run) -> Result<(), String> {
     let generated = run.generated_events()?;
     // Checkpoints the sinks' jobs completed during the run (a run shorter than the 10 s
     // interval takes none).
-    let checkpoints = db
+    let completed: Vec<_> = db
         .runtime()
         .checkpoints
         .history()
-        .iter()
+        .into_iter()
         .filter(|r| {
             run.queries.contains(&r.job_name)
                 && r.status == weir_executor::checkpoint::stats::CheckpointStatus::Completed
         })
-        .count();
+        .collect();
+    let checkpoints = completed.len();
     println!(
         "nexmark {}: shape={:?} events={} event_rate={} generated={generated} parallelism={} seconds={took:.2} events_per_s={:.0} cpu_seconds={cpu:.2} events_per_cpu_second={:.0} checkpoints={checkpoints} peak_rss_mb={}",
         run.queries.join(","),
@@ -241,6 +311,20 @@ pub async fn run(mut cfg: Config, run: Run) -> Result<(), String> {
         generated as f64 / cpu.max(1e-9),
         crate::bench::peak_rss_bytes().map(|b| b / (1024 * 1024)).unwrap_or(0),
     );
+    print_checkpoints(&completed);
+    for (name, _) in &sinks {
+        if let Some(h) = latency::measured(name) {
+            let q = |f| h.quantile_ms(f).unwrap_or(f64::NAN);
+            println!(
+                "latency {name}: rows={} p50_ms={:.1} p99_ms={:.1} max_ms={:.1} early_rows={}",
+                h.count(),
+                q(0.5),
+                q(0.99),
+                q(1.0),
+                h.early()
+            );
+        }
+    }
     let mut received = vec![];
     for (name, _) in &sinks {
         let d = blackhole::received(name).unwrap_or_default();
@@ -257,6 +341,44 @@ pub async fn run(mut cfg: Config, run: Run) -> Result<(), String> {
     let _held = settle_checkpoints(&db).await;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// The sinks' completed checkpoints: how long they took and how long barriers
+/// waited for alignment (median and largest).
+fn print_checkpoints(completed: &[weir_executor::checkpoint::stats::CheckpointRecord]) {
+    if completed.is_empty() {
+        return;
+    }
+    let first = completed
+        .iter()
+        .map(|r| r.trigger_time_ms)
+        .min()
+        .unwrap_or(0);
+    for r in completed {
+        println!(
+            "checkpoint {} {}: after_first_s={:.1} duration_ms={} alignment_ms={}",
+            r.job_name,
+            r.id,
+            (r.trigger_time_ms - first) as f64 / 1000.0,
+            r.duration_ms.unwrap_or(0),
+            r.alignment_ms
+        );
+    }
+    let stats = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        (v[v.len() / 2], v[v.len() - 1])
+    };
+    let (d50, dmax) = stats(
+        completed
+            .iter()
+            .map(|r| r.duration_ms.unwrap_or(0))
+            .collect(),
+    );
+    let (a50, amax) = stats(completed.iter().map(|r| r.alignment_ms).collect());
+    println!(
+        "checkpoints: completed={} duration_ms_p50={d50} duration_ms_max={dmax} alignment_ms_p50={a50} alignment_ms_max={amax}",
+        completed.len()
+    );
 }
 
 /// Stops periodic checkpoints and waits (at most a minute) for those in flight: their
@@ -301,7 +423,7 @@ async fn check_against_twin(
     db: &Database,
     s: &mut Session,
     run: &Run,
-    sinks: &[(String, &str)],
+    sinks: &[(String, String)],
     received: &[ChangeDigest],
 ) -> Result<(), String> {
     for (name, _) in sinks {

@@ -8,6 +8,7 @@
 use crate::config::parse_duration;
 use std::collections::BTreeMap;
 use std::time::Duration;
+use weir_executor::buffering::{BufferTimeout, Buffering, Debloat};
 use weir_executor::checkpoint::{
     CheckpointConfig, CheckpointMode, FailoverStrategy, JobConfig, RestartStrategy,
 };
@@ -24,6 +25,11 @@ pub const JOB_KEYS: &[(&str, &str)] = &[
     ("execution.checkpointing.unaligned.enabled", "false"),
     ("execution.checkpointing.aligned-checkpoint-timeout", "0ms"),
     ("execution.checkpointing.incremental", "true"),
+    // Latency against throughput (`weir_executor::buffering`).
+    ("execution.buffer-timeout.enabled", "true"),
+    ("execution.buffer-timeout.interval", "100ms"),
+    ("taskmanager.network.memory.buffer-debloat.enabled", "false"),
+    ("taskmanager.network.memory.buffer-debloat.target", "1s"),
     // Flink: exponential-delay when checkpointing is on, none when it is off.
     ("restart-strategy.type", "exponential-delay"),
     ("restart-strategy.fixed-delay.attempts", "1"),
@@ -295,6 +301,37 @@ pub fn job_config(get: &dyn Fn(&str) -> Option<String>) -> Result<JobConfig, Str
     Ok(JobConfig {
         checkpoint,
         restart,
+        buffering: buffering(&val)?,
+    })
+}
+
+/// `execution.buffer-timeout.*` and `taskmanager.network.memory.buffer-debloat.*`.
+fn buffering(val: &dyn Fn(&str) -> String) -> Result<Buffering, String> {
+    let k = "execution.buffer-timeout.enabled";
+    let enabled = boolean(k, &val(k))?;
+    let k = "execution.buffer-timeout.interval";
+    let text = val(k);
+    let timeout = match text.trim() {
+        _ if !enabled => BufferTimeout::FullOnly,
+        "-1" => BufferTimeout::FullOnly,
+        t => match duration(k, t)? {
+            d if d.is_zero() => BufferTimeout::Immediate,
+            d => BufferTimeout::After(d),
+        },
+    };
+    let k = "taskmanager.network.memory.buffer-debloat.enabled";
+    let debloat_on = boolean(k, &val(k))?;
+    let k = "taskmanager.network.memory.buffer-debloat.target";
+    let target = duration(k, &val(k))?;
+    if target.is_zero() {
+        return Err(format!("{k} must be positive"));
+    }
+    Ok(Buffering {
+        timeout,
+        debloat: Debloat {
+            enabled: debloat_on,
+            target,
+        },
     })
 }
 
@@ -323,5 +360,35 @@ mod tests {
         assert!(validate("execution.checkpointing.num-retained", "0").is_err());
         assert!(validate("jobmanager.execution.failover-strategy", "all").is_err());
         assert!(validate("restart-strategy.fixed-delay.attempts", "3").is_ok());
+        assert!(validate("execution.buffer-timeout.interval", "soon").is_err());
+        assert!(validate("taskmanager.network.memory.buffer-debloat.target", "0ms").is_err());
+    }
+
+    #[test]
+    fn buffer_timeout_follows_flink() {
+        let timeout = |v: &str| {
+            job_config(&|k| (k == "execution.buffer-timeout.interval").then(|| v.to_string()))
+                .unwrap()
+                .buffering
+                .timeout
+        };
+        assert_eq!(
+            timeout("100ms"),
+            BufferTimeout::After(Duration::from_millis(100))
+        );
+        assert_eq!(timeout("0"), BufferTimeout::Immediate);
+        assert_eq!(timeout("0ms"), BufferTimeout::Immediate);
+        assert_eq!(timeout("-1"), BufferTimeout::FullOnly);
+        let off =
+            job_config(&|k| (k == "execution.buffer-timeout.enabled").then(|| "false".into()))
+                .unwrap();
+        assert_eq!(off.buffering.timeout, BufferTimeout::FullOnly);
+        let defaults = job_config(&|_| None).unwrap().buffering;
+        assert_eq!(
+            defaults.timeout,
+            BufferTimeout::After(Duration::from_millis(100))
+        );
+        assert!(!defaults.debloat.enabled);
+        assert_eq!(defaults.debloat.target, Duration::from_secs(1));
     }
 }

@@ -112,6 +112,8 @@ pub enum FailoverStrategy {
 pub struct JobConfig {
     pub checkpoint: CheckpointConfig,
     pub restart: RestartStrategy,
+    /// Buffer timeout and debloating (see [`crate::buffering`]).
+    pub buffering: crate::buffering::Buffering,
 }
 
 impl Default for JobConfig {
@@ -120,6 +122,7 @@ impl Default for JobConfig {
             checkpoint: CheckpointConfig::default(),
             // Flink: exponential-delay when checkpointing is on and nothing is set.
             restart: RestartStrategy::exponential_delay_default(),
+            buffering: Default::default(),
         }
     }
 }

@@ -8,10 +8,11 @@
 //! [`received`]): the Nexmark bench checks each query's output with it. It counts
 //! what arrives, so a job that restarts and replays is counted twice.
 
+use super::latency::LatencyProbe;
 use super::two_phase::SinkContext;
 use super::{SinkConnector, SinkTarget};
 use crate::chunk::StreamChunk;
-use crate::connector_options::ConnectorOptions;
+use crate::connector_options::{invalid, ConnectorOptions};
 use crate::digest::ChangeDigest;
 use crate::error::Result;
 use crate::operator::Operator;
@@ -22,17 +23,32 @@ use std::sync::{Arc, LazyLock, Mutex};
 #[derive(Debug, Clone)]
 pub struct BlackholeSpec {
     checksum: bool,
+    /// `blackhole.latency.column` (its index) and `blackhole.latency.offset.ms`.
+    latency: Option<(usize, i64)>,
 }
 
 /// Any FORMAT ... ENCODE is accepted: nothing is encoded.
 pub(crate) fn parse_options(
     o: &mut ConnectorOptions,
-    _: &SinkTarget<'_>,
+    target: &SinkTarget<'_>,
 ) -> Result<Arc<dyn SinkConnector>> {
     o.take("format");
     o.take("encode");
     let checksum = o.take_bool("blackhole.checksum")?.unwrap_or(false);
-    Ok(Arc::new(BlackholeSpec { checksum }))
+    let offset = o.take_number("blackhole.latency.offset.ms")?;
+    let latency = match o.take("blackhole.latency.column") {
+        Some(column) => Some((
+            LatencyProbe::column_of(target.schema, &column)?,
+            offset.unwrap_or(0.0) as i64,
+        )),
+        None if offset.is_some() => {
+            return Err(invalid(
+                "blackhole.latency.offset.ms needs blackhole.latency.column",
+            ))
+        }
+        None => None,
+    };
+    Ok(Arc::new(BlackholeSpec { checksum, latency }))
 }
 
 impl SinkConnector for BlackholeSpec {
@@ -46,6 +62,9 @@ impl SinkConnector for BlackholeSpec {
         let mut op = BlackholeOperator::new(name);
         if self.checksum {
             op.digest = Some(digest_of(name));
+        }
+        if let Some((column, offset_ms)) = &self.latency {
+            op.latency = Some(LatencyProbe::new(name, *column, *offset_ms));
         }
         Ok(Box::new(op))
     }
@@ -73,6 +92,7 @@ pub fn received(sink: &str) -> Option<ChangeDigest> {
 pub struct BlackholeOperator {
     records: prometheus::IntCounter,
     digest: Option<SharedDigest>,
+    latency: Option<LatencyProbe>,
 }
 
 impl BlackholeOperator {
@@ -83,6 +103,7 @@ impl BlackholeOperator {
                 .sink_records_in
                 .with_label_values(&[job]),
             digest: None,
+            latency: None,
         }
     }
 }
@@ -94,6 +115,9 @@ impl Operator for BlackholeOperator {
 
     fn process_chunk(&mut self, chunk: StreamChunk, _out: &mut Vec<StreamChunk>) -> Result<()> {
         self.records.inc_by(chunk.len() as u64);
+        if let Some(l) = &self.latency {
+            l.observe(&chunk);
+        }
         if let Some(d) = &self.digest {
             // Hashed outside the lock: parallel instances only meet to add.
             let mut mine = ChangeDigest::default();

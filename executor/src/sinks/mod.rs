@@ -10,6 +10,7 @@
 //!   when a checkpoint completes).
 //! - [`two_phase`]: two-phase commit for exactly-once sinks: batches staged in the
 //!   sink's state at checkpoint barriers, committed when the checkpoint completes.
+//! - [`latency`]: end-to-end latency per row, measured by a blackhole sink.
 //! - [`format`]: PLAIN / UPSERT / DEBEZIUM records, and their checkpointed bytes.
 //!
 //! Each connector parses its own `WITH (...)` options beside its code, and is
@@ -20,6 +21,7 @@ pub mod file;
 pub mod format;
 pub mod kafka;
 pub mod kafka_txn;
+pub mod latency;
 pub mod two_phase;
 
 use crate::connector_options::ConnectorOptions;

@@ -8,6 +8,7 @@
 //! here blocks on the runtime's tokio handle.
 
 use super::BadRecord;
+use crate::buffering::BufferTimeout;
 use crate::chunk::StreamChunk;
 use crate::error::Result;
 use crate::runtime::Runtime;
@@ -47,6 +48,15 @@ impl SourceContext {
 
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    /// `execution.buffer-timeout.interval` of the table's job: how long a batch waits
+    /// to fill before it is written (see [`crate::buffering`]).
+    pub fn buffer_timeout(&self) -> BufferTimeout {
+        self.runtime
+            .upgrade()
+            .map(|rt| rt.config.job.buffering.timeout)
+            .unwrap_or_default()
     }
 
     /// `None` once the table is gone.

@@ -140,6 +140,7 @@ impl SourceConnector for DatagenSpec {
                     .map_or(BATCH_ROWS, |r| (r as i64).max(1)),
             ),
             max_per_second: self.rows_per_second,
+            zero_due_ms: None,
             splits: 1,
         };
         crate::source::generated::spawn(ctx, run, self.generated())

@@ -15,7 +15,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use weir_storage::source_positions::SourcePositions;
 
 /// The rows of a generator at indexes `from..to`, in the table's schema: a pure
@@ -44,13 +44,18 @@ impl GeneratedRows {
 pub struct Run {
     /// Indexes to generate; `None`: unbounded.
     pub total: Option<i64>,
-    /// Indexes per write (one log entry).
+    /// Most indexes per write (one log entry); a paced run writes smaller batches
+    /// when the buffer timeout comes first.
     pub batch: i64,
     /// Wall-clock pace in indexes per second; `None`: as fast as possible.
     pub max_per_second: Option<f64>,
+    /// When row 0 of a paced run is due (ms since the epoch; row `i` is due `i /
+    /// max_per_second` later), for rows whose event time is the wall clock: a resumed
+    /// run catches up. `None`: the first row generated is due when the run starts.
+    pub zero_due_ms: Option<i64>,
     /// Threads that generate batches in parallel (`nexmark.split.num`); their batches
     /// are still written one after the other, in index order, so the log and the
-    /// position stay those of one generator.
+    /// position stay those of one generator. A paced run uses one thread.
     pub splits: usize,
 }
 
@@ -156,6 +161,9 @@ fn generate_splits(g: &Generation<'_>) -> Result<()> {
         }
         result
     };
+    if let Some(rate) = g.run.max_per_second {
+        return generate_paced(g, rate);
+    }
     std::thread::scope(|scope| {
         let splits = g.run.splits.max(1) as u64;
         let others: Vec<_> = (1..splits).map(|s| scope.spawn(move || one(s))).collect();
@@ -172,7 +180,6 @@ fn generate_splits(g: &Generation<'_>) -> Result<()> {
 
 fn generate(g: &Generation<'_>, split: u64) -> Result<()> {
     let run = g.run;
-    let started = Instant::now();
     let splits = run.splits.max(1) as u64;
     let mut k = split;
     loop {
@@ -184,25 +191,81 @@ fn generate(g: &Generation<'_>, split: u64) -> Result<()> {
             None => from + run.batch,
         };
         let batch = (g.generated.rows)(&g.schema, from, end)?;
-        let positions = SourcePositions::from([(g.generated.position_key.to_string(), end as u64)]);
         if !g.turn.wait_for(k) {
             return Ok(());
         }
-        match g.ctx.write_generated(from, end, batch, positions) {
-            // The table was dropped.
-            None => {
-                g.turn.stop();
-                return Ok(());
-            }
-            Some(r) => r?,
+        if !write(g, from, end, batch)? {
+            return Ok(());
         }
         g.turn.done(k);
         k += splits;
-        if let Some(rate) = run.max_per_second {
-            let due = Duration::from_secs_f64((end - g.first) as f64 / rate);
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                std::thread::sleep(wait);
-            }
+    }
+}
+
+/// A run paced to `rate` rows per second of wall clock: row `i` is due `(i - first) /
+/// rate` seconds after the start and is never written before. A batch is written
+/// when it is full or when its oldest row has waited the buffer timeout, and then
+/// holds every row due by then (at least one). One thread: batches vary in size.
+fn generate_paced(g: &Generation<'_>, rate: f64) -> Result<()> {
+    let run = g.run;
+    let timeout = g.ctx.buffer_timeout();
+    let first_due = run.zero_due_ms.map(|ms| {
+        let ms = ms as f64 + g.first as f64 * 1000.0 / rate;
+        SystemTime::UNIX_EPOCH + Duration::from_secs_f64(ms.max(0.0) / 1000.0)
+    });
+    let started = start_of(first_due);
+    let due = |i: i64| Duration::from_secs_f64((i - g.first).max(0) as f64 / rate);
+    let mut from = g.first;
+    loop {
+        let limit = run
+            .total
+            .map_or(from + run.batch, |t| (from + run.batch).min(t));
+        if from >= limit {
+            return Ok(());
         }
+        let full_at = due(limit - 1);
+        let send_at = timeout
+            .deadline_after(due(from))
+            .map_or(full_at, |d| d.min(full_at));
+        if let Some(wait) = send_at.checked_sub(started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        let due_now = g.first + (started.elapsed().as_secs_f64() * rate) as i64 + 1;
+        let end = due_now.clamp(from + 1, limit);
+        let batch = (g.generated.rows)(&g.schema, from, end)?;
+        if !write(g, from, end, batch)? {
+            return Ok(());
+        }
+        from = end;
+    }
+}
+
+/// The instant the first row is due: now, or `first_due` (waiting for it when it is
+/// still ahead).
+fn start_of(first_due: Option<SystemTime>) -> Instant {
+    let Some(due) = first_due else {
+        return Instant::now();
+    };
+    match SystemTime::now().duration_since(due) {
+        Ok(late) => Instant::now()
+            .checked_sub(late)
+            .unwrap_or_else(Instant::now),
+        Err(ahead) => {
+            std::thread::sleep(ahead.duration());
+            Instant::now()
+        }
+    }
+}
+
+/// Writes rows `from..end` with the position after them; `false` once the table is
+/// gone (the run stops).
+fn write(g: &Generation<'_>, from: i64, end: i64, batch: RecordBatch) -> Result<bool> {
+    let positions = SourcePositions::from([(g.generated.position_key.to_string(), end as u64)]);
+    match g.ctx.write_generated(from, end, batch, positions) {
+        None => {
+            g.turn.stop();
+            Ok(false)
+        }
+        Some(r) => r.map(|()| true),
     }
 }

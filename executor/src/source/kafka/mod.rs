@@ -13,6 +13,7 @@ pub mod options;
 
 use super::decode::{decode, BadIndexes, Encode};
 use super::{BadRecordPolicy, SourceConnector, SourceContext};
+use crate::buffering::BufferTimeout;
 use crate::chunk::StreamChunk;
 use crate::error::{ExecError, Result};
 use crate::table_writer::UpsertOp;
@@ -30,8 +31,9 @@ use weir_storage::source_positions::SourcePositions;
 
 /// Most records per table write (one log entry).
 const BATCH_RECORDS: usize = 20_000;
-/// Longest a batch waits to fill before it is written.
-const BATCH_WAIT: Duration = Duration::from_millis(100);
+/// How long one poll waits for a record when the batch has none yet, so that the
+/// reader still notices a dropped table or a partition change.
+const IDLE_POLL: Duration = Duration::from_millis(100);
 /// How often the topic's partitions are looked up again.
 const PARTITION_DISCOVERY: Duration = Duration::from_secs(5);
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
@@ -221,6 +223,11 @@ fn start_offsets(
     Ok(tpl)
 }
 
+/// A deadline that never comes (a batch that is sent only when full).
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
 /// Records polled in one batch: `(partition, offset, payload)`, and per record its
 /// timestamp and key when metadata columns or upserts need them.
 struct Polled {
@@ -347,18 +354,36 @@ impl<'a> Reader<'a> {
             .collect())
     }
 
-    /// One batch: up to BATCH_RECORDS records or BATCH_WAIT.
+    /// One batch: up to BATCH_RECORDS records, written once its first record has
+    /// waited the buffer timeout (`execution.buffer-timeout.interval`), or at once
+    /// when nothing more is there with the timeout `0`. With none, after IDLE_POLL.
     fn poll(&self) -> Polled {
-        let started = Instant::now();
+        let idle_until = Instant::now() + IDLE_POLL;
+        let timeout = self.ctx.buffer_timeout();
+        let mut send_at: Option<Instant> = None;
         let keep_meta = !self.spec.metadata.is_empty() || self.spec.upsert;
         let mut polled = Polled {
             records: vec![],
             meta: vec![],
         };
-        while polled.records.len() < BATCH_RECORDS && started.elapsed() < BATCH_WAIT {
-            match self.consumer.poll(Duration::from_millis(20)) {
+        while polled.records.len() < BATCH_RECORDS {
+            let now = Instant::now();
+            let wait = match (send_at, timeout) {
+                (None, _) if now >= idle_until => break,
+                (None, _) => idle_until - now,
+                // Immediate: what the client already holds, then the batch goes.
+                (Some(_), BufferTimeout::Immediate) => Duration::ZERO,
+                (Some(t), _) if now >= t => break,
+                (Some(t), _) => t - now,
+            };
+            match self.consumer.poll(wait) {
+                None if timeout == BufferTimeout::Immediate && send_at.is_some() => break,
                 None => {}
                 Some(Ok(m)) => {
+                    if send_at.is_none() {
+                        // FullOnly: no deadline; the batch waits until it is full.
+                        send_at = Some(timeout.deadline(Instant::now()).unwrap_or(far_future()));
+                    }
                     polled.records.push((
                         m.partition(),
                         m.offset(),

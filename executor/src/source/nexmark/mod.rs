@@ -330,6 +330,7 @@ impl SourceConnector for NexmarkSpec {
             total: self.events,
             batch: BATCH_EVENTS,
             max_per_second: self.max_events_per_second,
+            zero_due_ms: self.zero_due_ms(),
             splits: self.splits,
         };
         crate::source::generated::spawn(ctx, run, self.generated())
@@ -341,6 +342,12 @@ impl SourceConnector for NexmarkSpec {
 }
 
 impl NexmarkSpec {
+    /// Paced at its event-time rate, event time is the wall clock: each event is due
+    /// at its own `date_time`. Otherwise pacing starts when the generator does.
+    fn zero_due_ms(&self) -> Option<i64> {
+        (self.max_events_per_second? == self.config.event_rate).then(|| self.config.timestamp(0))
+    }
+
     /// The spec's rows function, for generating and for regenerating an unstored source.
     fn generated(&self) -> GeneratedRows {
         let spec = self.clone();
