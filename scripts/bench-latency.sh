@@ -17,7 +17,7 @@
 #
 # Knobs (defaults in brackets): RATES ["10000 100000 1000000"], TIMEOUTS
 # ["0 100ms -1"], QUERIES ["q0 q5"], SECONDS_q0 [30], SECONDS_q5 [60] (run length at
-# each rate), PAR [1] (latency runs), REPS [2] and SLOW_EVENTS [1500000] and
+# each rate), PAR [1] (latency runs), REPS [2] and SLOW_EVENTS [4000000] and
 # SLOW_PAR [2] (backpressure runs, debloating off and on alternating).
 # Rows go to $OUT (default ~/.cache/weir-bench/latency-<time>.tsv).
 set -euo pipefail
@@ -29,7 +29,7 @@ TIMEOUTS="${TIMEOUTS:-0 100ms -1}"
 QUERIES="${QUERIES:-q0 q5}"
 PAR="${PAR:-1}"
 REPS="${REPS:-2}"
-SLOW_EVENTS="${SLOW_EVENTS:-1500000}"
+SLOW_EVENTS="${SLOW_EVENTS:-4000000}"
 SLOW_PAR="${SLOW_PAR:-2}"
 mkdir -p "$HOME/.cache/weir-bench"
 OUT="${OUT:-$HOME/.cache/weir-bench/latency-$(date -u +%Y%m%dT%H%M%S).tsv}"
