@@ -42,18 +42,9 @@ impl Default for BufferTimeout {
 }
 
 impl BufferTimeout {
-    /// When a batch whose oldest row arrived at `oldest` must be sent at the latest;
-    /// `None`: only when full.
-    pub fn deadline(&self, oldest: Instant) -> Option<Instant> {
-        match self {
-            BufferTimeout::Immediate => Some(oldest),
-            BufferTimeout::After(d) => Some(oldest + *d),
-            BufferTimeout::FullOnly => None,
-        }
-    }
-
-    /// The same for a time measured from a run's start.
-    pub fn deadline_after(&self, oldest: Duration) -> Option<Duration> {
+    /// When a batch whose oldest row arrived at `oldest` (an instant, or a time since
+    /// a run's start) must be sent at the latest; `None`: only when full.
+    pub fn deadline<T: std::ops::Add<Duration, Output = T>>(&self, oldest: T) -> Option<T> {
         match self {
             BufferTimeout::Immediate => Some(oldest),
             BufferTimeout::After(d) => Some(oldest + *d),

@@ -249,16 +249,12 @@ pub async fn run(mut cfg: Config, mut run: Run) -> Result<(), String> {
     let mut probes: Vec<Option<(&'static str, i64)>> = vec![];
     for q in &run.queries {
         let sql = query(q)?.1;
-        match latency_probe(q, sql).filter(|_| paced) {
-            Some((sql, column, offset)) => {
-                sinks.push((q.clone(), sql));
-                probes.push(Some((column, offset)));
-            }
-            None => {
-                sinks.push((q.clone(), sql.to_string()));
-                probes.push(None);
-            }
-        }
+        let (sql, probe) = match latency_probe(q, sql).filter(|_| paced) {
+            Some((sql, column, offset)) => (sql, Some((column, offset))),
+            None => (sql.to_string(), None),
+        };
+        sinks.push((q.clone(), sql));
+        probes.push(probe);
     }
     let cpu0 = crate::bench_kafka::cpu_seconds();
     let start = Instant::now();

@@ -154,6 +154,9 @@ pub fn spawn(ctx: SourceContext, run: Run, generated: GeneratedRows) -> Result<(
 
 /// Runs every split (this thread is split 0) until all have ended; the first error.
 fn generate_splits(g: &Generation<'_>) -> Result<()> {
+    if let Some(rate) = g.run.max_per_second {
+        return generate_paced(g, rate);
+    }
     let one = |split: u64| {
         let result = generate(g, split);
         if result.is_err() {
@@ -161,9 +164,6 @@ fn generate_splits(g: &Generation<'_>) -> Result<()> {
         }
         result
     };
-    if let Some(rate) = g.run.max_per_second {
-        return generate_paced(g, rate);
-    }
     std::thread::scope(|scope| {
         let splits = g.run.splits.max(1) as u64;
         let others: Vec<_> = (1..splits).map(|s| scope.spawn(move || one(s))).collect();
@@ -225,7 +225,7 @@ fn generate_paced(g: &Generation<'_>, rate: f64) -> Result<()> {
         }
         let full_at = due(limit - 1);
         let send_at = timeout
-            .deadline_after(due(from))
+            .deadline(due(from))
             .map_or(full_at, |d| d.min(full_at));
         if let Some(wait) = send_at.checked_sub(started.elapsed()) {
             std::thread::sleep(wait);

@@ -223,11 +223,6 @@ fn start_offsets(
     Ok(tpl)
 }
 
-/// A deadline that never comes (a batch that is sent only when full).
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86_400 * 365)
-}
-
 /// Records polled in one batch: `(partition, offset, payload)`, and per record its
 /// timestamp and key when metadata columns or upserts need them.
 struct Polled {
@@ -360,7 +355,8 @@ impl<'a> Reader<'a> {
     fn poll(&self) -> Polled {
         let idle_until = Instant::now() + IDLE_POLL;
         let timeout = self.ctx.buffer_timeout();
-        let mut send_at: Option<Instant> = None;
+        // When the batch's first record came.
+        let mut first_at: Option<Instant> = None;
         let keep_meta = !self.spec.metadata.is_empty() || self.spec.upsert;
         let mut polled = Polled {
             records: vec![],
@@ -368,22 +364,21 @@ impl<'a> Reader<'a> {
         };
         while polled.records.len() < BATCH_RECORDS {
             let now = Instant::now();
-            let wait = match (send_at, timeout) {
-                (None, _) if now >= idle_until => break,
-                (None, _) => idle_until - now,
+            let wait = match first_at.map(|first| timeout.deadline(first)) {
+                None if now >= idle_until => break,
+                None => idle_until - now,
                 // Immediate: what the client already holds, then the batch goes.
-                (Some(_), BufferTimeout::Immediate) => Duration::ZERO,
-                (Some(t), _) if now >= t => break,
-                (Some(t), _) => t - now,
+                Some(_) if timeout == BufferTimeout::Immediate => Duration::ZERO,
+                Some(Some(t)) if now >= t => break,
+                Some(Some(t)) => t - now,
+                // FullOnly: the batch waits until it is full.
+                Some(None) => IDLE_POLL,
             };
             match self.consumer.poll(wait) {
-                None if timeout == BufferTimeout::Immediate && send_at.is_some() => break,
+                None if timeout == BufferTimeout::Immediate && first_at.is_some() => break,
                 None => {}
                 Some(Ok(m)) => {
-                    if send_at.is_none() {
-                        // FullOnly: no deadline; the batch waits until it is full.
-                        send_at = Some(timeout.deadline(Instant::now()).unwrap_or(far_future()));
-                    }
+                    first_at.get_or_insert_with(Instant::now);
                     polled.records.push((
                         m.partition(),
                         m.offset(),
