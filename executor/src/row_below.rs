@@ -16,8 +16,11 @@ use datafusion::common::ScalarValue;
 /// The test for one column and one bound, prepared once.
 pub struct RowBelow {
     offset: usize,
+    width: usize,
     /// The bound's encoding; `None` for a NULL bound (nothing is below it).
     bound: Option<Vec<u8>>,
+    /// Encodes and decodes the column's values alone.
+    one: RowConverter,
 }
 
 impl RowBelow {
@@ -31,13 +34,15 @@ impl RowBelow {
         let Ok(value) = below.cast_to(&types[col]) else {
             return Ok(None);
         };
+        let one = RowConverter::new(vec![SortField::new(types[col].clone())])?;
         if value.is_null() {
             return Ok(Some(Self {
                 offset,
+                width,
                 bound: None,
+                one,
             }));
         }
-        let one = RowConverter::new(vec![SortField::new(types[col].clone())])?;
         let encoded = one.convert_columns(&[value.to_array()?])?;
         let bound = encoded.row(0).as_ref().to_vec();
         if bound.len() != width {
@@ -45,8 +50,25 @@ impl RowBelow {
         }
         Ok(Some(Self {
             offset,
+            width,
             bound: Some(bound),
+            one,
         }))
+    }
+
+    /// The column's encoding in `row` when it is not NULL. Encodings order as their
+    /// values do, so the smallest is the oldest time.
+    pub fn field<'a>(&self, row: &'a [u8]) -> Option<&'a [u8]> {
+        let field = row.get(self.offset..self.offset + self.width)?;
+        // A non-NULL value's validity byte (ascending sort, as `new` encodes).
+        (field[0] == 1).then_some(field)
+    }
+
+    /// The value `field` (from [`Self::field`]) encodes, as a one-row array.
+    pub fn decode(&self, field: &[u8]) -> Result<arrow::array::ArrayRef> {
+        let parser = self.one.parser();
+        let mut cols = self.one.convert_rows([parser.parse(field)])?;
+        Ok(cols.remove(0))
     }
 
     /// Whether the row's column is below the bound. A NULL value has another validity

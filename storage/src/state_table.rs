@@ -93,6 +93,12 @@ impl<V: StateValue> StateTable<V> {
         self.cache.get(key)
     }
 
+    /// Mutable access to a value's parts that are not stored (its encoding does not
+    /// change): the key is not marked dirty, so no checkpoint re-encodes it.
+    pub fn get_mut_unstored(&mut self, key: &[u8]) -> Option<&mut V> {
+        self.cache.get_mut(key)
+    }
+
     /// Mutable access; marks the key dirty. Inserts `default()` when absent.
     pub fn get_or_insert_with(&mut self, key: &[u8], default: impl FnOnce() -> V) -> &mut V {
         let (value, absent) = match self.cache.entry_ref(key) {

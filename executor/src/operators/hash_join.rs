@@ -172,6 +172,9 @@ pub struct Bucket {
     /// rebuilt on demand. It holds positions, not rows: a copy of every row of a hot
     /// key doubled the join state (q9 at 10M events/s keeps millions of bids).
     index: Option<HashTable<u32>>,
+    /// Which interval bounds' time indexes hold this bucket (not stored: a restored
+    /// join indexes its buckets at its first cleaning).
+    marks: u8,
 }
 
 /// The hash a bucket's index files a row under (fixed seeds: an index is rebuilt,
@@ -281,6 +284,7 @@ impl StateValue for Bucket {
         Some(Bucket {
             entries,
             index: None,
+            marks: 0,
         })
     }
 }
@@ -520,7 +524,9 @@ impl HashJoinOperator {
         Ok(())
     }
 
-    /// Drops side `s`'s rows whose payload column `col` is below `ms` (interval joins).
+    /// Drops side `s`'s rows whose payload column `col` is below `ms` (interval joins),
+    /// in the buckets bound `bound`'s index has due, and indexes each bucket again at
+    /// its oldest survivor.
     fn clean_rows_below(&mut self, bound: usize, s: usize, col: usize, ms: i64) -> Result<()> {
         let below = threshold_value(ms, &self.spec.side_types[s][col])?;
         let keys: Vec<Vec<u8>> = match self.interval_watermarks.due(bound, ms) {
@@ -528,35 +534,34 @@ impl HashJoinOperator {
             DueKeys::Some(keys) => keys,
         };
         let in_place = crate::row_below::RowBelow::new(&self.spec.side_types[s], col, &below)?;
+        let bit = IntervalWatermarks::mark_bit(bound);
         let mut dropped = 0u64;
         for key in keys {
             let Some(bucket) = self.states[s].get(&key) else {
                 continue;
             };
-            let dead: BooleanArray = match &in_place {
-                Some(test) => bucket
-                    .entries
-                    .iter()
-                    .map(|e| Some(test.test(&e.row)))
-                    .collect(),
-                None => {
-                    let rows: Vec<&[u8]> = bucket.entries.iter().map(|e| &*e.row).collect();
-                    let cols = self.columns_of(s, &rows)?;
-                    crate::chunk::below_mask(&cols[col], &below)?
-                }
+            let (dead, oldest) = self.dead_rows(s, col, &below, in_place.as_ref(), bucket)?;
+            let dead_count = dead.true_count();
+            let bucket = if dead_count == 0 {
+                // Only the index marks change, and they are not stored.
+                self.states[s].get_mut_unstored(&key).expect("present")
+            } else {
+                let bucket = self.states[s].get_or_insert_with(&key, Bucket::default);
+                let mut i = 0;
+                bucket.entries.retain(|_| {
+                    let keep = !dead.value(i);
+                    i += 1;
+                    keep
+                });
+                bucket.index = None;
+                bucket
             };
-            if dead.true_count() == 0 {
-                continue;
+            bucket.marks &= !bit;
+            if let Some(t) = oldest {
+                self.interval_watermarks
+                    .note(bound, t, &key, &mut bucket.marks);
             }
-            let bucket = self.states[s].get_or_insert_with(&key, Bucket::default);
-            let mut i = 0;
-            bucket.entries.retain(|_| {
-                let keep = !dead.value(i);
-                i += 1;
-                keep
-            });
-            bucket.index = None;
-            dropped += dead.true_count() as u64;
+            dropped += dead_count as u64;
             if bucket.entries.is_empty() {
                 self.states[s].remove(&key);
             }
@@ -566,6 +571,47 @@ impl HashJoinOperator {
             .with_label_values(&[&self.spec.uid])
             .inc_by(dropped);
         Ok(())
+    }
+
+    /// Which of `bucket`'s rows (of side `s`) have column `col` below `below`, and the
+    /// time in ms of the oldest of the others (None: no survivor has a time).
+    fn dead_rows(
+        &self,
+        s: usize,
+        col: usize,
+        below: &ScalarValue,
+        in_place: Option<&crate::row_below::RowBelow>,
+        bucket: &Bucket,
+    ) -> Result<(BooleanArray, Option<i64>)> {
+        if let Some(test) = in_place {
+            let dead: BooleanArray = bucket
+                .entries
+                .iter()
+                .map(|e| Some(test.test(&e.row)))
+                .collect();
+            let oldest = bucket
+                .entries
+                .iter()
+                .zip(dead.values().iter())
+                .filter(|(_, d)| !d)
+                .filter_map(|(e, _)| test.field(&e.row))
+                .min();
+            let oldest = match oldest {
+                Some(field) => millis_of(&test.decode(field)?)?[0],
+                None => None,
+            };
+            return Ok((dead, oldest));
+        }
+        let rows: Vec<&[u8]> = bucket.entries.iter().map(|e| &*e.row).collect();
+        let cols = self.columns_of(s, &rows)?;
+        let dead = crate::chunk::below_mask(&cols[col], below)?;
+        let oldest = millis_of(&cols[col])?
+            .into_iter()
+            .zip(dead.values().iter())
+            .filter(|(_, d)| !d)
+            .filter_map(|(t, _)| t)
+            .min();
+        Ok((dead, oldest))
     }
 
     /// Decodes encoded rows of side `s` into columns.
@@ -749,11 +795,10 @@ impl HashJoinOperator {
             }
             if bucket.entries.is_empty() {
                 self.states[s].remove(key);
-            }
-            if sign > 0 {
+            } else if sign > 0 {
                 for (b, times) in &timed {
                     if let Some(t) = times[i] {
-                        self.interval_watermarks.note(*b, t, key);
+                        self.interval_watermarks.note(*b, t, key, &mut bucket.marks);
                     }
                 }
             }
@@ -1036,6 +1081,74 @@ mod tests {
     #[test]
     fn append_only_inputs_with_repeated_rows_add_up_to_the_join_across_a_restore() {
         random_rounds(true);
+    }
+
+    /// Interval cleaning indexes a bucket once, at its oldest row, and again at its
+    /// oldest survivor after each cleaning, so rows die as the watermark passes them,
+    /// out-of-order ones included (within their bucket's turn).
+    #[test]
+    fn interval_cleaning_reindexes_each_bucket_at_its_oldest_survivor() {
+        // Left rows (time, key) are dead below the right side's watermark on its time.
+        let spec = HashJoinSpec {
+            kind: JoinKind::Inner,
+            interval_bounds: vec![IntervalBound {
+                side: 0,
+                column: 0,
+                other_column: 0,
+                offset_ms: 0,
+            }],
+            append_only_inputs: true,
+            ..spec()
+        };
+        let restore = StateRestore {
+            track_changes: true,
+            ..StateRestore::fresh(128)
+        };
+        let mut join = HashJoinOperator::new(spec, MemoryStateBackend::new(), restore).unwrap();
+        let mut out = Vec::new();
+        let rows = [(10, 1), (20, 1), (30, 1), (5, 2), (12, 1)].map(|(t, k)| (t, Some(k), true));
+        join.process_chunk_from(0, chunk(&rows), &mut out).unwrap();
+        let live = |join: &HashJoinOperator, k: i64| -> Vec<i64> {
+            let key = join
+                .key_converter
+                .as_ref()
+                .unwrap()
+                .convert_columns(&[Arc::new(Int64Array::from(vec![k]))])
+                .unwrap()
+                .row(0)
+                .as_ref()
+                .to_vec();
+            let Some(b) = join.states[0].get(&key) else {
+                return vec![];
+            };
+            let rows: Vec<&[u8]> = b.entries.iter().map(|e| &*e.row).collect();
+            let cols = join.columns_of(0, &rows).unwrap();
+            let mut t: Vec<i64> = cols[0]
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .values()
+                .to_vec();
+            t.sort();
+            t
+        };
+        let expected: [(i64, Vec<i64>, Vec<i64>); 3] = [
+            (15, vec![20, 30], vec![]),
+            (25, vec![30], vec![]),
+            (40, vec![], vec![]),
+        ];
+        for (wm, key1, key2) in expected {
+            let w = Watermark {
+                column: 0,
+                value: ScalarValue::TimestampMillisecond(Some(wm), None),
+            };
+            join.process_watermark_from(1, w, &mut out).unwrap();
+            join.on_barrier(&Barrier::plain(wm as u64), &mut out)
+                .unwrap();
+            assert_eq!(live(&join, 1), key1, "key 1 after watermark {wm}");
+            assert_eq!(live(&join, 2), key2, "key 2 after watermark {wm}");
+        }
+        assert!(join.states[0].is_empty());
     }
 
     fn random_rounds(append_only: bool) {
