@@ -169,6 +169,7 @@ impl KeyedEntriesBuilder {
         if more {
             self.key_groups = UInt32Builder::with_capacity(self.rows);
             self.keys = BinaryBuilder::with_capacity(self.rows, self.key_bytes);
+            // A batch is cut after the value that crosses the limit: some room for it.
             self.values = BinaryBuilder::with_capacity(self.rows, self.value_bytes + (1 << 16));
         }
         self.done.push(batch);

@@ -542,10 +542,7 @@ impl HashJoinOperator {
             };
             let (dead, oldest) = self.dead_rows(s, col, &below, in_place.as_ref(), bucket)?;
             let dead_count = dead.true_count();
-            let bucket = if dead_count == 0 {
-                // Only the index marks change, and they are not stored.
-                self.states[s].get_mut_unstored(&key).expect("present")
-            } else {
+            if dead_count > 0 {
                 let bucket = self.states[s].get_or_insert_with(&key, Bucket::default);
                 let mut i = 0;
                 bucket.entries.retain(|_| {
@@ -554,8 +551,9 @@ impl HashJoinOperator {
                     keep
                 });
                 bucket.index = None;
-                bucket
-            };
+            }
+            // The index marks are not stored: changing them dirties nothing.
+            let bucket = self.states[s].get_mut_unstored(&key).expect("present");
             bucket.marks &= !bit;
             if let Some(t) = oldest {
                 self.interval_watermarks

@@ -127,7 +127,7 @@ pub struct IntervalBound {
 
 /// Buckets' (time in ms, join key), to be taken oldest first. A bucket is in the index
 /// once per bound, at the time of its oldest row noted since it was last cleaned (the
-/// join marks it, [`IntervalWatermarks::marks`]), not once per row: q7 at 10M events/s
+/// join marks the bucket, [`IntervalWatermarks::note`]), not once per row: q7 at 10M events/s
 /// stores 9.2M bids under a few hundred thousand prices, and an entry per row cost a
 /// key copy per bid. Cleaning a bucket notes it again at the time of its oldest
 /// survivor. A row older than its bucket's entry (out of order) is cleaned when that
