@@ -57,14 +57,17 @@ need_test_tools() {
   [ -e /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
   command -v sqlsmith >/dev/null 2>&1 || missing+=(sqlsmith)
   command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+  # The dashboard's browser test: headless Chromium driven over WebDriver.
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing test tools: ${missing[*]}" >&2
     apt_install "${missing[@]}"
   fi
   VENV="${WEIR_VENV:-$HOME/.cache/weir-venv}"
-  if [ ! -x "$VENV/bin/moto_server" ] || ! "$VENV/bin/python" -c 'import psycopg' 2>/dev/null; then
+  if [ ! -x "$VENV/bin/moto_server" ] || ! "$VENV/bin/python" -c 'import psycopg, selenium' 2>/dev/null; then
     python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q 'moto[s3]==5.2.1' flask flask-cors 'psycopg[binary]==3.2.*'
+    "$VENV/bin/pip" install -q 'moto[s3]==5.2.1' flask flask-cors 'psycopg[binary]==3.2.*' 'selenium==4.27.*'
   fi
   export WEIR_PYTHON="$VENV/bin/python"
 }

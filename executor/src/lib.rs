@@ -33,6 +33,10 @@
 //! - [`digest`]: order-independent digests of changelogs (output checks).
 //! - [`row_below`]: testing an encoded row's column against a watermark in place.
 //! - [`row_groups`]: a chunk's rows grouped by key, for keyed operators.
+//! - [`topology`]: a running job's fragments, operators and exchanges (the dashboard's
+//!   job graph, `weir_catalog.operators`).
+//! - [`progress`]: long work (backfill, SAVEPOINT, RESTORE, recovery) reporting how far
+//!   it got.
 //!
 //! API for the layers above: `Runtime`, `RuntimeConfig`, `StreamGraph` and its specs,
 //! `StreamChunk`, `Op`, `ExecError` (re-exported here). The modules the server and
@@ -59,6 +63,7 @@ pub mod jobs;
 pub mod metrics;
 pub(crate) mod operator;
 pub mod operators;
+pub mod progress;
 pub(crate) mod row_below;
 pub(crate) mod row_groups;
 pub(crate) mod runtime;
@@ -69,6 +74,7 @@ pub(crate) mod store;
 pub mod store_index;
 pub mod supervisor;
 pub(crate) mod table_writer;
+pub mod topology;
 pub mod watermark;
 
 pub use barrier::Epoch;

@@ -1,16 +1,21 @@
 //! Prometheus metrics, with Flink's metric names where Flink has one.
 //!
-//! Per job (label `job`): `lastCheckpointDuration`, `lastCheckpointSize`,
+//! Per job (label `job_name`, Flink's, which does not clash with the `job` label
+//! Prometheus gives every scraped target): `lastCheckpointDuration`, `lastCheckpointSize`,
 //! `lastCheckpointFullSize`, `numberOfCompletedCheckpoints`, `numberOfFailedCheckpoints`,
 //! `numberOfInProgressCheckpoints`, `lastCheckpointRestoreTimestamp`, `numRestarts`.
-//! Per actor (labels `job`, `actor`): `numRecordsIn`, `numRecordsOut`,
-//! `busyTimeMsPerSecond`, `backPressuredTimeMsPerSecond`, `idleTimeMsPerSecond`,
-//! `checkpointAlignmentTime`. The `...PerSecond` gauges are rates over the last second,
-//! computed by a sampler from cumulative counters.
+//! Per actor (labels `job_name`, `actor`): `numRecordsIn`, `numRecordsOut`,
+//! `numRecordsInPerSecond`, `numRecordsOutPerSecond`, `busyTimeMsPerSecond`,
+//! `backPressuredTimeMsPerSecond`, `idleTimeMsPerSecond`, `checkpointAlignmentTime`.
+//! The `...PerSecond` gauges are rates over about the last second, published by each
+//! actor at barriers. Per source partition (labels `job_name`, `partition`):
+//! `pendingRecords` (FLIP-33's name: records behind the partition's end).
+//! `docs/grafana/weir.json` is a Grafana dashboard over these.
 
 use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 pub struct Metrics {
@@ -26,6 +31,9 @@ pub struct Metrics {
     pub restore_fallbacks: IntCounterVec,
     pub records_in: IntCounterVec,
     pub records_out: IntCounterVec,
+    pub records_in_per_s: IntGaugeVec,
+    pub records_out_per_s: IntGaugeVec,
+    pub pending_records: IntGaugeVec,
     pub busy_ms_per_s: IntGaugeVec,
     pub backpressured_ms_per_s: IntGaugeVec,
     pub idle_ms_per_s: IntGaugeVec,
@@ -45,19 +53,31 @@ pub struct Metrics {
 
 fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help).namespace("weir"), labels).expect("metric");
-    r.register(Box::new(g.clone())).expect("register");
-    g
+    register(r, g)
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help).namespace("weir"), labels).expect("metric");
-    r.register(Box::new(c.clone())).expect("register");
-    c
+    register(r, c)
 }
 
+/// Names of every registered metric (a vector without samples yet is not in
+/// [`render`]'s output, but dashboards may still name it).
+static NAMES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
 fn register<M: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: M) -> M {
+    NAMES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(m.desc().iter().map(|d| d.fq_name.clone()));
     r.register(Box::new(m.clone())).expect("register");
     m
+}
+
+/// The full name (`weir_...`) of every metric this process exports.
+pub fn exported_names() -> Vec<String> {
+    metrics();
+    NAMES.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 fn plain_counter(r: &Registry, name: &str, help: &str) -> IntCounter {
@@ -71,8 +91,8 @@ pub fn metrics() -> &'static Metrics {
     static M: OnceLock<Metrics> = OnceLock::new();
     M.get_or_init(|| {
         let r = Registry::new();
-        let job = &["job"];
-        let actor = &["job", "actor"];
+        let job = &["job_name"];
+        let actor = &["job_name", "actor"];
         Metrics {
             ha_is_leader: register(
                 &r,
@@ -164,6 +184,24 @@ pub fn metrics() -> &'static Metrics {
             ),
             records_in: counter(&r, "numRecordsIn", "records into the actor", actor),
             records_out: counter(&r, "numRecordsOut", "records out of the actor", actor),
+            records_in_per_s: gauge(
+                &r,
+                "numRecordsInPerSecond",
+                "records into the actor per second",
+                actor,
+            ),
+            records_out_per_s: gauge(
+                &r,
+                "numRecordsOutPerSecond",
+                "records out of the actor per second",
+                actor,
+            ),
+            pending_records: gauge(
+                &r,
+                "pendingRecords",
+                "records of a source partition not read yet (its end minus the position)",
+                &["job_name", "partition"],
+            ),
             busy_ms_per_s: gauge(
                 &r,
                 "busyTimeMsPerSecond",
@@ -217,4 +255,78 @@ pub fn render() -> String {
     let mut buf = Vec::new();
     let _ = prometheus::TextEncoder::new().encode(&metrics().registry.gather(), &mut buf);
     String::from_utf8(buf).unwrap_or_default()
+}
+
+/// One actor's figures as `/metrics` shows them now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ActorSample {
+    pub records_in: u64,
+    pub records_out: u64,
+    pub records_in_per_s: i64,
+    pub records_out_per_s: i64,
+    pub busy_ms_per_s: i64,
+    pub backpressured_ms_per_s: i64,
+    pub idle_ms_per_s: i64,
+}
+
+/// Every actor's figures by (job, actor id), read from the registry's samples (what
+/// `/metrics` renders), so that `weir_catalog.operators` and the dashboard show the
+/// numbers Prometheus scrapes.
+pub fn actor_samples() -> HashMap<(String, u64), ActorSample> {
+    type Field = fn(&mut ActorSample, f64);
+    let mut out: HashMap<(String, u64), ActorSample> = HashMap::new();
+    for family in metrics().registry.gather() {
+        let field: Field = match family.name() {
+            "weir_numRecordsIn" => |s, v| s.records_in = v as u64,
+            "weir_numRecordsOut" => |s, v| s.records_out = v as u64,
+            "weir_numRecordsInPerSecond" => |s, v| s.records_in_per_s = v as i64,
+            "weir_numRecordsOutPerSecond" => |s, v| s.records_out_per_s = v as i64,
+            "weir_busyTimeMsPerSecond" => |s, v| s.busy_ms_per_s = v as i64,
+            "weir_backPressuredTimeMsPerSecond" => |s, v| s.backpressured_ms_per_s = v as i64,
+            "weir_idleTimeMsPerSecond" => |s, v| s.idle_ms_per_s = v as i64,
+            _ => continue,
+        };
+        for m in family.get_metric() {
+            let label = |name: &str| {
+                m.get_label()
+                    .iter()
+                    .find(|l| l.name() == name)
+                    .map(|l| l.value().to_string())
+            };
+            let (Some(job), Some(actor)) = (label("job_name"), label("actor")) else {
+                continue;
+            };
+            let Ok(actor) = actor.parse() else { continue };
+            field(
+                out.entry((job, actor)).or_default(),
+                sample_value(&family, m),
+            );
+        }
+    }
+    out
+}
+
+/// A per-job metric's value by job (`currentOutputWatermark`, ...); `name` without
+/// the `weir_` prefix.
+pub fn job_values(name: &str) -> HashMap<String, f64> {
+    let full = format!("weir_{name}");
+    let mut out = HashMap::new();
+    for family in metrics().registry.gather() {
+        if family.name() != full {
+            continue;
+        }
+        for m in family.get_metric() {
+            if let Some(job) = m.get_label().iter().find(|l| l.name() == "job_name") {
+                out.insert(job.value().to_string(), sample_value(&family, m));
+            }
+        }
+    }
+    out
+}
+
+fn sample_value(family: &prometheus::proto::MetricFamily, m: &prometheus::proto::Metric) -> f64 {
+    match family.get_field_type() {
+        prometheus::proto::MetricType::COUNTER => m.get_counter().get_value(),
+        _ => m.get_gauge().get_value(),
+    }
 }

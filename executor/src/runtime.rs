@@ -87,6 +87,8 @@ pub(crate) struct RelationRuntime {
     /// Relations this job subscribes to.
     pub upstream: Vec<String>,
     pub parallelism: u32,
+    /// Its fragments, operators and actors as deployed (the dashboard's job graph).
+    pub topology: crate::topology::JobTopology,
 }
 
 /// Everything behind the write lock: the epoch being written and every table writer.
@@ -123,6 +125,8 @@ pub struct Runtime {
     pub(crate) failures_tx: mpsc::UnboundedSender<(u64, String)>,
     /// Jobs' status and restarts, connectors' bad records: what outlives a deployment.
     pub registry: crate::jobs::JobRegistry,
+    /// Long work in progress (backfills, savepoints, restores, recovery).
+    pub progress: crate::progress::ProgressBoard,
     /// Off during startup recovery: a table's log must not be truncated below what a
     /// view that is not restored yet still needs.
     truncation: std::sync::atomic::AtomicBool,
@@ -199,6 +203,7 @@ impl Runtime {
             next_actor: AtomicU64::new(1),
             failures_tx,
             registry: Default::default(),
+            progress: Default::default(),
             truncation: std::sync::atomic::AtomicBool::new(false),
             savepoint_pins: Mutex::new(BTreeMap::new()),
             savepoint_busy: tokio::sync::Mutex::new(()),
@@ -463,7 +468,13 @@ impl Runtime {
             log.replicate(replica.clone(), id);
         }
         let restored = if restore {
-            crate::checkpoint::restore::load_latest(&self.checkpoints.storage, id, name).await
+            crate::checkpoint::restore::load_latest(
+                &self.checkpoints.storage,
+                id,
+                name,
+                &self.progress,
+            )
+            .await
         } else {
             None
         };
@@ -524,8 +535,9 @@ impl Runtime {
         };
         let hub = RelationHub::new();
         let health = Arc::new(JobHealth::new(id, store.clone(), self.failures_tx.clone()));
+        let actor_id = self.next_actor_id();
         let actor = Actor {
-            id: self.next_actor_id(),
+            id: actor_id,
             job: id,
             job_name: name.into(),
             inputs: vec![rx],
@@ -570,6 +582,7 @@ impl Runtime {
                 actors: 1,
                 upstream: vec![],
                 parallelism: 1,
+                topology: crate::topology::JobTopology::of_table(name, Some(actor_id)),
             },
         );
         self.registry.start(name, RestartStrategy::None);
@@ -577,10 +590,7 @@ impl Runtime {
     }
 
     pub(crate) fn note_restore(&self, name: &str) {
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let ms = crate::jobs::now_ms();
         crate::metrics::metrics()
             .last_restore_timestamp
             .with_label_values(&[name])
@@ -775,6 +785,8 @@ impl Runtime {
                     last_failure: life
                         .and_then(|l| l.last_failure)
                         .or_else(|| r.health.failure()),
+                    committed_at_ms: r.serving.as_ref().unwrap_or(&r.store).committed_at_ms(),
+                    topology: r.topology.clone(),
                 }
             })
             .collect()

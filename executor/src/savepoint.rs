@@ -17,9 +17,10 @@
 
 use crate::checkpoint::restore::JobStart;
 use crate::checkpoint::restore::{list_checkpoints, read_chain, read_metadata, RestoredJob};
-use crate::checkpoint::uploader::{chrono_now_ms, key_safe, materialize_chain, merge_chain};
+use crate::checkpoint::uploader::{key_safe, materialize_chain, merge_chain};
 use crate::deploy::{is_inflight_uid, rows_derived_from_state, state_uids};
 use crate::error::{ExecError, Result};
+use crate::jobs::now_ms;
 use crate::operators::materialize::materialize_uid;
 use crate::runtime::{Runtime, ViewSpec, WriteState};
 use bytes::Bytes;
@@ -154,7 +155,7 @@ impl Runtime {
         let jobs = chosen_jobs(self, only)?;
         let _hold = self.checkpoints.hold_periodic();
         let epoch = self.checkpoint_now().await?;
-        let mut saved = Vec::new();
+        let mut metas = Vec::new();
         for job in jobs {
             let what = if job.table {
                 "table"
@@ -169,9 +170,25 @@ impl Runtime {
                 ));
             }
             let meta = read_metadata(&storage, job.job, epoch).await?;
+            metas.push((job, meta));
+        }
+        // Progress in bytes of the checkpoint files read (a chain of incremental files
+        // per uid, merged into one file per uid here).
+        let chain_bytes = |u: &UidState| u.files.iter().map(|f| f.size).sum::<u64>();
+        let total = metas
+            .iter()
+            .flat_map(|(_, m)| &m.state)
+            .map(chain_bytes)
+            .sum();
+        let mut task =
+            self.progress
+                .start("savepoint", name, crate::progress::Unit::Bytes, Some(total));
+        let mut saved = Vec::new();
+        for (job, meta) in metas {
             let mut state = Vec::new();
             for u in &meta.state {
                 let bytes = materialize_chain(&storage, u).await?;
+                task.advance(chain_bytes(u));
                 let key = format!(
                     "{}/{}/{}/kg-0-{}.arrow",
                     key_safe(name),
@@ -205,7 +222,7 @@ impl Runtime {
         let meta = SavepointMetadata {
             format_version: SAVEPOINT_FORMAT_VERSION,
             name: name.to_string(),
-            created_ms: chrono_now_ms(),
+            created_ms: now_ms(),
             epoch,
             views: saved,
         };
@@ -214,6 +231,7 @@ impl Runtime {
             .put(&metadata_key(name), Bytes::from(meta.to_bytes()?))
             .await?;
         self.pin(&meta);
+        task.finish();
         tracing::info!(
             savepoint = name,
             epoch,
@@ -427,8 +445,21 @@ async fn load_matched(
     let mut keyed = HashMap::new();
     let mut rows = HashMap::new();
     let mut carry = Vec::new();
-    for u in saved.state.iter().filter(|u| m.matched.contains(&u.uid)) {
+    let matched: Vec<&UidState> = saved
+        .state
+        .iter()
+        .filter(|u| m.matched.contains(&u.uid))
+        .collect();
+    let file_bytes = |u: &UidState| u.files.iter().map(|f| f.size).sum::<u64>();
+    let mut task = rt.progress.start(
+        "restore",
+        &format!("{} from {}", saved.name, sp.name),
+        crate::progress::Unit::Bytes,
+        Some(matched.iter().map(|u| file_bytes(u)).sum()),
+    );
+    for u in matched {
         let datas = read_chain(storage, u).await?;
+        task.advance(file_bytes(u));
         let merged = tokio::task::block_in_place(|| merge_chain(u.kind, datas))?;
         match (u.kind, merged) {
             (StateKind::Keyed, DeltaData::Keyed(entries)) => {
@@ -477,6 +508,7 @@ async fn load_matched(
         parallelism: saved.parallelism,
         max_parallelism: saved.max_parallelism,
     };
+    task.finish();
     let report = RestoreReport {
         view: saved.name.clone(),
         restored_uids: m.matched,

@@ -219,6 +219,8 @@ struct StoreInner {
     indexes: Vec<StoreIndex>,
     row_codec: Option<RowConverter>,
     committed_epoch: Epoch,
+    /// Wall-clock ms of the last commit: how fresh the contents are (dashboard, jobs).
+    committed_at_ms: i64,
     staged: BTreeMap<Epoch, Vec<StreamChunk>>,
     cached: Option<RecordBatch>,
     /// Set when the job failed: the contents stay at the last committed epoch.
@@ -243,6 +245,7 @@ impl RelationStore {
                 indexes: Vec::new(),
                 row_codec: None,
                 committed_epoch: 0,
+                committed_at_ms: crate::jobs::now_ms(),
                 staged: BTreeMap::new(),
                 cached: None,
                 frozen: false,
@@ -337,7 +340,13 @@ impl RelationStore {
             inner.cached = None;
         }
         inner.committed_epoch = epoch;
+        inner.committed_at_ms = crate::jobs::now_ms();
         Ok(())
+    }
+
+    /// Wall-clock ms of the last committed epoch (frozen stores stop moving).
+    pub fn committed_at_ms(&self) -> i64 {
+        self.inner.read().committed_at_ms
     }
 
     /// The committed contents. Cached until the next commit that changes them.

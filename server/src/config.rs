@@ -36,6 +36,11 @@ pub struct Config {
     /// `serving.read-after-write`: every session's reads see every write acknowledged
     /// before them (sessions override it with `SET read_after_write`).
     pub read_after_write: bool,
+    /// `rest.port` (Flink's web UI port): the web dashboard (0 disables it).
+    pub web_port: u16,
+    /// Where each key set away from its default came from (`config file`,
+    /// `command line`, `environment`); keys not listed are defaults.
+    pub origins: BTreeMap<String, &'static str>,
 }
 
 /// See `docs/serving.md` for the measurements behind this default.
@@ -56,6 +61,8 @@ impl Default for Config {
             settings: BTreeMap::new(),
             metrics_port: 9249,
             read_after_write: READ_AFTER_WRITE_DEFAULT,
+            web_port: 8081,
+            origins: BTreeMap::new(),
         }
     }
 }
@@ -93,6 +100,16 @@ impl Config {
             (Some(_), None) => Err("tls.cert-file is set but tls.key-file is not".into()),
             (None, Some(_)) => Err("tls.key-file is set but tls.cert-file is not".into()),
         }
+    }
+
+    /// Where `key`'s value came from: `default` unless something set it.
+    pub fn origin(&self, key: &str) -> &'static str {
+        self.origins.get(key).copied().unwrap_or("default")
+    }
+
+    /// Records that `key` was set by `origin` (the later setter wins).
+    pub fn set_origin(&mut self, key: &str, origin: &'static str) {
+        self.origins.insert(key.to_string(), origin);
     }
 
     /// A server-wide key's value from the file, if set.
@@ -193,6 +210,20 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_micros((ms * 1000.0) as u64))
 }
 
+/// Keys `weir.toml` sets besides the job and server keys of `crate::settings`.
+const FILE_KEYS: &[&str] = &[
+    "listen",
+    "data-dir",
+    "auth.password",
+    "auth.allow-unauthenticated-remote",
+    "tls.cert-file",
+    "tls.key-file",
+    "parallelism.default",
+    "pipeline.max-parallelism",
+    "barrier.interval",
+    "serving.read-after-write",
+];
+
 impl Config {
     /// Loads `path`, or `./weir.toml` if it exists when no path is given.
     pub fn load(path: Option<&Path>) -> Result<Config, String> {
@@ -209,6 +240,15 @@ impl Config {
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let v: toml::Value =
             toml::from_str(&text).map_err(|e| format!("invalid {}: {e}", path.display()))?;
+        for key in FILE_KEYS
+            .iter()
+            .chain(crate::settings::JOB_KEYS.iter().map(|(k, _)| k))
+            .chain(crate::settings::SERVER_KEYS.iter().map(|(k, _)| k))
+        {
+            if lookup(&v, key).is_some() {
+                cfg.set_origin(key, "config file");
+            }
+        }
         if let Some(x) = lookup(&v, "listen").and_then(|x| x.as_str()) {
             cfg.listen = x.to_string();
         }
@@ -279,6 +319,9 @@ impl Config {
             cfg.metrics_port = p
                 .parse()
                 .map_err(|_| "invalid metrics.reporter.prom.port")?;
+        }
+        if let Some(p) = cfg.file_value("rest.port") {
+            cfg.web_port = p.parse().map_err(|_| "invalid rest.port")?;
         }
         if cfg.parallelism > cfg.max_parallelism {
             return Err("parallelism.default cannot exceed pipeline.max-parallelism".into());

@@ -13,6 +13,9 @@
 //! - [`catalog`]: the persisted catalog of tables and views.
 //! - [`ddl`], [`dml`], [`query`], [`show`]: statement execution by kind.
 //! - [`pg_catalog`]: the system tables psql and drivers query.
+//! - [`weir_catalog`]: what the dataflow is doing as SQL tables (jobs, operators,
+//!   exchanges, checkpoints, savepoints, sources, settings, progress).
+//! - [`web`]: the web dashboard over `weir_catalog` (`rest.port`, default 8081).
 //! - [`index`]: CREATE / DROP INDEX (maintained in the stores, used by [`serving`]).
 //! - [`serving`]: statements answered without planning (point reads and writes by
 //!   key through indexes), the shared plan cache, read-after-write.
@@ -51,6 +54,8 @@ pub mod show;
 pub mod sink;
 pub mod statements;
 pub mod subplan;
+pub mod web;
+pub mod weir_catalog;
 
 pub use config::Config;
 pub use database::Database;

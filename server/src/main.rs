@@ -34,6 +34,9 @@ struct ServeArgs {
     /// Prometheus endpoint port (metrics.reporter.prom.port; 0 disables it).
     #[arg(long, global = true)]
     metrics_port: Option<u16>,
+    /// Web dashboard port (rest.port; 0 disables it).
+    #[arg(long, global = true)]
+    web_port: Option<u16>,
     /// PEM certificate chain for TLS connections (tls.cert-file; needs --tls-key).
     #[arg(long, global = true)]
     tls_cert: Option<PathBuf>,
@@ -57,11 +60,14 @@ enum Command {
 
 fn load_config(args: &ServeArgs) -> Result<Config, String> {
     let mut cfg = Config::load(args.config.as_deref())?;
+    let cli = "command line";
     if let Some(l) = &args.listen {
         cfg.listen = l.clone();
+        cfg.set_origin("listen", cli);
     }
     if let Some(d) = &args.data_dir {
         cfg.data_dir = d.clone();
+        cfg.set_origin("data-dir", cli);
     }
     if let Some(p) = args.parallelism {
         if p == 0 || p > cfg.max_parallelism {
@@ -71,24 +77,34 @@ fn load_config(args: &ServeArgs) -> Result<Config, String> {
             ));
         }
         cfg.parallelism = p;
+        cfg.set_origin("parallelism.default", cli);
     }
     if let Some(p) = args.metrics_port {
         cfg.metrics_port = p;
+        cfg.set_origin("metrics.reporter.prom.port", cli);
+    }
+    if let Some(p) = args.web_port {
+        cfg.web_port = p;
+        cfg.set_origin("rest.port", cli);
     }
     if let Some(c) = &args.tls_cert {
         cfg.tls_cert = Some(c.clone());
+        cfg.set_origin("tls.cert-file", cli);
     }
     if let Some(k) = &args.tls_key {
         cfg.tls_key = Some(k.clone());
+        cfg.set_origin("tls.key-file", cli);
     }
     if args.allow_unauthenticated_remote {
         cfg.allow_unauthenticated_remote = true;
+        cfg.set_origin("auth.allow-unauthenticated-remote", cli);
     }
     // A password from the environment keeps it out of files and process lists
     // (docker run -e WEIR_PASSWORD=...).
     if let Ok(pw) = std::env::var("WEIR_PASSWORD") {
         if !pw.is_empty() {
             cfg.password = Some(pw);
+            cfg.set_origin("auth.password", "environment");
         }
     }
     Ok(cfg)
@@ -136,7 +152,16 @@ fn main() {
                 weir_server::metrics_http::start(host, cfg.metrics_port).await;
                 if let Some(ha) = weir_server::cluster::ha_config(&cfg)? {
                     let password = cfg.password.clone();
+                    let (web_host, web_port) = (host.to_string(), cfg.web_port);
                     return weir_server::member::run(cfg, ha, move |member| async move {
+                        let leader = member.clone();
+                        weir_server::web::start(
+                            &web_host,
+                            web_port,
+                            password.clone(),
+                            std::sync::Arc::new(move || leader.database()),
+                        )
+                        .await;
                         if let Err(e) = server::serve_member(member, password, listener, tls).await {
                             tracing::error!(error = %e, "listener failed");
                             std::process::exit(1);
@@ -145,6 +170,14 @@ fn main() {
                     .await;
                 }
                 let db = Database::open(cfg.clone()).await?;
+                let web_db = db.clone();
+                weir_server::web::start(
+                    host,
+                    cfg.web_port,
+                    cfg.password.clone(),
+                    std::sync::Arc::new(move || Some(web_db.clone())),
+                )
+                .await;
                 tracing::info!(listen = %cfg.listen, data_dir = %cfg.data_dir.display(), "weir is ready");
                 server::serve(db, listener, tls).await.map_err(|e| e.to_string())
             }

@@ -7,6 +7,7 @@
 use crate::database::Database;
 use crate::pg_catalog;
 use crate::session::Session;
+use crate::weir_catalog;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::catalog::MemTable;
@@ -71,7 +72,7 @@ pub(crate) fn relations_read(stmt: &Statement) -> SqlResult<Option<Vec<String>>>
 /// searches `pg_catalog` first).
 fn is_catalog_reference(r: &datafusion::common::TableReference) -> bool {
     match r.schema() {
-        Some(s) => s == "pg_catalog" || s == "information_schema",
+        Some(s) => s == "pg_catalog" || s == "information_schema" || s == weir_catalog::SCHEMA,
         None => pg_catalog::is_catalog_table(r.table()),
     }
 }
@@ -98,6 +99,9 @@ pub fn planning_context(db: &Database, stmt: &Statement) -> SqlResult<SessionCon
     }
     if reads_catalog(stmt)? {
         pg_catalog::register_tables(&ctx, db)?;
+    }
+    if weir_catalog::needed(stmt) {
+        weir_catalog::register_empty(&ctx)?;
     }
     Ok(ctx)
 }
@@ -138,6 +142,9 @@ pub fn snapshot_context_nowait(
     }
     if reads_catalog(stmt)? {
         pg_catalog::register_tables(&ctx, db)?;
+    }
+    if weir_catalog::needed(stmt) {
+        weir_catalog::register_snapshot(&ctx, db, stmt)?;
     }
     Ok(ctx)
 }

@@ -70,6 +70,8 @@ pub const SERVER_KEYS: &[(&str, &str)] = &[
     ("jobmanager.execution.failover-strategy", "region"),
     ("state.backend.type", "hashmap"),
     ("metrics.reporter.prom.port", "9249"),
+    // The web dashboard's port (Flink's web UI key; 0 disables it).
+    ("rest.port", "8081"),
     ("s3.endpoint", ""),
     ("s3.region", ""),
     ("s3.access-key-id", ""),

@@ -5,6 +5,7 @@ use crate::database::Database;
 use crate::output::Output;
 use crate::session::Session;
 use crate::settings::Source;
+use crate::weir_catalog::{self, Facts};
 use arrow::array::{RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::sql::sqlparser::ast::{Expr, Set, Statement, Value};
@@ -68,114 +69,57 @@ pub fn show_create(db: &Database, name: &str) -> SqlResult<Output> {
     }
 }
 
-pub fn show_jobs(db: &Database) -> SqlResult<Output> {
-    let cat = db.catalog.read();
-    let jobs = db.runtime().jobs();
-    let rows = cat
-        .relations
-        .iter()
-        .filter(|r| {
-            r.kind == RelationKind::MaterializedView
-                || r.kind == RelationKind::Sink
-                || db.runtime().registry.has_connector(&r.name)
-        })
-        .map(|r| {
-            let j = jobs.iter().find(|j| j.name == r.name);
-            vec![
-                r.name.clone(),
-                j.map(|j| j.status.as_str())
-                    .unwrap_or("UNKNOWN")
-                    .to_string(),
-                j.map(|j| j.parallelism.to_string()).unwrap_or_default(),
-                j.map(|j| j.restarts.to_string()).unwrap_or_default(),
-                j.and_then(|j| j.last_failure.clone()).unwrap_or_default(),
-            ]
-        })
-        .collect();
-    text_table(
-        &["Name", "Status", "Parallelism", "Restarts", "Last Failure"],
-        rows,
+/// `SHOW JOBS`: `weir_catalog.jobs`' name, status, parallelism, restarts, failure.
+pub async fn show_jobs(db: &Database) -> SqlResult<Output> {
+    let facts = Facts::gather(db, false).await;
+    weir_catalog::text_table(
+        "jobs",
+        &facts,
+        &[
+            ("Name", "name"),
+            ("Status", "status"),
+            ("Parallelism", "parallelism"),
+            ("Restarts", "restarts"),
+            ("Last Failure", "last_failure"),
+        ],
     )
-}
-
-fn ms_to_text(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
-        .unwrap_or_default()
 }
 
 /// `SHOW SAVEPOINTS`: name, time, epoch, views, size, location, format version. A
 /// damaged savepoint is listed with the reason in `location`.
 /// `SHOW SOURCE ERRORS`: records connectors skipped (policy `skip`), oldest first.
-pub fn show_source_errors(db: &Database) -> SqlResult<Output> {
-    let rows = db
-        .runtime()
-        .registry
-        .bad_records()
-        .into_iter()
-        .map(|r| {
-            vec![
-                r.table,
-                r.partition.to_string(),
-                r.offset.to_string(),
-                r.reason,
-                ms_to_text(r.at_ms),
-            ]
-        })
-        .collect();
-    text_table(&["table", "partition", "offset", "reason", "at"], rows)
+pub async fn show_source_errors(db: &Database) -> SqlResult<Output> {
+    let facts = Facts::gather(db, false).await;
+    weir_catalog::text_table(
+        "source_errors",
+        &facts,
+        &[
+            ("table", "table_name"),
+            ("partition", "partition"),
+            ("offset", "offset"),
+            ("reason", "reason"),
+            ("at", "at"),
+        ],
+    )
 }
 
+/// `SHOW SAVEPOINTS`: name, time, epoch, views, size, location, format version,
+/// tables. A damaged savepoint is listed with the reason in `location`.
 pub async fn show_savepoints(db: &Database) -> SqlResult<Output> {
-    let rt = db.runtime();
-    let names = |m: &weir_storage::savepoint_meta::SavepointMetadata, tables: bool| {
-        m.views
-            .iter()
-            .filter(|v| v.table == tables)
-            .map(|v| v.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let rows = rt
-        .list_savepoints()
-        .await
-        .map_err(SqlError::from)?
-        .into_iter()
-        .map(|m| match m {
-            Ok(m) => vec![
-                m.name.clone(),
-                ms_to_text(m.created_ms),
-                m.epoch.to_string(),
-                names(&m, false),
-                m.size().to_string(),
-                rt.savepoint_storage().location(&m.name),
-                m.format_version.to_string(),
-                names(&m, true),
-            ],
-            Err(reason) => vec![
-                reason.split(':').next().unwrap_or_default().to_string(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                format!("damaged: {reason}"),
-                String::new(),
-                String::new(),
-            ],
-        })
-        .collect();
-    text_table(
+    let facts = Facts::gather(db, true).await;
+    weir_catalog::text_table(
+        "savepoints",
+        &facts,
         &[
-            "name",
-            "created",
-            "epoch",
-            "views",
-            "size",
-            "location",
-            "format_version",
-            "tables",
+            ("name", "name"),
+            ("created", "created"),
+            ("epoch", "epoch"),
+            ("views", "views"),
+            ("size", "size"),
+            ("location", "location"),
+            ("format_version", "format_version"),
+            ("tables", "tables"),
         ],
-        rows,
     )
 }
 
@@ -267,42 +211,21 @@ pub fn restore_report(reports: Vec<weir_executor::savepoint::RestoreReport>) -> 
     )
 }
 
-pub fn show_checkpoints(db: &Database) -> SqlResult<Output> {
-    let rows = db
-        .runtime()
-        .checkpoints
-        .history()
+/// `SHOW CHECKPOINTS`: `weir_catalog.checkpoints`.
+pub async fn show_checkpoints(db: &Database) -> SqlResult<Output> {
+    let facts = Facts::gather(db, false).await;
+    let columns: Vec<(&str, &str)> = ["id", "job", "status", "trigger_time", "duration_ms"]
         .into_iter()
-        .map(|r| {
-            vec![
-                r.id.to_string(),
-                r.job_name,
-                r.status.as_str().to_string(),
-                ms_to_text(r.trigger_time_ms),
-                r.duration_ms.map(|d| d.to_string()).unwrap_or_default(),
-                r.alignment_ms.to_string(),
-                r.full_size.to_string(),
-                r.incremental_size.to_string(),
-                r.path,
-                r.failure.unwrap_or_default(),
-            ]
-        })
-        .collect();
-    text_table(
-        &[
-            "id",
-            "job",
-            "status",
-            "trigger_time",
-            "duration_ms",
+        .chain([
             "alignment_ms",
             "full_size",
             "incremental_size",
             "path",
             "failure",
-        ],
-        rows,
-    )
+        ])
+        .map(|c| (c, c))
+        .collect();
+    weir_catalog::text_table("checkpoints", &facts, &columns)
 }
 
 fn value_text(e: &Expr) -> String {

@@ -83,6 +83,8 @@ pub struct WeirProcess {
     pub port: u16,
     /// The Prometheus endpoint's port.
     pub metrics_port: u16,
+    /// The web dashboard's port.
+    pub web_port: u16,
     pub data_dir: PathBuf,
     parallelism: u32,
     extra_config: String,
@@ -101,6 +103,7 @@ impl WeirProcess {
             child: None,
             port: 0,
             metrics_port: 0,
+            web_port: 0,
             data_dir: data_dir.to_path_buf(),
             parallelism,
             extra_config: config.to_string(),
@@ -117,6 +120,7 @@ impl WeirProcess {
             child: None,
             port,
             metrics_port: 0,
+            web_port: 0,
             log_path: data_dir.with_extension("log"),
             data_dir,
             parallelism: 0,
@@ -128,6 +132,7 @@ impl WeirProcess {
         std::fs::create_dir_all(&self.data_dir).expect("data dir");
         self.port = free_port();
         self.metrics_port = free_port();
+        self.web_port = free_port();
         let config_path = self.data_dir.with_extension("toml");
         std::fs::write(&config_path, &self.extra_config).expect("config");
         let log = std::fs::OpenOptions::new()
@@ -146,6 +151,8 @@ impl WeirProcess {
             .arg(self.parallelism.to_string())
             .arg("--metrics-port")
             .arg(self.metrics_port.to_string())
+            .arg("--web-port")
+            .arg(self.web_port.to_string())
             // Tests may inject failures (`SET failpoint.<name> = ...`).
             .env("WEIR_FAILPOINTS", "1")
             .stdout(Stdio::null())
@@ -206,21 +213,33 @@ impl WeirProcess {
 
     /// The text of `GET /metrics`.
     pub async fn metrics(&self) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port))
-            .await
-            .expect("metrics endpoint");
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            .await
-            .expect("request");
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.expect("response");
-        out
+        http_get(self.metrics_port, "/metrics", &[]).await
+    }
+
+    /// The whole HTTP response (status line, headers, body) of `GET path` on the web
+    /// dashboard, with extra request header lines.
+    pub async fn web_get(&self, path: &str, headers: &[&str]) -> String {
+        http_get(self.web_port, path, headers).await
     }
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
+}
+
+/// `GET path` on a loopback port; the whole response as text.
+pub async fn http_get(port: u16, path: &str, headers: &[&str]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("HTTP endpoint");
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{extra}\r\n").as_bytes())
+        .await
+        .expect("request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.expect("response");
+    out
 }
 
 impl Drop for WeirProcess {

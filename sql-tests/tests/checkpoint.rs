@@ -47,7 +47,7 @@ async fn insert_range(client: &Client, from: i64, to: i64) {
 }
 
 fn metric(text: &str, name: &str, job: &str) -> Option<f64> {
-    let prefix = format!("weir_{name}{{job=\"{job}\"}} ");
+    let prefix = format!("weir_{name}{{job_name=\"{job}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .and_then(|v| v.trim().parse().ok())
@@ -559,7 +559,7 @@ async fn a_slow_operator_shows_as_backpressure_upstream() {
         seen = m
             .lines()
             .filter(|l| {
-                l.starts_with("weir_backPressuredTimeMsPerSecond{") && l.contains("job=\"t\"")
+                l.starts_with("weir_backPressuredTimeMsPerSecond{") && l.contains("job_name=\"t\"")
             })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
             .max()

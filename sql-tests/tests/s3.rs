@@ -54,7 +54,7 @@ async fn checkpoints_round_trip_through_a_real_s3_endpoint() {
     assert_eq!(value(&c, "SELECT count(*) FROM t").await, "4900");
     let m = server.metrics().await;
     assert!(
-        m.contains("weir_lastCheckpointRestoreTimestamp{job=\"per_group\"}"),
+        m.contains("weir_lastCheckpointRestoreTimestamp{job_name=\"per_group\"}"),
         "per_group was not restored from S3"
     );
 }

@@ -6,7 +6,7 @@ use weir_sql_tests::WeirProcess;
 
 /// Sum of `weir_numRecordsIn` over the actors of `job`.
 fn records_in(metrics: &str, job: &str) -> f64 {
-    let label = format!("job=\"{job}\"");
+    let label = format!("job_name=\"{job}\"");
     metrics
         .lines()
         .filter(|l| l.starts_with("weir_numRecordsIn{") && l.contains(&label))

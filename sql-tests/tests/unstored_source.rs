@@ -88,7 +88,7 @@ async fn unstored_sources_regenerate_rows_for_views_and_recovery() {
     assert!(
         metrics
             .lines()
-            .any(|l| l.starts_with("weir_lastCheckpointRestoreTimestamp{job=\"per_auction\"}")),
+            .any(|l| l.starts_with("weir_lastCheckpointRestoreTimestamp{job_name=\"per_auction\"}")),
         "per_auction was not restored from a checkpoint:\n{metrics}"
     );
     wait_until(&c, "SELECT sum(n) FROM per_auction", 60, |r| {

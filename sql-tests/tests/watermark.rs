@@ -10,7 +10,7 @@ use weir_sql_tests::WeirProcess;
 /// The relation's `currentOutputWatermark` in ms, if it has one.
 async fn watermark(server: &WeirProcess, job: &str) -> Option<i64> {
     let text = server.metrics().await;
-    let prefix = format!("weir_currentOutputWatermark{{job=\"{job}\"}} ");
+    let prefix = format!("weir_currentOutputWatermark{{job_name=\"{job}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .map(|v| v.trim().parse().unwrap())

@@ -17,6 +17,7 @@ use super::stats::{CheckpointHistory, CheckpointRecord, CheckpointStatus};
 use super::uploader::{JobUploader, UploadDone, WorkerMsg};
 use crate::actor::ActorId;
 use crate::barrier::Epoch;
+use crate::jobs::now_ms;
 use crate::metrics::metrics;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -95,17 +96,12 @@ pub struct CheckpointCoordinator {
     durable: watch::Receiver<Epoch>,
     /// Handle to ourselves for timers.
     me: Weak<Self>,
+    /// Bytes per state uid in each job's last completed checkpoint (by job name).
+    state_sizes: Mutex<HashMap<String, BTreeMap<String, u64>>>,
 }
 
 fn elapsed_ms(since: Instant) -> u64 {
     since.elapsed().as_millis() as u64
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 impl CheckpointCoordinator {
@@ -130,6 +126,7 @@ impl CheckpointCoordinator {
             max_parallelism,
             durable,
             me: me.clone(),
+            state_sizes: Mutex::new(HashMap::new()),
         });
         let weak = Arc::downgrade(&c);
         tokio::spawn(async move {
@@ -453,6 +450,12 @@ impl CheckpointCoordinator {
                 m.in_progress_checkpoints
                     .with_label_values(&name)
                     .set((j.in_progress.len() + j.uploading) as i64);
+                let sizes = meta
+                    .state
+                    .iter()
+                    .map(|u| (u.uid.clone(), u.files.iter().map(|f| f.size).sum::<u64>()))
+                    .collect();
+                self.state_sizes.lock().insert(j.name.clone(), sizes);
                 self.history.lock().update(done.job, done.epoch, |r| {
                     r.status = CheckpointStatus::Completed;
                     r.duration_ms = Some(done.duration_ms);
@@ -466,6 +469,15 @@ impl CheckpointCoordinator {
                 self.fail(done.job, j, done.epoch, done.duration_ms, reason);
             }
         }
+    }
+
+    /// Bytes per state uid in job `name`'s last completed checkpoint.
+    pub fn state_sizes(&self, name: &str) -> BTreeMap<String, u64> {
+        self.state_sizes
+            .lock()
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Waits until every job in `jobs` has finished checkpoint `epoch`, either way.
@@ -595,7 +607,10 @@ mod tests {
         assert!(finished.is_ok(), "not finished: {:?}", c.history());
         assert_eq!(status(&c), Some(CheckpointStatus::Completed));
         assert_eq!(completions.recv().await.unwrap(), (7, 1));
-        let restored = load_latest(&c.storage, 7, "v").await.expect("restorable");
+        let board = crate::progress::ProgressBoard::default();
+        let restored = load_latest(&c.storage, 7, "v", &board)
+            .await
+            .expect("restorable");
         assert_eq!(restored.meta.epoch, 1);
         assert_eq!(restored.meta.positions["t"], 42);
         let mut entries = restored.keyed["v.hashagg.x"].to_entries();

@@ -6,6 +6,7 @@
 
 use crate::barrier::Epoch;
 use crate::metrics::metrics;
+use crate::progress::{ProgressBoard, Task, Unit};
 use std::collections::HashMap;
 use weir_storage::checkpoint_meta::{self, CheckpointMetadata, UidState};
 use weir_storage::object_storage::ObjectStorage;
@@ -85,11 +86,18 @@ pub(crate) async fn read_chain(
     Ok(datas)
 }
 
-async fn load(storage: &ObjectStorage, meta: CheckpointMetadata) -> crate::Result<RestoredJob> {
+async fn load(
+    storage: &ObjectStorage,
+    meta: CheckpointMetadata,
+    mut task: Task,
+) -> crate::Result<RestoredJob> {
+    let file_bytes = |u: &UidState| u.files.iter().map(|f| f.size).sum::<u64>();
+    task.set_total(meta.state.iter().map(file_bytes).sum());
     let mut keyed = HashMap::new();
     let mut rows = HashMap::new();
     for u in &meta.state {
         let datas = read_chain(storage, u).await?;
+        task.advance(file_bytes(u));
         match u.kind {
             // Rows are applied change by change by the store that loads them: merging
             // the chain first would hash every row twice.
@@ -104,6 +112,7 @@ async fn load(storage: &ObjectStorage, meta: CheckpointMetadata) -> crate::Resul
             }
         }
     }
+    task.finish();
     Ok(RestoredJob {
         start: JobStart {
             chain: meta.state.clone(),
@@ -117,7 +126,13 @@ async fn load(storage: &ObjectStorage, meta: CheckpointMetadata) -> crate::Resul
 }
 
 /// The newest checkpoint of `job` that reads back intact, or `None`.
-pub async fn load_latest(storage: &ObjectStorage, job: u64, name: &str) -> Option<RestoredJob> {
+/// Reading it is reported on `board` as `recovery` of `name`.
+pub async fn load_latest(
+    storage: &ObjectStorage,
+    job: u64,
+    name: &str,
+    board: &ProgressBoard,
+) -> Option<RestoredJob> {
     // A job that is being restarted may still have its previous run's upload in
     // flight: that checkpoint completes while we read and garbage-collects the files
     // of the one we picked. Then a newer checkpoint exists: look again.
@@ -134,7 +149,7 @@ pub async fn load_latest(storage: &ObjectStorage, job: u64, name: &str) -> Optio
             return None;
         }
         newest_tried = epochs.last().copied();
-        if let Some(r) = load_newest_intact(storage, job, name, &epochs).await {
+        if let Some(r) = load_newest_intact(storage, job, name, &epochs, board).await {
             return Some(r);
         }
     }
@@ -147,11 +162,17 @@ async fn load_newest_intact(
     job: u64,
     name: &str,
     epochs: &[Epoch],
+    board: &ProgressBoard,
 ) -> Option<RestoredJob> {
     for &epoch in epochs.iter().rev() {
         let attempt = async {
             let meta = read_metadata(storage, job, epoch).await?;
-            load(storage, meta).await
+            load(
+                storage,
+                meta,
+                board.start("recovery", name, Unit::Bytes, None),
+            )
+            .await
         }
         .await;
         match attempt {

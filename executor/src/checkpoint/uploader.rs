@@ -270,7 +270,7 @@ impl JobUploader {
             job_name: self.name.clone(),
             epoch,
             trigger_time_ms: trigger_ms,
-            completed_time_ms: chrono_now_ms(),
+            completed_time_ms: crate::jobs::now_ms(),
             positions: positions.clone(),
             full_size: state.iter().flat_map(|u| &u.files).map(|f| f.size).sum(),
             incremental_size: uploaded,
@@ -341,13 +341,6 @@ pub(crate) async fn materialize_chain(
     Ok(tokio::task::block_in_place(|| {
         state_snapshot::encode(&merged)
     })?)
-}
-
-pub(crate) fn chrono_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Merges a chain of decoded files into one: last write wins for keyed state,

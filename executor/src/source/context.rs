@@ -125,8 +125,29 @@ impl SourceContext {
                 partition,
                 offset,
                 reason,
-                at_ms: crate::checkpoint::uploader::chrono_now_ms(),
+                at_ms: crate::jobs::now_ms(),
             });
+        }
+    }
+
+    /// Where reading partition `partition` stands (`weir_catalog.sources`, the
+    /// `pendingRecords` metric).
+    pub fn partition_position(
+        &self,
+        connector: &'static str,
+        partition: i32,
+        position: i64,
+        high_watermark: Option<i64>,
+    ) {
+        if let Some(rt) = self.runtime.upgrade() {
+            rt.registry
+                .note_source_partition(crate::jobs::SourcePartition {
+                    table: self.table.clone(),
+                    connector,
+                    partition,
+                    position,
+                    high_watermark,
+                });
         }
     }
 

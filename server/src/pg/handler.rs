@@ -40,14 +40,44 @@ where
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
     for n in std::mem::take(&mut session.notices) {
-        let info = ErrorInfo::new("NOTICE".to_owned(), "00000".to_owned(), n);
-        client
-            .feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
-                info,
-            )))
-            .await?;
+        client.feed(notice(n)).await?;
     }
     Ok(())
+}
+
+fn notice(text: String) -> PgWireBackendMessage {
+    PgWireBackendMessage::NoticeResponse(NoticeResponse::from(ErrorInfo::new(
+        "NOTICE".to_owned(),
+        "00000".to_owned(),
+        text,
+    )))
+}
+
+/// Runs a statement while forwarding the progress its long work reports
+/// (`weir_executor::progress`: backfill, SAVEPOINT, RESTORE) as NOTICEs, each flushed
+/// at once so that psql prints it while the statement still runs.
+async fn with_progress_notices<C, T>(
+    client: &mut C,
+    work: impl std::future::Future<Output = T>,
+) -> PgWireResult<T>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let work = weir_executor::progress::NOTICES.scope(tx, work);
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => {
+                while let Ok(text) = rx.try_recv() {
+                    client.feed(notice(text)).await?;
+                }
+                return Ok(out);
+            }
+            Some(text) = rx.recv() => client.send(notice(text)).await?,
+        }
+    }
 }
 
 /// Applies the `-c name=value` settings of the startup packet's `options` (libpq's
@@ -330,7 +360,7 @@ impl SimpleQueryHandler for Connection {
     {
         let mut session = self.session.lock().await;
         apply_startup_options(client.metadata(), &mut session)?;
-        let results = self.db.execute(&mut session, query).await;
+        let results = with_progress_notices(client, self.db.execute(&mut session, query)).await?;
         send_notices(client, &mut session).await?;
         release_statements(client, &mut session);
         let mut responses = Vec::with_capacity(results.len());
@@ -400,7 +430,7 @@ impl ExtendedQueryHandler for Connection {
         let sql = params::bind(&stmt.sql, portal, &stmt.param_types)?;
         let mut session = self.session.lock().await;
         apply_startup_options(client.metadata(), &mut session)?;
-        let out = self.db.execute_one(&mut session, &sql).await;
+        let out = with_progress_notices(client, self.db.execute_one(&mut session, &sql)).await?;
         send_notices(client, &mut session).await?;
         release_statements(client, &mut session);
         let out = out.map_err(to_pg_error)?;

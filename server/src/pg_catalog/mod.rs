@@ -17,7 +17,7 @@ mod info_schema;
 mod objects;
 mod procs;
 mod rewrite;
-mod rows;
+pub(crate) mod rows;
 mod tables;
 mod types;
 
@@ -30,7 +30,8 @@ use weir_planner::SqlResult;
 
 pub use functions::version_string;
 pub use objects::{
-    NAMESPACE_INFORMATION_SCHEMA, NAMESPACE_PG_CATALOG, NAMESPACE_PUBLIC, RELATION_OID_BASE,
+    NAMESPACE_INFORMATION_SCHEMA, NAMESPACE_PG_CATALOG, NAMESPACE_PUBLIC, NAMESPACE_WEIR_CATALOG,
+    RELATION_OID_BASE,
 };
 pub use rewrite::{is_catalog_table, needs_catalog, rewrite_statement};
 pub use tables::{SERVER_VERSION, SERVER_VERSION_NUM};
@@ -51,6 +52,11 @@ fn system_tables() -> Vec<(u32, &'static str, &'static Spec)> {
                 .iter()
                 .map(|s| (NAMESPACE_INFORMATION_SCHEMA, "information_schema", *s)),
         )
+        .chain(
+            crate::weir_catalog::TABLES
+                .iter()
+                .map(|t| (NAMESPACE_WEIR_CATALOG, crate::weir_catalog::SCHEMA, &t.spec)),
+        )
         .collect()
 }
 
@@ -67,6 +73,10 @@ pub fn register_tables(ctx: &SessionContext, db: &Database) -> SqlResult<()> {
         catalog.register_schema(schema, Arc::new(MemorySchemaProvider::new()))?;
     }
     for (ns, schema, spec) in &system {
+        // Built only for statements that name it (`crate::weir_catalog`).
+        if *ns == NAMESPACE_WEIR_CATALOG {
+            continue;
+        }
         let rows = if *ns == NAMESPACE_PG_CATALOG {
             tables::rows(spec, &objects, db)
         } else {

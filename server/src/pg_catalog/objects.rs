@@ -17,6 +17,8 @@ use crate::database::Database;
 pub const NAMESPACE_PG_CATALOG: u32 = 11;
 pub const NAMESPACE_PUBLIC: u32 = 2200;
 pub const NAMESPACE_INFORMATION_SCHEMA: u32 = 13000;
+/// `weir_catalog` (`crate::weir_catalog`): listed in `pg_class` so tools find it.
+pub const NAMESPACE_WEIR_CATALOG: u32 = 13100;
 /// Relation oids are the catalog id plus this offset, clear of Postgres's system oids.
 pub const RELATION_OID_BASE: u32 = 16384;
 /// The owner of everything (Postgres's bootstrap superuser oid).
@@ -48,6 +50,10 @@ pub const NAMESPACES: &[Namespace] = &[
     Namespace {
         oid: NAMESPACE_INFORMATION_SCHEMA,
         name: "information_schema",
+    },
+    Namespace {
+        oid: NAMESPACE_WEIR_CATALOG,
+        name: "weir_catalog",
     },
 ];
 

@@ -4,10 +4,11 @@
 //! table's `pg_attribute` / `information_schema.columns` description.
 
 use arrow::array::{
-    ArrayRef, BooleanBuilder, Float32Builder, Int16Builder, Int32Builder, ListBuilder, RecordBatch,
-    StringBuilder, UInt32Builder,
+    ArrayRef, BooleanBuilder, Float32Builder, Float64Builder, Int16Builder, Int32Builder,
+    Int64Builder, ListBuilder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder,
+    UInt32Builder,
 };
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use std::sync::Arc;
 use weir_planner::SqlResult;
 
@@ -18,7 +19,11 @@ pub enum Col {
     Oid,
     Int2,
     Int4,
+    Int8,
     Float4,
+    Float8,
+    /// `timestamptz` (microseconds, UTC).
+    Timestamp,
     Bool,
     /// `name`, `text`, `char`.
     Text,
@@ -37,7 +42,10 @@ impl Col {
             Col::Oid => DataType::UInt32,
             Col::Int2 => DataType::Int16,
             Col::Int4 => DataType::Int32,
+            Col::Int8 => DataType::Int64,
             Col::Float4 => DataType::Float32,
+            Col::Float8 => DataType::Float64,
+            Col::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             Col::Bool => DataType::Boolean,
             Col::Text => DataType::Utf8,
             Col::OidList => item(DataType::UInt32),
@@ -52,7 +60,10 @@ impl Col {
             Col::Oid => 26,
             Col::Int2 => 21,
             Col::Int4 => 23,
+            Col::Int8 => 20,
             Col::Float4 => 700,
+            Col::Float8 => 701,
+            Col::Timestamp => 1184,
             Col::Bool => 16,
             Col::Text => 25,
             Col::OidList => 1028,
@@ -69,7 +80,11 @@ pub enum V {
     Oid(u32),
     I16(i16),
     I32(i32),
+    I64(i64),
     F32(f32),
+    F64(f64),
+    /// Microseconds since the Unix epoch.
+    Ts(i64),
     Bool(bool),
     Text(String),
     Oids(Vec<u32>),
@@ -86,6 +101,18 @@ impl From<&str> for V {
 impl From<String> for V {
     fn from(s: String) -> V {
         V::Text(s)
+    }
+}
+
+impl From<i64> for V {
+    fn from(n: i64) -> V {
+        V::I64(n)
+    }
+}
+
+impl From<Option<i64>> for V {
+    fn from(n: Option<i64>) -> V {
+        n.map_or(V::Null, V::I64)
     }
 }
 
@@ -170,7 +197,20 @@ fn column<'a>(col: Col, cells: impl Iterator<Item = &'a V>) -> Result<ArrayRef, 
         Col::Oid => scalar!(UInt32Builder, Oid),
         Col::Int2 => scalar!(Int16Builder, I16),
         Col::Int4 => scalar!(Int32Builder, I32),
+        Col::Int8 => scalar!(Int64Builder, I64),
         Col::Float4 => scalar!(Float32Builder, F32),
+        Col::Float8 => scalar!(Float64Builder, F64),
+        Col::Timestamp => {
+            let mut b = TimestampMicrosecondBuilder::new().with_timezone("UTC");
+            for v in cells {
+                match v {
+                    V::Null => b.append_null(),
+                    V::Ts(x) => b.append_value(*x),
+                    other => return Err(other.clone()),
+                }
+            }
+            Arc::new(b.finish()) as ArrayRef
+        }
         Col::Bool => scalar!(BooleanBuilder, Bool),
         Col::Text => scalar!(StringBuilder, Text),
         Col::OidList => list!(UInt32Builder, Oids),

@@ -68,7 +68,10 @@ fn positional_literal(shape: &str) -> bool {
 
 /// Plans `stmt` (parsed from `shape`) for reuse, if it may be.
 pub async fn plan(db: &Database, shape: &str, stmt: &Statement) -> Option<CachedQuery> {
-    if !matches!(stmt, Statement::Query(_)) || crate::pg_catalog::needs_catalog(stmt) {
+    if !matches!(stmt, Statement::Query(_))
+        || crate::pg_catalog::needs_catalog(stmt)
+        || crate::weir_catalog::needed(stmt)
+    {
         return None;
     }
     let volatile = shape

@@ -75,9 +75,9 @@ async fn execute_weir(
             show::show_relations(db, RelationKind::MaterializedView)
         }
         WeirStatement::ShowCreateMaterializedView(name) => show::show_create(db, &name),
-        WeirStatement::ShowJobs => show::show_jobs(db),
+        WeirStatement::ShowJobs => show::show_jobs(db).await,
         WeirStatement::ShowCluster => crate::member::show_cluster(db.member.as_deref()).await,
-        WeirStatement::ShowCheckpoints => show::show_checkpoints(db),
+        WeirStatement::ShowCheckpoints => show::show_checkpoints(db).await,
         WeirStatement::SetKey(key, value) => show::set_key(session, key, value),
         s @ (WeirStatement::Savepoint { .. }
         | WeirStatement::DropSavepoint(_)
@@ -97,7 +97,7 @@ async fn execute_weir(
             Ok(Output::command("RELEASE"))
         }
         WeirStatement::ShowSavepoints => show::show_savepoints(db).await,
-        WeirStatement::ShowSourceErrors => show::show_source_errors(db),
+        WeirStatement::ShowSourceErrors => show::show_source_errors(db).await,
         WeirStatement::ShowSinks => crate::sink::show_sinks(db),
         WeirStatement::CreateSink {
             name,

@@ -36,6 +36,10 @@ const BATCH_RECORDS: usize = 20_000;
 const IDLE_POLL: Duration = Duration::from_millis(100);
 /// How often the topic's partitions are looked up again.
 const PARTITION_DISCOVERY: Duration = Duration::from_secs(5);
+/// How often a reader reports its partitions' positions and lag, and how long it
+/// waits for the broker to tell a partition's end (then it reports no end this time).
+const LAG_REPORT: Duration = Duration::from_secs(2);
+const LAG_TIMEOUT: Duration = Duration::from_millis(200);
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `scan.startup.mode`, for partitions the table has no logged position for.
@@ -259,6 +263,7 @@ struct Reader<'a> {
     positions: SourcePositions,
     known: Vec<i32>,
     last_discovery: Instant,
+    last_lag_report: Instant,
     /// Created on the first bad record of a dead-letter table, then reused.
     dlq_producer: Option<BaseProducer>,
 }
@@ -276,6 +281,7 @@ fn read(ctx: &SourceContext, spec: &KafkaSpec, index: u32, consumer: BaseConsume
             return Ok(());
         }
         reader.discover_partitions()?;
+        reader.report_lag();
     }
 }
 
@@ -324,6 +330,7 @@ impl<'a> Reader<'a> {
             positions: start.positions,
             known: vec![],
             last_discovery: Instant::now(),
+            last_lag_report: Instant::now(),
             dlq_producer: None,
             consumer,
         };
@@ -504,6 +511,29 @@ impl<'a> Reader<'a> {
             None => RecordBatch::new_empty(self.schemas.table.clone()),
         };
         self.ctx.write(StreamChunk::inserts(rows), positions)
+    }
+
+    /// Every LAG_REPORT, each partition's position and end (its high watermark, asked
+    /// of the broker with a short timeout: Flink's Kafka source polls end offsets too).
+    fn report_lag(&mut self) {
+        if self.last_lag_report.elapsed() < LAG_REPORT {
+            return;
+        }
+        self.last_lag_report = Instant::now();
+        for &p in &self.known {
+            // A partition nothing was read from yet has no position to report.
+            let Some(&position) = self.positions.get(&self.spec.position_key(p)) else {
+                continue;
+            };
+            let end = self
+                .consumer
+                .fetch_watermarks(&self.spec.topic, p, LAG_TIMEOUT)
+                .ok()
+                .map(|(_, high)| high)
+                .filter(|h| *h >= 0);
+            self.ctx
+                .partition_position("kafka", p, position as i64, end);
+        }
     }
 
     /// Every PARTITION_DISCOVERY, assigns partitions added to the topic since.
