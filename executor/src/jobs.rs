@@ -116,17 +116,21 @@ impl JobRegistry {
         self.source_partitions.lock().retain(|(t, _), _| t != name);
     }
 
-    /// A connector's position in one partition (with the lag metric).
-    pub(crate) fn note_source_partition(&self, p: SourcePartition) {
+    /// A connector's position in one partition (with the lag metric). A partition
+    /// whose end the broker did not tell this time keeps the last end it told.
+    pub(crate) fn note_source_partition(&self, mut p: SourcePartition) {
+        let mut known = self.source_partitions.lock();
+        let key = (p.table.clone(), p.partition);
+        if p.high_watermark.is_none() {
+            p.high_watermark = known.get(&key).and_then(|old| old.high_watermark);
+        }
         if let Some(lag) = p.lag() {
             crate::metrics::metrics()
                 .pending_records
                 .with_label_values(&[p.table.as_str(), &p.partition.to_string()])
                 .set(lag);
         }
-        self.source_partitions
-            .lock()
-            .insert((p.table.clone(), p.partition), p);
+        known.insert(key, p);
     }
 
     /// Every connector partition's position, by table and partition.

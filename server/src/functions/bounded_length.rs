@@ -2,11 +2,14 @@
 //!
 //! DataFusion's versions allocate the requested length up front, so `lpad('x',
 //! 9223372036854775807)` (sqlsmith writes such calls) aborts the connection's task with
-//! a capacity overflow. Postgres refuses results past its allocation limit with 54000
-//! ("requested length too large"); these wrappers check the length argument the same
-//! way, then run DataFusion's function.
+//! a capacity overflow, and so does a negative length in a column (cast to an unsigned
+//! size) or lengths that add up past what one batch can hold. Postgres refuses results
+//! past its allocation limit with 54000 ("requested length too large") and pads to an
+//! empty string for a negative length; these wrappers do the same — negative lengths
+//! become 0, a value or a batch past the limit is refused — then run DataFusion's
+//! function.
 
-use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::array::{Array, AsArray, Int64Array};
 use datafusion::arrow::datatypes::FieldRef;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -39,21 +42,29 @@ fn too_large() -> DataFusionError {
     )))
 }
 
-/// The largest length (or count) `arg` asks for in any row.
-fn largest(arg: &ColumnarValue) -> Result<Option<i64>> {
-    let as_i64 = |v: &ScalarValue| v.cast_to(&DataType::Int64).ok();
+/// `arg` with negative lengths as 0, and the largest and the total length it asks
+/// for over `rows` rows.
+fn non_negative(arg: &ColumnarValue, rows: usize) -> Result<(ColumnarValue, i64, i64)> {
     Ok(match arg {
-        ColumnarValue::Scalar(v) => match as_i64(v) {
-            Some(ScalarValue::Int64(n)) => n,
-            _ => None,
+        ColumnarValue::Scalar(v) => match v.cast_to(&DataType::Int64).ok() {
+            Some(ScalarValue::Int64(Some(n))) if n < 0 => {
+                let zero = ScalarValue::Int64(Some(0)).cast_to(&v.data_type())?;
+                (ColumnarValue::Scalar(zero), 0, 0)
+            }
+            Some(ScalarValue::Int64(Some(n))) => (arg.clone(), n, n.saturating_mul(rows as i64)),
+            _ => (arg.clone(), 0, 0),
         },
         ColumnarValue::Array(a) => {
-            let a = datafusion::arrow::compute::cast(a, &DataType::Int64)?;
-            let a = a.as_primitive::<Int64Type>();
-            (0..a.len())
-                .filter(|&i| a.is_valid(i))
-                .map(|i| a.value(i))
-                .max()
+            let wide = datafusion::arrow::compute::cast(a, &DataType::Int64)?;
+            let clamped: Int64Array = wide
+                .as_primitive::<Int64Type>()
+                .iter()
+                .map(|n| n.map(|n| n.max(0)))
+                .collect();
+            let largest = clamped.iter().flatten().max().unwrap_or(0);
+            let total = clamped.iter().flatten().fold(0i64, i64::saturating_add);
+            let back = datafusion::arrow::compute::cast(&clamped, a.data_type())?;
+            (ColumnarValue::Array(back), largest, total)
         }
     })
 }
@@ -74,11 +85,15 @@ impl ScalarUDFImpl for BoundedLength {
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
         self.inner.coerce_types(arg_types)
     }
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+    fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         if let Some(arg) = args.args.get(self.length_arg) {
-            if largest(arg)?.is_some_and(|n| n > MAX_LENGTH) {
+            let (clamped, largest, total) = non_negative(arg, args.number_rows)?;
+            // One value past Postgres's limit, or a batch DataFusion would allocate
+            // past it in one piece.
+            if largest > MAX_LENGTH || total > MAX_LENGTH {
                 return Err(too_large());
             }
+            args.args[self.length_arg] = clamped;
         }
         self.inner.invoke_with_args(args)
     }

@@ -39,7 +39,7 @@ const PARTITION_DISCOVERY: Duration = Duration::from_secs(5);
 /// How often a reader reports its partitions' positions and lag, and how long it
 /// waits for the broker to tell a partition's end (then it reports no end this time).
 const LAG_REPORT: Duration = Duration::from_secs(2);
-const LAG_TIMEOUT: Duration = Duration::from_millis(200);
+const LAG_TIMEOUT: Duration = Duration::from_millis(500);
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `scan.startup.mode`, for partitions the table has no logged position for.
