@@ -91,6 +91,9 @@ def main():
         before = wait("the view's operators", first)
         with psycopg.connect(f"host=127.0.0.1 port={pg_port} user=weir dbname=weir",
                              autocommit=True) as conn:
+            # The slow view's failpoint off first: while it is back-pressured, the
+            # generator feeding it holds the write lock the INSERT needs.
+            conn.execute("SET failpoint.operator.slow.slow = 'off'")
             conn.execute("INSERT INTO t SELECT x, x FROM generate_series(1, 500) AS s(x)")
         after = wait("the new rows on the page", lambda: first() >= before + 500 and first())
         out["records_in"] = [before, after]
