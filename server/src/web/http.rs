@@ -72,14 +72,19 @@ impl Response {
         }
     }
 
-    pub fn json(value: &serde_json::Value) -> Response {
+    /// A generated body that no cache may keep.
+    pub fn body(content_type: &'static str, body: String) -> Response {
         Response {
             status: 200,
-            content_type: "application/json",
-            body: value.to_string().into_bytes(),
+            content_type,
+            body: body.into_bytes(),
             cache: "no-store",
             challenge: false,
         }
+    }
+
+    pub fn json(value: &serde_json::Value) -> Response {
+        Response::body("application/json", value.to_string())
     }
 
     /// 401 with a Basic challenge: the browser asks for the password.

@@ -8,7 +8,7 @@
 //! With `auth.password` set, every request needs HTTP Basic credentials carrying that
 //! password (any user name), so the browser asks for it.
 
-mod http;
+pub(crate) mod http;
 
 use crate::database::Database;
 use crate::pg_catalog::rows::V;
