@@ -37,17 +37,21 @@ def browser():
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
 
 
-def wait(what, check):
+def wait(what, check, show=None):
+    """Polls `check` until it gives a true value; on timeout, says what `show` (or
+    `check`) last gave."""
     deadline = time.time() + TIMEOUT
+    last = None
     while True:
         try:
             v = check()
-        except Exception:  # the page is re-rendering: try again
-            v = None
+            last = show() if show else v
+        except Exception as e:  # the page is re-rendering: try again
+            v, last = None, repr(e)
         if v:
             return v
         if time.time() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
+            raise SystemExit(f"timed out waiting for {what}; last seen: {last}")
         time.sleep(0.2)
 
 
@@ -59,6 +63,14 @@ def table(driver, test):
         ".map(r => [...r.querySelectorAll('td')].map(td => td.innerText.trim()));", test)
 
 
+def visit(driver, route):
+    """Opens `route` (`#/...`) and waits until the page shows it: a hash change
+    leaves the previous page's content up until the new one is rendered."""
+    driver.get(url + "/" + route)
+    wait(f"the page {route}",
+         lambda: driver.find_element(By.ID, "main").get_attribute("data-route") == route)
+
+
 def renders(driver):
     return int(driver.find_element(By.ID, "main").get_attribute("data-renders") or 0)
 
@@ -68,13 +80,13 @@ def main():
     out = {}
     try:
         # Overview: the jobs created through SQL.
-        driver.get(url + "/#/")
+        visit(driver, "#/")
         jobs = wait("jobs", lambda: [r for r in table(driver, "jobs") if len(r) > 1])
         out["overview_jobs"] = [r[:5] for r in jobs]
         driver.save_screenshot(os.path.join(shots, "overview.png"))
 
         # The job graph with a back-pressured fragment.
-        driver.get(url + "/#/job/" + busy_job)
+        visit(driver, "#/job/" + busy_job)
         wait("a back-pressured fragment", lambda: driver.find_elements(
             By.CSS_SELECTOR, "g[data-fragment][data-backpressure='HIGH'], "
                              "g[data-fragment][data-backpressure='LOW']"))
@@ -86,7 +98,7 @@ def main():
         driver.save_screenshot(os.path.join(shots, "job-graph.png"))
 
         # The page updates by itself once more rows arrive.
-        driver.get(url + "/#/job/" + view)
+        visit(driver, "#/job/" + view)
         first = lambda: int(table(driver, "operators")[0][4].replace(",", ""))
         before = wait("the view's operators", first)
         with psycopg.connect(f"host=127.0.0.1 port={pg_port} user=weir dbname=weir",
@@ -94,12 +106,16 @@ def main():
             # The slow view's failpoint off first: while it is back-pressured, the
             # generator feeding it holds the write lock the INSERT needs.
             conn.execute("SET failpoint.operator.slow.slow = 'off'")
+            t0 = time.time()
             conn.execute("INSERT INTO t SELECT x, x FROM generate_series(1, 500) AS s(x)")
-        after = wait("the new rows on the page", lambda: first() >= before + 500 and first())
+            inserted_in = time.time() - t0
+        after = wait(f"the new rows on the page (before: {before}, the INSERT took "
+                     f"{inserted_in:.1f} s)", lambda: first() >= before + 500 and first(),
+                     show=lambda: table(driver, "operators"))
         out["records_in"] = [before, after]
 
         # The checkpoint history with its charts.
-        driver.get(url + "/#/checkpoints")
+        visit(driver, "#/checkpoints")
         wait("three checkpoints", lambda: len(table(driver, "checkpoints")) >= 3)
         r0 = renders(driver)
         wait("a refresh", lambda: renders(driver) > r0)
@@ -110,7 +126,7 @@ def main():
 
         # Every other page loads.
         for page in ["savepoints", "sources", "progress", "settings"]:
-            driver.get(url + "/#/" + page)
+            visit(driver, "#/" + page)
             wait(page, lambda: driver.find_elements(By.CSS_SELECTOR, "main table"))
         out["settings_rows"] = len(table(driver, "settings"))
 

@@ -399,24 +399,37 @@ function route() {
   }
 }
 
+// One render at a time; a route change during one renders again once it ends, and
+// content fetched for a route the user already left is never shown.
 let rendering = false;
+let renderAgain = false;
 async function render() {
-  if (rendering) return;
+  if (rendering) {
+    renderAgain = true;
+    return;
+  }
   rendering = true;
+  const hash = location.hash;
   const error = document.getElementById("error");
   try {
     const content = await route()();
+    if (location.hash !== hash) return;
     const scroll = window.scrollY;
     main.replaceChildren(...[content].flat(3));
     window.scrollTo(0, scroll);
     error.hidden = true;
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    main.dataset.route = hash;
     main.dataset.renders = String(Number(main.dataset.renders || 0) + 1);
   } catch (e) {
     error.textContent = "cannot read the server: " + e.message;
     error.hidden = false;
   } finally {
     rendering = false;
+    if (renderAgain || location.hash !== hash) {
+      renderAgain = false;
+      render();
+    }
   }
 }
 
