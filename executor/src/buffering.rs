@@ -119,11 +119,21 @@ impl InFlight {
     /// Waits until `rows` more may be queued, then counts them. A channel with nothing
     /// queued always admits one message, however large, so no chunk waits forever.
     pub async fn admit(&self, rows: usize) {
+        self.room_for(rows).await;
+        self.queued.fetch_add(rows, Ordering::AcqRel);
+    }
+
+    /// Whether `rows` more may be queued now.
+    fn fits(&self, rows: usize) -> bool {
+        let queued = self.queued.load(Ordering::Acquire);
+        queued == 0 || queued + rows <= self.budget.load(Ordering::Acquire)
+    }
+
+    /// Waits until `rows` more may be queued, without counting them.
+    async fn room_for(&self, rows: usize) {
         loop {
             let freed = self.freed.notified();
-            let queued = self.queued.load(Ordering::Acquire);
-            if queued == 0 || queued + rows <= self.budget.load(Ordering::Acquire) {
-                self.queued.fetch_add(rows, Ordering::AcqRel);
+            if self.fits(rows) {
                 return;
             }
             freed.await;
@@ -196,6 +206,41 @@ impl DataSender {
             .send(msg)
             .await
             .map_err(|_| ExecError::ChannelClosed)
+    }
+}
+
+/// A write of `messages` messages leaves this many slots free on a table's channel:
+/// the barrier injected next (under the write lock) then never waits for room.
+const BARRIER_SLOTS: usize = 1;
+
+impl DataSender {
+    /// The slots a write of `messages` messages needs: its own and the barrier's,
+    /// capped at the channel's size (a larger write waits for room as it goes).
+    fn slots(&self, messages: usize) -> usize {
+        (messages.max(1) + BARRIER_SLOTS).min(self.tx.max_capacity())
+    }
+
+    /// Whether a write of `messages` messages holding `rows` rows can be sent now
+    /// without waiting, leaving room for a barrier (see [`DataSender::room`]).
+    pub fn has_room(&self, messages: usize, rows: usize) -> bool {
+        self.tx.capacity() >= self.slots(messages)
+            && self.in_flight.as_ref().is_none_or(|f| f.fits(rows))
+    }
+
+    /// Waits until [`DataSender::has_room`] (without taking the room: whoever sends
+    /// next takes it). A table's writers wait here without the write lock, so a
+    /// back-pressured table does not hold up writes to other tables, barriers or DDL.
+    pub async fn room(&self, messages: usize, rows: usize) -> Result<()> {
+        let permits = self
+            .tx
+            .reserve_many(self.slots(messages))
+            .await
+            .map_err(|_| ExecError::ChannelClosed)?;
+        drop(permits);
+        if let Some(f) = &self.in_flight {
+            f.room_for(rows).await;
+        }
+        Ok(())
     }
 }
 
@@ -277,6 +322,38 @@ mod tests {
         f.taken(50_000);
         waiting.await.unwrap();
         assert_eq!(f.queued_and_budget().0, 10);
+    }
+
+    #[tokio::test]
+    async fn a_writer_waits_for_room_for_its_pieces_and_one_barrier() {
+        let (tx, mut rx) = data_channel(Debloat {
+            enabled: false,
+            target: Duration::from_secs(1),
+        });
+        let barrier = || Message::Barrier(crate::barrier::Barrier::plain(1));
+        for _ in 0..CHANNEL_CAPACITY - 2 {
+            tx.send(barrier()).await.unwrap();
+        }
+        // Two slots free: one message and the barrier's slot fit, two messages do not.
+        assert!(tx.has_room(1, 10));
+        assert!(!tx.has_room(2, 10));
+        tx.send(barrier()).await.unwrap();
+        assert!(!tx.has_room(1, 10), "the last slot is the barrier's");
+        let waiting = {
+            let tx = tx.clone();
+            tokio::spawn(async move { tx.room(1, 10).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "room without a free slot");
+        rx.recv().await.unwrap();
+        waiting.await.unwrap().unwrap();
+        // Waiting took nothing: the room is still there.
+        assert!(tx.has_room(1, 10));
+        drop(rx);
+        assert!(
+            tx.room(CHANNEL_CAPACITY * 2, 10).await.is_err(),
+            "a closed channel"
+        );
     }
 
     #[tokio::test]

@@ -284,6 +284,30 @@ impl Runtime {
         self.writes.lock().await
     }
 
+    /// The write lock, taken once table `table` has room on its channel for a write
+    /// of `rows` rows and the barrier after it. A writer of a back-pressured table
+    /// waits for room without the lock: holding it meanwhile would stop writes to
+    /// every other table, barriers (so checkpoints and reads) and DDL for as long as
+    /// the slowest consumer takes. Room may be gone again by the time the lock is
+    /// taken (a barrier took it): then the lock is released and the wait repeats.
+    pub async fn lock_writes_for(
+        &self,
+        table: &str,
+        rows: usize,
+    ) -> tokio::sync::MutexGuard<'_, WriteState> {
+        loop {
+            let w = self.writes.lock().await;
+            let Some(room) = w.table_ref(table).and_then(|t| t.wait_for_room(rows)) else {
+                return w;
+            };
+            drop(w);
+            if room.await.is_err() {
+                // The table's actor is gone: the write itself reports it.
+                return self.writes.lock().await;
+            }
+        }
+    }
+
     pub(crate) fn next_actor_id(&self) -> u64 {
         self.next_actor.fetch_add(1, Ordering::Relaxed)
     }

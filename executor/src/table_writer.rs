@@ -486,6 +486,22 @@ impl TableWriter {
         Ok(())
     }
 
+    /// `None` when a write of `rows` rows can be sent now without waiting; otherwise
+    /// a future that waits until it can, holding no borrow of the writer (so it is
+    /// awaited without the write lock: see [`crate::Runtime::lock_writes_for`]).
+    pub fn wait_for_room(
+        &self,
+        rows: usize,
+    ) -> Option<impl std::future::Future<Output = Result<()>> + Send + 'static> {
+        // Its pieces and the watermark it may move.
+        let messages = rows.div_ceil(SOURCE_CHUNK_ROWS) + 1;
+        if self.sender.has_room(messages, rows) {
+            return None;
+        }
+        let sender = self.sender.clone();
+        Some(async move { sender.room(messages, rows).await })
+    }
+
     pub async fn send(&self, msg: Message) -> Result<()> {
         self.sender.send(msg).await
     }

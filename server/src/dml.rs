@@ -108,7 +108,7 @@ pub(crate) async fn write(
     table: &str,
     chunk: StreamChunk,
 ) -> SqlResult<()> {
-    let w = db.runtime().lock_writes().await;
+    let w = db.runtime().lock_writes_for(table, chunk.len()).await;
     commit(db, session, w, table, chunk).await
 }
 
@@ -233,7 +233,9 @@ async fn latest_context<'a>(
         .ensure_committed(session.last_write_epoch)
         .await
         .map_err(SqlError::from)?;
-    let mut w = db.runtime().lock_writes().await;
+    // The change's size is known only under the lock: room for one piece is waited
+    // for outside it.
+    let mut w = db.runtime().lock_writes_for(table, 1).await;
     let latest = w
         .table(table)
         .ok_or_else(|| SqlError::internal(format!("table {table} has no writer")))?

@@ -61,7 +61,7 @@ impl SourceContext {
 
     /// `None` once the table is gone.
     pub fn start(&self) -> Option<TableStart> {
-        self.with_table(|t| {
+        self.with_table(None, |t| {
             Box::pin(async move {
                 TableStart {
                     schema: t.schema.clone(),
@@ -75,12 +75,14 @@ impl SourceContext {
     /// Whether the table still exists (a connector with nothing to write asks, to
     /// stop once it is dropped).
     pub fn is_open(&self) -> bool {
-        self.with_table(|_| Box::pin(async {})).is_some()
+        self.with_table(None, |_| Box::pin(async {})).is_some()
     }
 
     /// Appends `chunk`, logged with `positions` as one entry. `None`: the table is gone.
     pub fn write(&self, chunk: StreamChunk, positions: SourcePositions) -> Option<Result<()>> {
-        self.with_table(|t| Box::pin(t.write_from_source(chunk, positions)))
+        self.with_table(Some(chunk.len()), |t| {
+            Box::pin(t.write_from_source(chunk, positions))
+        })
     }
 
     /// Applies upserts (`FORMAT UPSERT`), logged with `positions`.
@@ -94,7 +96,7 @@ impl SourceContext {
         // Borrows the batches, so not through `with_table` (whose futures own theirs).
         let rt = self.runtime.upgrade()?;
         self.handle.block_on(async {
-            let mut w = rt.lock_writes().await;
+            let mut w = rt.lock_writes_for(&self.table, rows.num_rows()).await;
             let t = w.table(&self.table)?;
             Some(t.upsert_from_source(rows, keys, ops, positions).await)
         })
@@ -108,13 +110,15 @@ impl SourceContext {
         batch: RecordBatch,
         positions: SourcePositions,
     ) -> Option<Result<()>> {
-        self.with_table(|t| Box::pin(t.write_generated(from, to, batch, positions)))
+        self.with_table(Some(batch.num_rows()), |t| {
+            Box::pin(t.write_generated(from, to, batch, positions))
+        })
     }
 
     /// The source has no more rows (a bounded generator ended): every window closes.
     /// `None`: the table is gone.
     pub fn end_of_input(&self) -> Option<Result<()>> {
-        self.with_table(|t| Box::pin(t.end_of_input()))
+        self.with_table(Some(0), |t| Box::pin(t.end_of_input()))
     }
 
     /// A record that could not be decoded: counted, listed by `SHOW SOURCE ERRORS`.
@@ -159,9 +163,12 @@ impl SourceContext {
         }
     }
 
-    /// Runs `f` on the table's writer under the write lock.
+    /// Runs `f` on the table's writer under the write lock; with `Some(rows)`, `f`
+    /// writes that many rows and the lock is taken once there is room for them
+    /// ([`Runtime::lock_writes_for`]).
     fn with_table<T>(
         &self,
+        rows: Option<usize>,
         f: impl for<'a> FnOnce(
             &'a mut TableWriter,
         )
@@ -169,7 +176,10 @@ impl SourceContext {
     ) -> Option<T> {
         let rt = self.runtime.upgrade()?;
         self.handle.block_on(async {
-            let mut w = rt.lock_writes().await;
+            let mut w = match rows {
+                Some(rows) => rt.lock_writes_for(&self.table, rows).await,
+                None => rt.lock_writes().await,
+            };
             let t = w.table(&self.table)?;
             Some(f(t).await)
         })

@@ -48,7 +48,7 @@ pub async fn execute(
     };
     let result = async {
         let rt = db.runtime();
-        let mut w = rt.lock_writes().await;
+        let mut w = rt.lock_writes_for(&p.table, 1).await;
         let writer = w
             .table(&p.table)
             .ok_or_else(|| SqlError::internal(format!("table {} has no writer", p.table)))?;
