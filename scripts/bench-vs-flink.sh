@@ -39,6 +39,13 @@ HARNESS="$FLINK_BENCH_STATE/harness"
 OUT_DIR="$FLINK_BENCH_STATE/vs-flink"
 mkdir -p "$OUT_DIR"
 
+# One sitting at a time: a second one would reinstall the harness under the first
+# and share its cores (the report needs neither).
+if [ "${1:-}" != report ]; then
+  exec 9>"$FLINK_BENCH_STATE/.sitting.lock"
+  flock -n 9 || { echo "another sitting is running (lock $FLINK_BENCH_STATE/.sitting.lock)" >&2; exit 1; }
+fi
+
 if [ "${1:-}" = report ]; then
   python3 "$ROOT/scripts/bench-vs-flink-report.py" "${2:?tsv file}"
   exit 0
