@@ -3,38 +3,20 @@
 //! responder (`web::http`): scrapes need nothing more.
 
 use crate::web::http::Response;
-use tokio::net::TcpListener;
 
 /// Starts the endpoint. A port that cannot be bound is logged, not fatal: the
 /// database keeps serving without metrics.
 pub async fn start(host: &str, port: u16) {
-    if port == 0 {
-        return;
-    }
-    let listener = match TcpListener::bind((host, port)).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(port, error = %e, "cannot start the metrics endpoint");
-            return;
+    crate::web::http::serve(host, port, "metrics endpoint", |req| async move {
+        let path = req.path.as_str();
+        if path == "/metrics" || path.starts_with("/metrics?") {
+            Response::body(
+                "text/plain; version=0.0.4",
+                weir_executor::metrics::render(),
+            )
+        } else {
+            Response::text(404, "not found; try /metrics\n")
         }
-    };
-    tracing::info!(port, "metrics endpoint on /metrics");
-    tokio::spawn(async move {
-        loop {
-            let Ok((socket, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(crate::web::http::serve_one(socket, |req| async move {
-                let path = req.path.as_str();
-                if path == "/metrics" || path.starts_with("/metrics?") {
-                    Response::body(
-                        "text/plain; version=0.0.4",
-                        weir_executor::metrics::render(),
-                    )
-                } else {
-                    Response::text(404, "not found; try /metrics\n")
-                }
-            }));
-        }
-    });
+    })
+    .await;
 }

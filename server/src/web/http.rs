@@ -143,6 +143,35 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
+/// Serves `what` on `host:port`, one request per connection, each answered by
+/// `handle` on its own task. Port 0 serves nothing; a port that cannot be bound is
+/// logged, not fatal: the database keeps serving SQL.
+pub async fn serve<F, Fut>(host: &str, port: u16, what: &'static str, handle: F)
+where
+    F: Fn(Request) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response> + Send + 'static,
+{
+    if port == 0 {
+        return;
+    }
+    let listener = match tokio::net::TcpListener::bind((host, port)).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(port, error = %e, "cannot start the {what}");
+            return;
+        }
+    };
+    tracing::info!(port, "{what} on http://{host}:{port}/");
+    tokio::spawn(async move {
+        loop {
+            let Ok((socket, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(serve_one(socket, handle.clone()));
+        }
+    });
+}
+
 /// Reads one request from `socket`, answers it with `handle`, and closes.
 pub async fn serve_one<F, Fut>(mut socket: TcpStream, handle: F)
 where

@@ -15,7 +15,6 @@ use crate::pg_catalog::rows::V;
 use crate::weir_catalog::{self, Facts};
 use http::{Request, Response};
 use std::sync::Arc;
-use tokio::net::TcpListener;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
@@ -28,29 +27,12 @@ pub type DatabaseSource = Arc<dyn Fn() -> Option<Arc<Database>> + Send + Sync>;
 /// Starts the dashboard. A port that cannot be bound is logged, not fatal: the
 /// database keeps serving SQL.
 pub async fn start(host: &str, port: u16, password: Option<String>, db: DatabaseSource) {
-    if port == 0 {
-        return;
-    }
-    let listener = match TcpListener::bind((host, port)).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(port, error = %e, "cannot start the web dashboard");
-            return;
-        }
-    };
-    tracing::info!(port, "web dashboard on http://{host}:{port}/");
     let password = Arc::new(password);
-    tokio::spawn(async move {
-        loop {
-            let Ok((socket, _)) = listener.accept().await else {
-                continue;
-            };
-            let (db, password) = (db.clone(), password.clone());
-            tokio::spawn(async move {
-                http::serve_one(socket, |req| respond(req, password.as_deref(), &db)).await;
-            });
-        }
-    });
+    http::serve(host, port, "web dashboard", move |req| {
+        let (db, password) = (db.clone(), password.clone());
+        async move { respond(req, password.as_deref(), &db).await }
+    })
+    .await;
 }
 
 async fn respond(req: Request, password: Option<&str>, db: &DatabaseSource) -> Response {
