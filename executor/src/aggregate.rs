@@ -362,6 +362,50 @@ impl CallRuntime {
         Ok(())
     }
 
+    /// Folds `from`, this call's state over other rows, into `into`: the state over
+    /// both sets of rows (two sessions that a row joins into one). Exact for every
+    /// state: counts and sums add, multisets unite. `min` / `max` over an append-only
+    /// input then keep only the extreme again.
+    pub fn merge(&self, into: &mut AccState, from: AccState) -> Result<()> {
+        match (into, from) {
+            (AccState::Count(a), AccState::Count(b)) => *a += b,
+            (AccState::SumInt { sum, n }, AccState::SumInt { sum: s, n: m }) => {
+                *sum += s;
+                *n += m;
+            }
+            (AccState::SumFloat { sum, n }, AccState::SumFloat { sum: s, n: m }) => {
+                *sum += s;
+                *n += m;
+            }
+            (AccState::Extreme(values), AccState::Extreme(other)) => {
+                for (k, c) in other {
+                    match values.entry(k) {
+                        std::collections::btree_map::Entry::Occupied(mut e) => {
+                            *e.get_mut() += c;
+                            if *e.get() == 0 {
+                                e.remove();
+                            }
+                        }
+                        std::collections::btree_map::Entry::Vacant(e) => {
+                            e.insert(c);
+                        }
+                    }
+                }
+                if self.keeps_extreme_only() && values.len() > 1 {
+                    let kept = if self.call.kind == AggKind::Min {
+                        values.pop_first()
+                    } else {
+                        values.pop_last()
+                    };
+                    values.clear();
+                    values.extend(kept);
+                }
+            }
+            _ => return Err(ExecError::Internal("aggregate state mismatch".into())),
+        }
+        Ok(())
+    }
+
     /// The aggregate's current value.
     pub fn output(&self, state: &AccState) -> Result<ScalarValue> {
         let out = &self.call.output_type;
@@ -592,6 +636,57 @@ fn avg_of_int(
             Ok(ScalarValue::Float64(Some(v)).cast_to(out)?)
         }
         _ => Ok(ScalarValue::Float64(Some(sum as f64 / n as f64)).cast_to(out)?),
+    }
+}
+
+/// What a list of calls keeps, as state layouts spell it (savepoints compare the
+/// text): each call's kind with its argument type.
+pub fn accumulators_layout(calls: &[AggCall]) -> String {
+    calls
+        .iter()
+        .map(|c| match &c.arg_type {
+            Some(t) => format!("{}({t})", c.kind.name()),
+            None => c.kind.name().to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Every call's current value over one group's accumulators.
+pub fn outputs(calls: &[CallRuntime], accs: &[AccState]) -> Result<Vec<ScalarValue>> {
+    calls.iter().zip(accs).map(|(c, a)| c.output(a)).collect()
+}
+
+/// A chunk's columns prepared once for every call of an aggregation, so that each
+/// row then updates a group's accumulators without looking at types again.
+pub struct PreparedCalls<'a> {
+    calls: &'a [CallRuntime],
+    args: Vec<(PreparedArg, Option<BooleanArray>)>,
+    nulls: Vec<Option<&'a ArrayRef>>,
+}
+
+impl<'a> PreparedCalls<'a> {
+    pub fn new(calls: &'a [CallRuntime], columns: &'a [ArrayRef]) -> Result<Self> {
+        Ok(Self {
+            calls,
+            args: calls
+                .iter()
+                .map(|c| c.prepare(columns))
+                .collect::<Result<Vec<_>>>()?,
+            nulls: calls
+                .iter()
+                .map(|c| c.call.arg.map(|a| &columns[a]))
+                .collect(),
+        })
+    }
+
+    /// Applies row `i` with multiplicity `sign` to one group's accumulators.
+    pub fn update(&self, accs: &mut [AccState], i: usize, sign: i64) -> Result<()> {
+        for (j, c) in self.calls.iter().enumerate() {
+            let (arg, filter) = &self.args[j];
+            c.update(&mut accs[j], arg, self.nulls[j], filter.as_ref(), i, sign)?;
+        }
+        Ok(())
     }
 }
 

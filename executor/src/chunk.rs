@@ -37,6 +37,21 @@ pub struct StreamChunk {
     pub batch: RecordBatch,
 }
 
+/// The columns of rows kept in Arrow's row format by `converter` (whose `fields`
+/// columns they hold): keys and rows that operators keep as bytes, back as arrays for
+/// output. No columns for no fields (a global aggregate's empty key).
+pub fn decode_rows<'r>(
+    converter: &arrow::row::RowConverter,
+    fields: usize,
+    rows: impl IntoIterator<Item = &'r [u8]>,
+) -> arrow::error::Result<Vec<ArrayRef>> {
+    if fields == 0 {
+        return Ok(vec![]);
+    }
+    let parser = converter.parser();
+    converter.convert_rows(rows.into_iter().map(|r| parser.parse(r)))
+}
+
 impl StreamChunk {
     pub fn new(ops: Vec<Op>, batch: RecordBatch) -> Self {
         debug_assert_eq!(ops.len(), batch.num_rows());

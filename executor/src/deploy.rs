@@ -101,14 +101,50 @@ async fn restorable(
         return None;
     }
     let r = load_latest(&rt.checkpoints.storage, job, name, &rt.progress).await?;
-    if upstream.iter().all(|u| r.meta.positions.contains_key(u)) {
-        Some(r)
-    } else {
+    if !upstream.iter().all(|u| r.meta.positions.contains_key(u)) {
         tracing::warn!(
             view = name,
             "checkpoint does not cover every source; rebuilding"
         );
-        None
+        return None;
+    }
+    if !same_plan(&r.meta, graph) {
+        tracing::warn!(
+            view = name,
+            "checkpoint of another plan (an upgrade derived other uids); rebuilding"
+        );
+        return None;
+    }
+    Some(r)
+}
+
+/// Every uid `graph` keeps state under: its operators' and, unless its rows are
+/// derived from an aggregation's state, its stored rows'.
+pub(crate) fn plan_uids(graph: &StreamGraph) -> Vec<String> {
+    let mut uids = state_uids(graph);
+    if !rows_derived_from_state(graph) {
+        uids.push(graph.output_uid.clone());
+    }
+    uids.sort();
+    uids
+}
+
+/// Whether checkpoint `meta` was written by `graph`'s plan: the uids it recorded are
+/// the plan's. A checkpoint from before they were recorded must at least hold state
+/// for every uid of the plan; one of an operator that was still empty then makes the
+/// view rebuild once, which is slower, never wrong. Restoring a checkpoint whose
+/// uids differ would start those operators empty and lose what they held.
+fn same_plan(
+    meta: &weir_storage::checkpoint_meta::CheckpointMetadata,
+    graph: &StreamGraph,
+) -> bool {
+    let want = plan_uids(graph);
+    if meta.plan_uids.is_empty() {
+        want.iter().all(|u| meta.state.iter().any(|s| s.uid == *u))
+    } else {
+        let mut had = meta.plan_uids.clone();
+        had.sort();
+        had == want
     }
 }
 
@@ -131,9 +167,7 @@ pub(crate) async fn deploy_view(
     restore: Restore,
 ) -> Result<RelationRuntime> {
     let mut spec = spec;
-    crate::append_only::mark(&mut spec.graph, |r| {
-        w.table_ref(r).is_some_and(|t| t.is_unstored())
-    });
+    crate::append_only::mark(&mut spec.graph, |r| rt.is_append_only(r));
     let graph = &spec.graph;
     let parallelism = spec.parallelism;
     let frags = &graph.fragments;
@@ -197,6 +231,8 @@ pub(crate) async fn deploy_view(
         .filter(|u| w.has_table(u))
         .cloned()
         .collect();
+    let mut job_start = restored.map(|r| r.start).unwrap_or_default();
+    job_start.plan_uids = plan_uids(&spec.graph);
     rt.checkpoints.register_job(
         job,
         name,
@@ -204,7 +240,7 @@ pub(crate) async fn deploy_view(
         total,
         sources,
         parallelism,
-        restored.map(|r| r.start).unwrap_or_default(),
+        job_start,
     );
     rt.registry.note_replayed(name, replayed);
     start(rt, name, actors, backfill, subscriptions).await?;
@@ -367,6 +403,16 @@ fn load_restored(
     Ok(())
 }
 
+/// What a new job receives from one upstream relation before it subscribes: the rows
+/// (its contents, or its log from the restored position) on the first publisher's
+/// channels, then on each publisher's channels the watermarks it last published
+/// (see [`crate::hub`]).
+struct Backfill {
+    chunks: Vec<StreamChunk>,
+    /// Per publisher: its channels to the job's actors and its last watermarks.
+    publishers: Vec<(Vec<DataSender>, Vec<crate::barrier::Watermark>)>,
+}
+
 /// The channels of a job: per fragment, per actor, its input receivers (and which of
 /// the fragment's inputs each belongs to), its output, its priority lane (unaligned
 /// checkpoints); the subscriptions to upstream relations and what to backfill.
@@ -376,9 +422,8 @@ struct Wiring {
     lane_rx: Vec<Vec<Option<UnboundedReceiver<Barrier>>>>,
     sides: Vec<Vec<Vec<usize>>>,
     subscriptions: Vec<(String, Subscription)>,
-    /// Per upstream relation: the first publisher's senders and the rows to send
-    /// (its contents, or its log from the restored position).
-    backfill: Vec<(Vec<DataSender>, Vec<StreamChunk>)>,
+    /// Per upstream relation: what to send before subscribing.
+    backfill: Vec<Backfill>,
     upstream_names: Vec<String>,
     /// Log rows replayed from the restored positions.
     replayed: usize,
@@ -422,7 +467,7 @@ fn wire(
         lane_rx.push(rxs);
     }
     let mut subscriptions: Vec<(String, Subscription)> = Vec::new();
-    let mut backfill: Vec<(Vec<DataSender>, Vec<StreamChunk>)> = Vec::new();
+    let mut backfill: Vec<Backfill> = Vec::new();
     let mut upstream_names = Vec::new();
     let mut replayed = 0usize;
 
@@ -454,7 +499,7 @@ fn wire(
                     }
                 }
                 FragmentInput::Relation(rel_name) => {
-                    let (publishers, snapshot) = {
+                    let (publishers, snapshot, published) = {
                         let relations = rt.relations.write();
                         let rel = relations.get(rel_name).ok_or_else(|| {
                             ExecError::Internal(format!("relation {rel_name} is not running"))
@@ -478,15 +523,15 @@ fn wire(
                                 .generated_contents()?,
                             None => split_inserts(&rel.store.snapshot()?),
                         };
-                        (rel.publishers, snapshot)
+                        let published: Vec<_> =
+                            (0..rel.publishers).map(|u| rel.hub.watermarks(u)).collect();
+                        (rel.publishers, snapshot, published)
                     };
                     let mut per_upstream = Vec::with_capacity(publishers);
-                    let mut first = Vec::new();
-                    for u in 0..publishers {
+                    let mut channels = Vec::with_capacity(publishers);
+                    for last in published {
                         let senders = connect_to_all(&mut receivers[gi], debloat);
-                        if u == 0 {
-                            first = senders.clone();
-                        }
+                        channels.push((senders.clone(), last));
                         per_upstream.push(
                             Dispatcher::new(&ExchangeKind::RoundRobin, &[], senders, max_p)?
                                 .with_lanes(lane_tx[gi].clone())
@@ -494,7 +539,10 @@ fn wire(
                         );
                     }
                     subscriptions.push((rel_name.clone(), Subscription { job, per_upstream }));
-                    backfill.push((first, snapshot));
+                    backfill.push(Backfill {
+                        chunks: snapshot,
+                        publishers: channels,
+                    });
                     if !upstream_names.contains(rel_name) {
                         upstream_names.push(rel_name.clone());
                     }
@@ -541,13 +589,17 @@ async fn start(
     rt: &Runtime,
     view: &str,
     actors: Vec<ReadyActor>,
-    backfill: Vec<(Vec<DataSender>, Vec<StreamChunk>)>,
+    backfill: Vec<Backfill>,
     subscriptions: Vec<(String, Subscription)>,
 ) -> Result<()> {
     for (a, setup, initial) in actors {
         tokio::spawn(a.run(setup, initial));
     }
-    let rows: usize = backfill.iter().flat_map(|(_, c)| c).map(|c| c.len()).sum();
+    let rows: usize = backfill
+        .iter()
+        .flat_map(|b| &b.chunks)
+        .map(|c| c.len())
+        .sum();
     let mut task = (rows > 0).then(|| {
         rt.progress.start(
             "backfill",
@@ -556,14 +608,21 @@ async fn start(
             Some(rows as u64),
         )
     });
-    for (senders, chunks) in backfill {
-        for (i, chunk) in chunks.into_iter().enumerate() {
-            let n = chunk.len() as u64;
-            senders[i % senders.len()]
-                .send(Message::Chunk(chunk))
-                .await?;
-            if let Some(t) = &mut task {
-                t.advance(n);
+    for b in backfill {
+        if let Some((first, _)) = b.publishers.first() {
+            for (i, chunk) in b.chunks.into_iter().enumerate() {
+                let n = chunk.len() as u64;
+                first[i % first.len()].send(Message::Chunk(chunk)).await?;
+                if let Some(t) = &mut task {
+                    t.advance(n);
+                }
+            }
+        }
+        for (senders, watermarks) in b.publishers {
+            for w in watermarks {
+                for s in &senders {
+                    s.send(Message::Watermark(w.clone())).await?;
+                }
             }
         }
     }

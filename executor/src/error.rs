@@ -25,6 +25,9 @@ pub enum ExecError {
     UndefinedTable(String),
     #[error("{0}")]
     UndefinedSavepoint(String),
+    /// A retained checkpoint (or other named object) the statement names is not there.
+    #[error("{0}")]
+    UndefinedObject(String),
     #[error("{0}")]
     DuplicateObject(String),
     /// The object exists but cannot do this now (no checkpoints, being restored, ...).

@@ -14,6 +14,7 @@ use crate::operators::hash_agg::HashAggSpec;
 use crate::operators::hash_join::HashJoinSpec;
 use crate::operators::over_window::OverWindowSpec;
 use crate::operators::project::ProjectSpec;
+use crate::operators::session_agg::SessionAggSpec;
 use crate::operators::spec::StreamSpec;
 use crate::operators::top_n::TopNSpec;
 use arrow::datatypes::SchemaRef;
@@ -56,6 +57,7 @@ operator_specs! {
     Project(ProjectSpec),
     Expand(ExpandSpec),
     HashAgg(HashAggSpec),
+    SessionAgg(SessionAggSpec),
     HashJoin(HashJoinSpec),
     TopN(TopNSpec),
     OverWindow(OverWindowSpec),

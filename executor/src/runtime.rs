@@ -133,6 +133,10 @@ pub struct Runtime {
     /// Table-log positions each savepoint needs (`savepoint → table → offset`): logs
     /// are never truncated below them.
     pub(crate) savepoint_pins: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
+    /// Dropped views' kept checkpoints, by job (see [`crate::checkpoint::retained`]).
+    pub(crate) retained: Mutex<BTreeMap<u64, crate::checkpoint::retained::RetainedCheckpoint>>,
+    /// Dropped views' checkpoints being marked retained.
+    pub(crate) retaining: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Held while a savepoint is taken or restored: the two exclude each other.
     pub(crate) savepoint_busy: tokio::sync::Mutex<()>,
     /// `WriteState::next_epoch`, readable without the write lock: a reader that needs
@@ -206,6 +210,8 @@ impl Runtime {
             progress: Default::default(),
             truncation: std::sync::atomic::AtomicBool::new(false),
             savepoint_pins: Mutex::new(BTreeMap::new()),
+            retained: Mutex::new(BTreeMap::new()),
+            retaining: Mutex::new(Vec::new()),
             savepoint_busy: tokio::sync::Mutex::new(()),
             open_epoch: AtomicU64::new(last_epoch + 1),
             durable_tx,
@@ -622,7 +628,7 @@ impl Runtime {
     }
 
     /// Drops a table's pipeline. The caller has checked that no view depends on it.
-    pub fn drop_table(&self, w: &mut WriteState, name: &str) {
+    pub fn drop_table(self: &Arc<Self>, w: &mut WriteState, name: &str) {
         // Dropping the writer closes the source channel; the source actor then exits.
         w.tables.remove(name);
         self.remove_relation(name);
@@ -651,7 +657,7 @@ impl Runtime {
 
     /// Stops a view's job and forgets its state. Caller holds the write lock and has
     /// checked dependencies.
-    pub fn drop_view(&self, _w: &mut WriteState, name: &str) {
+    pub fn drop_view(self: &Arc<Self>, _w: &mut WriteState, name: &str) {
         if let Some(view) = self
             .relations
             .write()
@@ -669,29 +675,30 @@ impl Runtime {
         self.remove_relation(name);
     }
 
-    fn remove_relation(&self, name: &str) {
+    fn remove_relation(self: &Arc<Self>, name: &str) {
         let removed = self.relations.write().remove(name);
         self.registry.forget(name);
         self.indexes.lock().remove(name);
         if let Some(rel) = removed {
-            self.teardown(&rel);
+            let uploader = self.teardown_job(rel.job, rel.actors, &rel.upstream, &rel.store);
+            let job = rel.job;
+            if let Some(spec) = &rel.view {
+                if self.retain_on_drop(job, name, spec, uploader) {
+                    return;
+                }
+            }
             // A dropped job's checkpoints are of no further use.
             let storage = self.checkpoints.storage.clone();
-            let job = rel.job;
             tokio::spawn(async move {
                 let _ = storage.delete_prefix(&format!("checkpoints/{job}/")).await;
             });
         }
     }
 
-    /// Stops a job's actors (by closing their inputs) and forgets its registrations.
-    /// Call under the write lock after a flush, so no barrier of it is in flight.
-    /// Do not hold the relations lock when calling this.
-    pub(crate) fn teardown(&self, rel: &RelationRuntime) {
-        // A dropped job's last upload may finish on its own.
-        let _ = self.teardown_job(rel.job, rel.actors, &rel.upstream, &rel.store);
-    }
-
+    /// Stops a job's actors (by closing their inputs) and forgets its registrations;
+    /// returns its uploader, which finishes a last upload on its own. Call under the
+    /// write lock after a flush, so no barrier of it is in flight. Do not hold the
+    /// relations lock when calling this.
     pub(crate) fn teardown_job(
         &self,
         job: u64,
@@ -739,6 +746,15 @@ impl Runtime {
     pub(crate) fn index_store(&self, name: &str, store: &RelationStore) -> Result<()> {
         let specs = self.indexes.lock().get(name).cloned().unwrap_or_default();
         specs.into_iter().try_for_each(|s| store.add_index(s))
+    }
+
+    /// Whether nothing can delete from `relation`: an unstored generator source (it
+    /// refuses DML). Views over it and operators that keep less state rely on this.
+    pub fn is_append_only(&self, relation: &str) -> bool {
+        self.relations
+            .read()
+            .get(relation)
+            .is_some_and(|r| !r.store.keeps_rows())
     }
 
     /// A relation's store and, while a restarted job catches up, the one serving.

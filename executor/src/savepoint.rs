@@ -27,6 +27,7 @@ use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use weir_storage::checkpoint_meta::{CheckpointMetadata, StateFile, UidState, FORMAT_VERSION};
+use weir_storage::object_storage::ObjectStorage;
 use weir_storage::savepoint_meta::{SavepointMetadata, SavepointView, SAVEPOINT_FORMAT_VERSION};
 use weir_storage::state_snapshot::{DeltaData, StateDelta, StateKind};
 
@@ -436,12 +437,12 @@ fn check_match(
 /// so it loads at any parallelism: each actor reads its own key-group range.
 async fn load_matched(
     rt: &Runtime,
+    storage: &ObjectStorage,
     sp: &SavepointMetadata,
     saved: &SavepointView,
     m: UidMatch,
     job: u64,
 ) -> Result<(RestoredJob, RestoreReport)> {
-    let storage = rt.savepoint_storage();
     let mut keyed = HashMap::new();
     let mut rows = HashMap::new();
     let mut carry = Vec::new();
@@ -507,6 +508,7 @@ async fn load_matched(
         incremental_size: 0,
         parallelism: saved.parallelism,
         max_parallelism: saved.max_parallelism,
+        plan_uids: vec![],
     };
     task.finish();
     let report = RestoreReport {
@@ -526,6 +528,7 @@ async fn load_matched(
                 chain: vec![],
                 retained,
                 carry,
+                plan_uids: vec![],
             },
         },
         report,
@@ -579,6 +582,16 @@ fn check_sources(
     Ok(())
 }
 
+/// The savepoint's state of view `from` (by default the new view's own name) as the
+/// state of `view`: a branch when the names differ ([`SavepointView::renamed`]).
+fn saved_as(sp: &SavepointMetadata, from: &str, view: &str) -> Result<SavepointView> {
+    if from == view {
+        Ok(saved_view(sp, view)?.clone())
+    } else {
+        Ok(saved_view(sp, from)?.renamed(view))
+    }
+}
+
 /// The savepoint's state of one view (not a table's rows).
 fn saved_view<'a>(sp: &'a SavepointMetadata, view: &str) -> Result<&'a SavepointView> {
     sp.views
@@ -592,39 +605,81 @@ fn saved_view<'a>(sp: &'a SavepointMetadata, view: &str) -> Result<&'a Savepoint
         })
 }
 
+/// Where a new view's state comes from: a savepoint (`restore_from = 's'`) or a
+/// dropped view's retained checkpoint (`restore_from_checkpoint = '<path>'`), and for
+/// a branch `restore_from_view = 'a'` (another view's state in the savepoint; a
+/// retained checkpoint holds one view, which is the default).
+pub struct SavedStateRef<'a> {
+    pub source: SavedSource<'a>,
+    pub view: Option<&'a str>,
+}
+
+pub enum SavedSource<'a> {
+    Savepoint(&'a str),
+    Checkpoint(&'a str),
+}
+
+impl SavedStateRef<'_> {
+    /// The saved state in a savepoint's shape, the storage its files are in, and the
+    /// state in it that new view `view` takes, under `view`'s name.
+    async fn read(
+        &self,
+        rt: &Runtime,
+        view: &str,
+    ) -> Result<(SavepointMetadata, ObjectStorage, SavepointView)> {
+        let (sp, storage) = match self.source {
+            SavedSource::Savepoint(name) => (
+                rt.read_savepoint(name).await?,
+                rt.savepoint_storage().clone(),
+            ),
+            SavedSource::Checkpoint(path) => (
+                rt.retained_as_savepoint(path).await?,
+                rt.checkpoints.storage.clone(),
+            ),
+        };
+        let from = match (self.view, &self.source) {
+            (Some(v), _) => v,
+            // A retained checkpoint holds the dropped view's state only.
+            (None, SavedSource::Checkpoint(_)) => sp.views.first().map_or(view, |v| &v.name),
+            (None, SavedSource::Savepoint(_)) => view,
+        };
+        let saved = saved_as(&sp, from, view)?;
+        Ok((sp, storage, saved))
+    }
+}
+
 /// `CREATE [OR REPLACE] MATERIALIZED VIEW v WITH (restore_from = 's') AS ...`: the
 /// state to deploy the new plan `spec` (as job `job`) with, matched by uid. Nothing
 /// changes here; deploy the result under the write lock.
 pub async fn state_for_new_view(
     rt: &Arc<Runtime>,
-    savepoint: &str,
+    from: SavedStateRef<'_>,
     view: &str,
     spec: &ViewSpec,
     job: u64,
     ignore_unclaimed: bool,
 ) -> Result<(crate::deploy::Restore, RestoreReport)> {
     let _busy = rt.savepoint_busy.try_lock().map_err(|_| busy())?;
-    let sp = rt.read_savepoint(savepoint).await?;
-    let saved = saved_view(&sp, view)?;
+    let (sp, storage, saved) = from.read(rt, view).await?;
     {
         let w = rt.lock_writes().await;
-        check_sources(&w, &sp, saved, &spec.graph.upstream_relations(), &[])?;
+        check_sources(&w, &sp, &saved, &spec.graph.upstream_relations(), &[])?;
     }
-    let m = match_uids(saved, spec);
-    check_match(rt, &sp, saved, &m, spec.parallelism, ignore_unclaimed)?;
-    let (restored, report) = load_matched(rt, &sp, saved, m, job).await?;
+    let m = match_uids(&saved, spec);
+    check_match(rt, &sp, &saved, &m, spec.parallelism, ignore_unclaimed)?;
+    let (restored, report) = load_matched(rt, &storage, &sp, &saved, m, job).await?;
     Ok((crate::deploy::Restore::From(Box::new(restored)), report))
 }
 
 /// `EXPLAIN CREATE ... WITH (restore_from = 's')`: how the new plan's uids match.
 pub async fn preview_new_view(
     rt: &Runtime,
-    savepoint: &str,
+    from: SavedStateRef<'_>,
     view: &str,
     spec: &ViewSpec,
 ) -> Result<UidMatch> {
-    let sp = rt.read_savepoint(savepoint).await?;
-    Ok(match_uids(saved_view(&sp, view)?, spec))
+    let (_, _, saved) = from.read(rt, view).await?;
+    Ok(match_uids(&saved, spec))
 }
 
 /// `EXPLAIN RESTORE ...`: per view (and table the savepoint would fill) how its uids
@@ -786,7 +841,8 @@ pub async fn restore(
             .ok_or_else(|| ExecError::Internal(format!("{} is not running", saved.name)))?;
         let m = match_uids(saved, &spec);
         check_match(rt, &sp, saved, &m, spec.parallelism, ignore_unclaimed)?;
-        let (restored, report) = load_matched(rt, &sp, saved, m, *job).await?;
+        let (restored, report) =
+            load_matched(rt, rt.savepoint_storage(), &sp, saved, m, *job).await?;
         given.insert(saved.name.clone(), restored);
         reports.push(report);
     }
@@ -801,7 +857,7 @@ pub async fn restore(
         };
         let m = match_table(t, &schema);
         check_match(rt, &sp, t, &m, 1, ignore_unclaimed)?;
-        let (restored, report) = load_matched(rt, &sp, t, m, job).await?;
+        let (restored, report) = load_matched(rt, rt.savepoint_storage(), &sp, t, m, job).await?;
         fills.push((t.name.clone(), restored));
         reports.push(report);
     }

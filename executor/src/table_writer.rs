@@ -131,11 +131,6 @@ impl TableWriter {
         self.generated = Some(generated);
     }
 
-    /// True for an unstored source.
-    pub fn is_unstored(&self) -> bool {
-        self.generated.is_some()
-    }
-
     /// Every row an unstored source has produced so far, made again (a new view's
     /// backfill), in chunks of one generator batch; empty for any other table.
     pub fn generated_contents(&self) -> Result<Vec<StreamChunk>> {

@@ -173,21 +173,25 @@ pub fn extract(sql: &str) -> SqlResult<(String, Option<Clauses>)> {
         [c, k, ..] if is_word(c, "create") && (is_word(k, "table") || is_word(k, "source")) => {
             create_table(sql, t)
         }
-        [c, m, v, ..]
-            if is_word(c, "create") && is_word(m, "materialized") && is_word(v, "view") =>
-        {
-            Ok(emit_on_window_close(sql, t))
-        }
-        [e, c, m, v, ..]
-            if is_word(e, "explain")
-                && is_word(c, "create")
-                && is_word(m, "materialized")
-                && is_word(v, "view") =>
-        {
-            Ok(emit_on_window_close(sql, t))
-        }
+        _ if creates_materialized_view(&t) => Ok(emit_on_window_close(sql, t)),
         _ => Ok((sql.to_string(), None)),
     }
+}
+
+/// `[EXPLAIN] CREATE [OR REPLACE] MATERIALIZED VIEW ...`.
+fn creates_materialized_view(t: &[Token]) -> bool {
+    let words = ["explain", "create", "or", "replace", "materialized", "view"];
+    let mut at = 0;
+    for (i, w) in words.iter().enumerate() {
+        let optional = matches!(i, 0 | 2 | 3);
+        match t.get(at) {
+            Some(tok) if is_word(tok, w) => at += 1,
+            // `OR` and `REPLACE` come together.
+            _ if optional && !(i == 3 && at > 0 && is_word(&t[at - 1], "or")) => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// `CREATE MATERIALIZED VIEW ... EMIT ON WINDOW CLOSE`.
@@ -537,6 +541,10 @@ mod tests {
         assert_eq!(
             parsed("create materialized view v with (parallelism = 2) as select 1 from t emit on window close"),
             "CREATE MATERIALIZED VIEW v WITH (parallelism = 2, \"emit_on_window_close\" = 'true') AS SELECT 1 FROM t"
+        );
+        assert_eq!(
+            parsed("create or replace materialized view v as select 1 from t emit on window close"),
+            "CREATE OR REPLACE MATERIALIZED VIEW v WITH (\"emit_on_window_close\" = 'true') AS SELECT 1 FROM t"
         );
         let plain = "CREATE MATERIALIZED VIEW v AS SELECT 'emit on window close' FROM t";
         assert_eq!(extract(plain).unwrap().0, plain);

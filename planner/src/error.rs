@@ -276,6 +276,7 @@ impl From<ExecError> for SqlError {
             ExecError::ObjectInUse(m) => SqlError::new(sqlstate::OBJECT_IN_USE, m),
             ExecError::UndefinedTable(m) => SqlError::new(sqlstate::UNDEFINED_TABLE, m),
             ExecError::UndefinedSavepoint(m) => SqlError::new(sqlstate::UNDEFINED_SAVEPOINT, m),
+            ExecError::UndefinedObject(m) => SqlError::new(sqlstate::UNDEFINED_OBJECT, m),
             ExecError::DuplicateObject(m) => SqlError::new(sqlstate::DUPLICATE_OBJECT, m),
             ExecError::NotInPrerequisiteState(m) => {
                 SqlError::new(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, m)

@@ -11,9 +11,13 @@
 //! - `grouping_sets`: GROUPING SETS / ROLLUP / CUBE as a union of aggregations.
 //! - `join_bounds`: an interval join condition's time bounds (state cleaning).
 //! - `stream_top_n`: ORDER BY ... LIMIT and ROW_NUMBER() filters → a `TopN` fragment.
+//! - `stream_session`: a SESSION window aggregation over an append-only input → a
+//!   `SessionAgg` fragment.
 //! - `stream_over`: other window functions (lag, sum OVER, ...) → an `OverWindow` fragment.
 //! - `hop_slicing`: a HOP window aggregation that emits on window close, aggregated
 //!   per slide and merged per window (Flink's slicing).
+//! - `regex_match_test`: `regexp_match(s, 'p')[k] IS NOT NULL` as a match test when
+//!   every group of `p` takes part in every match (no capture pass).
 //! - `output_names`: unique internal names for select items Postgres names alike
 //!   (`SELECT a, a`, two subqueries), which DataFusion would refuse.
 //! - [`explain`]: `EXPLAIN CREATE MATERIALIZED VIEW` output.
@@ -31,10 +35,12 @@ mod join_bounds;
 pub mod naming;
 mod not_in;
 mod output_names;
+mod regex_match_test;
 pub mod statement;
 mod stream_join;
 mod stream_over;
 pub mod stream_plan;
+mod stream_session;
 mod stream_top_n;
 pub mod window_tvf;
 

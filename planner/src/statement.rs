@@ -42,6 +42,8 @@ pub enum WeirStatement {
     DropSavepoint(String),
     /// `SHOW SAVEPOINTS`.
     ShowSavepoints,
+    /// `DROP CHECKPOINT 'checkpoints/<job>/chk-<epoch>'`: deletes a retained checkpoint.
+    DropCheckpoint(String),
     /// `SHOW SOURCE ERRORS`: the latest records connectors skipped as bad.
     ShowSourceErrors,
     /// `CREATE SINK name FROM relation | AS query WITH (connector = ..., ...)`.
@@ -402,6 +404,16 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
             };
         }
         ["checkpoint"] => return Ok(WeirStatement::Checkpoint),
+        ["drop", "checkpoint", ..] => {
+            return match (ws.len(), w.token(2)) {
+                (3, Some(Token::SingleQuotedString(path))) => {
+                    Ok(WeirStatement::DropCheckpoint(path.clone()))
+                }
+                _ => Err(SqlError::syntax(
+                    "expected DROP CHECKPOINT '<path>' (the path SHOW CHECKPOINTS lists for a RETAINED checkpoint)",
+                )),
+            };
+        }
         ["alter", "materialized", "view", _, "resume"] => {
             return Ok(WeirStatement::ResumeMaterializedView(w.ident(3)?));
         }
@@ -418,7 +430,8 @@ pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
                 return Ok(set);
             }
         }
-        ["explain", "create", "materialized", ..] => {
+        ["explain", "create", "materialized", ..]
+        | ["explain", "create", "or", "replace", "materialized", ..] => {
             let mut stmt = parse_sqlparser(&w.rest(1))?;
             // `... EMIT ON WINDOW CLOSE`, as the view would be created.
             if let Some(clauses) = clauses {
@@ -498,6 +511,16 @@ mod tests {
             parse_statement("EXPLAIN CREATE MATERIALIZED VIEW v AS SELECT 1").unwrap(),
             WeirStatement::ExplainCreateMaterializedView(_)
         ));
+        match parse_statement(
+            "explain create or replace materialized view v as select 1 from t emit on window close",
+        )
+        .unwrap()
+        {
+            WeirStatement::ExplainCreateMaterializedView(v) => {
+                assert!(v.to_string().contains("emit_on_window_close"), "{v}")
+            }
+            _ => panic!("not an EXPLAIN of a view"),
+        }
         assert!(matches!(
             parse_statement("create table t (k int) append only").unwrap(),
             WeirStatement::Sql(_)

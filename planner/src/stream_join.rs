@@ -7,6 +7,7 @@
 //! hold at most one row (a global aggregate, as in a scalar subquery), on one actor.
 
 use crate::error::{SqlError, SqlResult};
+use crate::stream_plan::keyed_exchange;
 use crate::stream_plan::{nullable_schema, Builder, Partial};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{JoinType, NullEquality};
@@ -14,7 +15,6 @@ use datafusion::logical_expr::type_coercion::binary::comparison_coercion;
 use datafusion::logical_expr::{Expr, ExprSchemable, Join};
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
-use weir_executor::exchange::ExchangeKind;
 use weir_executor::operators::hash_join::{HashJoinSpec, JoinKind};
 use weir_executor::operators::project::ProjectSpec;
 use weir_executor::{FragmentInput, OperatorSpec};
@@ -125,13 +125,7 @@ impl Builder<'_> {
             let id = self.finish(p, schema);
             inputs.push(FragmentInput::Fragment {
                 id,
-                exchange: if keyless {
-                    ExchangeKind::Single
-                } else {
-                    ExchangeKind::Hash {
-                        keys: (width..width + key_types.len()).collect(),
-                    }
-                },
+                exchange: keyed_exchange(width..width + key_types.len()),
             });
         }
         let canonical = format!(
@@ -147,11 +141,7 @@ impl Builder<'_> {
                 .map(|f| f.to_string())
                 .unwrap_or_default()
         );
-        let uid = format!(
-            "{}.hashjoin.{:016x}",
-            self.view,
-            weir_storage::key_group::key_hash(canonical.as_bytes())
-        );
+        let uid = self.uid("hashjoin", &canonical);
         let spec = HashJoinSpec {
             uid,
             kind,

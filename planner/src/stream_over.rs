@@ -81,11 +81,7 @@ impl Builder<'_> {
                 .collect::<Vec<_>>()
                 .join(","),
         );
-        layout.uid = format!(
-            "{}.over.{:016x}",
-            self.view,
-            weir_storage::key_group::key_hash(canonical.as_bytes())
-        );
+        layout.uid = self.uid("over", &canonical);
         let input = Self::partitioned_exchange(upstream, &layout);
         let single = partition.is_empty();
         Ok(Partial {

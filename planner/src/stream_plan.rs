@@ -42,6 +42,8 @@ pub(crate) struct Partial {
 
 pub(crate) struct Builder<'a> {
     pub(crate) state: &'a SessionState,
+    /// Whether a relation only ever inserts (an unstored generator source).
+    pub(crate) append_only: &'a dyn Fn(&str) -> bool,
     pub(crate) view: String,
     pub(crate) fragments: Vec<FragmentSpec>,
     /// Aggregations that occur more than once in the query (Nexmark q5's two identical
@@ -114,12 +116,8 @@ pub fn emit_on_window_close(
             .reduce(|a, b| a.intersection(&b).copied().collect())
             .unwrap_or_default();
         for op in &mut f.chain {
-            if let OperatorSpec::HashAgg(spec) = op {
-                let keys = spec.group_types.len();
-                if columns.iter().any(|c| *c < keys) {
-                    spec.emit_on_window_close = true;
-                    closing += 1;
-                }
+            if op.spec_mut().close_windows(&columns) {
+                closing += 1;
             }
             columns = op.spec().watermark_columns(&columns);
         }
@@ -128,9 +126,10 @@ pub fn emit_on_window_close(
     if closing == 0 {
         return Err(SqlError::unsupported(
             "EMIT ON WINDOW CLOSE needs a GROUP BY over a window (window_start or \
-             window_end of TUMBLE or HOP over a table with a WATERMARK) that no join, \
-             Top-N or window function (SESSION windows included) comes before: those may \
-             still change older rows, so a window after them would never close",
+             window_end of TUMBLE or HOP over a table with a WATERMARK, or of SESSION \
+             over a generator source with one) that no join, Top-N or window function \
+             comes before: those may still change older rows, so a window after them \
+             would never close",
         ));
     }
     crate::hop_slicing::slice_hop_windows(graph);
@@ -166,13 +165,21 @@ fn refuse_correlated_subqueries(plan: &LogicalPlan) -> SqlResult<()> {
 }
 
 /// Plans a view's (optimized) logical plan as a streaming graph.
-pub fn plan_view(state: &SessionState, plan: &LogicalPlan, view: &str) -> SqlResult<PlannedView> {
+/// `append_only` says which relations only ever insert (unstored generator sources):
+/// some operators need that of their input (SESSION window aggregation).
+pub fn plan_view(
+    state: &SessionState,
+    plan: &LogicalPlan,
+    view: &str,
+    append_only: &dyn Fn(&str) -> bool,
+) -> SqlResult<PlannedView> {
     // Batch-only plan shapes first become shapes the streaming operators keep.
     let plan = crate::not_in::rewrite_not_in(plan.clone())?;
     let plan = &crate::grouping_sets::expand_grouping_sets(plan)?;
     refuse_correlated_subqueries(plan)?;
     let mut b = Builder {
         state,
+        append_only,
         view: view.to_string(),
         fragments: Vec::new(),
         repeated: repeated_aggregates(plan),
@@ -215,13 +222,36 @@ pub fn plan_view(state: &SessionState, plan: &LogicalPlan, view: &str) -> SqlRes
     Ok(PlannedView { graph, schema })
 }
 
+/// The exchange into a keyed operator whose key is `keys` of its input: by hash of
+/// the key, or to one actor when there is no key.
+pub(crate) fn keyed_exchange(keys: std::ops::Range<usize>) -> ExchangeKind {
+    if keys.is_empty() {
+        ExchangeKind::Single
+    } else {
+        ExchangeKind::Hash {
+            keys: keys.collect(),
+        }
+    }
+}
+
 impl Builder<'_> {
+    /// The uid of a stateful operator of `kind` whose state means `canonical` (its
+    /// keys and calls, never its place in the plan): `<view>.<kind>.<hash>`.
+    pub(crate) fn uid(&self, kind: &str, canonical: &str) -> String {
+        format!(
+            "{}.{kind}.{:016x}",
+            self.view,
+            weir_storage::key_group::key_hash(canonical.as_bytes())
+        )
+    }
+
     pub(crate) fn physical(
         &self,
         expr: &Expr,
         schema: &DFSchema,
     ) -> SqlResult<Arc<dyn PhysicalExpr>> {
-        Ok(self.state.create_physical_expr(expr.clone(), schema)?)
+        let expr = crate::regex_match_test::rewrite_match_tests(expr);
+        Ok(self.state.create_physical_expr(expr, schema)?)
     }
 
     pub(crate) fn finish(&mut self, p: Partial, output_schema: SchemaRef) -> usize {
@@ -313,8 +343,13 @@ impl Builder<'_> {
                 if let Some(&(_, id, single)) = self.shared.iter().find(|(s, _, _)| s == plan) {
                     return Ok(Self::reading_shared(id, single, &agg.schema));
                 }
-                let p = self.visit(&agg.input)?;
-                let p = self.aggregate(p, &agg.group_expr, &agg.aggr_expr, &agg.schema)?;
+                let p = match self.session_aggregate(agg)? {
+                    Some(p) => p,
+                    None => {
+                        let p = self.visit(&agg.input)?;
+                        self.aggregate(p, &agg.group_expr, &agg.aggr_expr, &agg.schema)?
+                    }
+                };
                 if !self.repeated.contains(plan) {
                     return Ok(p);
                 }
@@ -455,7 +490,60 @@ impl Builder<'_> {
         aggr_expr: &[Expr],
         out_schema: &DFSchemaRef,
     ) -> SqlResult<Partial> {
-        let in_schema = p.schema.clone();
+        let input = self.aggregate_input(
+            &p.schema,
+            group_expr,
+            aggr_expr,
+            out_schema,
+            group_expr.len(),
+        )?;
+        let AggregateInput {
+            exprs: pre_exprs,
+            schema: pre_schema,
+            group_types,
+            calls,
+            canonical,
+        } = input;
+        p.chain.push(OperatorSpec::Project(ProjectSpec {
+            exprs: pre_exprs,
+            schema: pre_schema.clone(),
+        }));
+        let single = group_expr.is_empty();
+        let upstream = self.finish(p, pre_schema);
+        let uid = self.uid("hashagg", &canonical);
+        let spec = HashAggSpec {
+            uid,
+            group_types,
+            calls,
+            output_schema: nullable_schema(out_schema),
+            emit_on_window_close: false,
+            clean_by_watermark: false,
+        };
+        Ok(Partial {
+            inputs: vec![FragmentInput::Fragment {
+                id: upstream,
+                exchange: keyed_exchange(0..group_expr.len()),
+            }],
+            chain: vec![OperatorSpec::HashAgg(spec)],
+            single,
+            one_row: single,
+            schema: out_schema.clone(),
+        })
+    }
+
+    /// What an aggregation reads: the projection before its exchange (`[group keys...,
+    /// per call: argument, filter, ...]` over `in_schema`), the group key types, the
+    /// calls, and the canonical text its uid hashes. Call `j`'s output type is field
+    /// `first_call + j` of `out_schema`.
+    pub(crate) fn aggregate_input(
+        &self,
+        in_schema: &DFSchemaRef,
+        group_expr: &[Expr],
+        aggr_expr: &[Expr],
+        out_schema: &DFSchemaRef,
+        first_call: usize,
+    ) -> SqlResult<AggregateInput> {
+        let in_schema = in_schema.clone();
         // Pre-aggregation projection: [group keys..., per call: argument, filter].
         let mut pre_exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         let mut pre_fields: Vec<Field> = Vec::new();
@@ -568,7 +656,7 @@ impl Builder<'_> {
                     },
                 ));
             }
-            let output_type = out_schema.field(group_expr.len() + j).data_type().clone();
+            let output_type = out_schema.field(first_call + j).data_type().clone();
             calls.push(AggCall {
                 kind,
                 arg,
@@ -582,41 +670,21 @@ impl Builder<'_> {
             });
             canonical.push_str(&format!(";{a}"));
         }
-        let pre_schema = Arc::new(Schema::new(pre_fields));
-        p.chain.push(OperatorSpec::Project(ProjectSpec {
+        Ok(AggregateInput {
             exprs: pre_exprs,
-            schema: pre_schema.clone(),
-        }));
-        let single = group_expr.is_empty();
-        let upstream = self.finish(p, pre_schema);
-        let uid = format!(
-            "{}.hashagg.{:016x}",
-            self.view,
-            weir_storage::key_group::key_hash(canonical.as_bytes())
-        );
-        let spec = HashAggSpec {
-            uid,
+            schema: Arc::new(Schema::new(pre_fields)),
             group_types,
             calls,
-            output_schema: nullable_schema(out_schema),
-            emit_on_window_close: false,
-            clean_by_watermark: false,
-        };
-        Ok(Partial {
-            inputs: vec![FragmentInput::Fragment {
-                id: upstream,
-                exchange: if single {
-                    ExchangeKind::Single
-                } else {
-                    ExchangeKind::Hash {
-                        keys: (0..group_expr.len()).collect(),
-                    }
-                },
-            }],
-            chain: vec![OperatorSpec::HashAgg(spec)],
-            single,
-            one_row: single,
-            schema: out_schema.clone(),
+            canonical,
         })
     }
+}
+
+/// See [`Builder::aggregate_input`].
+pub(crate) struct AggregateInput {
+    pub(crate) exprs: Vec<Arc<dyn PhysicalExpr>>,
+    pub(crate) schema: SchemaRef,
+    pub(crate) group_types: Vec<DataType>,
+    pub(crate) calls: Vec<AggCall>,
+    pub(crate) canonical: String,
 }

@@ -6,6 +6,7 @@
 //! actor without PARTITION BY).
 
 use crate::error::{SqlError, SqlResult};
+use crate::stream_plan::keyed_exchange;
 use crate::stream_plan::{nullable_schema, Builder, Partial};
 use arrow::compute::SortOptions;
 use arrow::datatypes::{Field, Schema};
@@ -17,7 +18,6 @@ use datafusion::logical_expr::{
 };
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
-use weir_executor::exchange::ExchangeKind;
 use weir_executor::operators::partition_rows::PartitionLayout;
 use weir_executor::operators::project::ProjectSpec;
 use weir_executor::operators::top_n::{Ranking, TopNSpec};
@@ -253,13 +253,7 @@ impl Builder<'_> {
         let width = layout.row_types.len();
         FragmentInput::Fragment {
             id: upstream,
-            exchange: if layout.partition_types.is_empty() {
-                ExchangeKind::Single
-            } else {
-                ExchangeKind::Hash {
-                    keys: (width..width + layout.partition_types.len()).collect(),
-                }
-            },
+            exchange: keyed_exchange(width..width + layout.partition_types.len()),
         }
     }
 
@@ -283,11 +277,7 @@ impl Builder<'_> {
             q.limit,
             q.ranking
         );
-        layout.uid = format!(
-            "{}.topn.{:016x}",
-            self.view,
-            weir_storage::key_group::key_hash(canonical.as_bytes())
-        );
+        layout.uid = self.uid("topn", &canonical);
         let input = Self::partitioned_exchange(upstream, &layout);
         let spec = TopNSpec {
             layout,

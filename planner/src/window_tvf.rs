@@ -28,7 +28,8 @@
 //!   with `window_end = window_bound(ts, size, k * step)`.
 //! - SESSION depends on the gaps between rows, which a projection cannot see: it
 //!   expands to window functions (`lag`, running `max`), which views keep up to date
-//!   with the OverWindow operator.
+//!   with the OverWindow operator. An aggregation of sessions over an input that only
+//!   inserts runs as one SessionAgg instead (`stream_session`).
 //!
 //! `window_bound` is a Weir function (the server's `functions` module). So windows need
 //! no operator of their own: an aggregation grouped by `window_start` is an ordinary
@@ -55,6 +56,10 @@ const WINDOW_FUNCS: [&str; 4] = ["tumble", "hop", "session", "cumulate"];
 
 /// The trailing argument [`normalize`] moves a SESSION's `PARTITION BY` keys into.
 const PARTITION_MARK: &str = "__weir_partition_by";
+
+/// The SESSION expansion's outer alias: a session window aggregation finds the
+/// expansion by it (`stream_session`).
+pub(crate) const SESSION_ALIAS: &str = "__weir_session_3";
 
 /// The SESSION expansion's helper column, left out of its result.
 const SESSION_MARK: &str = "__weir_session_mark";
@@ -578,14 +583,14 @@ fn session(table: &ObjectName, keys: Vec<Expr>, ts: &Expr, gap: &Expr) -> SqlRes
         keys: &keys,
         table,
     };
-    let mut q = t.fill(
+    let mut q = t.fill(&format!(
         "SELECT * FROM (SELECT *, max(__ts) OVER (PARTITION BY __keys, window_start) + __gap \
          AS window_end FROM (SELECT *, max(__weir_session_mark) OVER (PARTITION BY __keys \
          ORDER BY __ts) AS window_start FROM (SELECT *, CASE WHEN lag(__ts) OVER (PARTITION \
          BY __keys ORDER BY __ts) + __gap >= __ts THEN NULL ELSE __ts END AS \
          __weir_session_mark FROM __t WHERE __ts IS NOT NULL) AS __weir_session_1) \
-         AS __weir_session_2) AS __weir_session_3",
-    );
+         AS __weir_session_2) AS {SESSION_ALIAS}"
+    ));
     // Postgres' syntax has no `* EXCLUDE`; the tree does.
     if let SetExpr::Select(select) = q.body.as_mut() {
         if let [SelectItem::Wildcard(options)] = select.projection.as_mut_slice() {

@@ -199,6 +199,10 @@ impl Database {
             .load_savepoint_pins()
             .await
             .map_err(|e| format!("cannot read savepoints: {e}"))?;
+        self.runtime
+            .load_retained_checkpoints()
+            .await
+            .map_err(|e| format!("cannot read retained checkpoints: {e}"))?;
         self.runtime.recovery_done();
         for entry in &stored.relations {
             crate::serving::indexes::register(self, &entry.name)

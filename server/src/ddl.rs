@@ -287,7 +287,51 @@ struct ViewPlan {
     settings: BTreeMap<String, String>,
     /// `restore_from = 's'`: the savepoint whose state of this view it starts from.
     restore_from: Option<String>,
+    /// `restore_from_checkpoint = '<path>'`: a dropped view's retained checkpoint.
+    restore_from_checkpoint: Option<String>,
+    /// `restore_from_view = 'a'`: start from view `a`'s state in it (a branch).
+    restore_from_view: Option<String>,
     ignore_unclaimed: bool,
+}
+
+impl ViewPlan {
+    fn saved_state(&self) -> Option<weir_executor::savepoint::SavedStateRef<'_>> {
+        use weir_executor::savepoint::SavedSource;
+        let source = match (&self.restore_from, &self.restore_from_checkpoint) {
+            (Some(sp), _) => SavedSource::Savepoint(sp),
+            (None, Some(path)) => SavedSource::Checkpoint(path),
+            (None, None) => return None,
+        };
+        Some(weir_executor::savepoint::SavedStateRef {
+            source,
+            view: self.restore_from_view.as_deref(),
+        })
+    }
+
+    /// How EXPLAIN (`q` empty) and the restore notice (`q` a double quote) name
+    /// where the state comes from.
+    fn saved_state_name(&self, q: &str) -> String {
+        let of_view = |v: &String| format!(" (the state of view {v})");
+        match (&self.restore_from, &self.restore_from_checkpoint) {
+            (Some(sp), _) => format!(
+                "savepoint {q}{sp}{q}{}",
+                self.restore_from_view
+                    .as_ref()
+                    .map_or(String::new(), of_view)
+            ),
+            (None, Some(path)) => format!("retained checkpoint {q}{path}{q}"),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+/// An option's text, or 22023 with `missing` when it is empty.
+fn non_empty(value: &SqlExpr, missing: &str) -> SqlResult<String> {
+    let text = option_text(value);
+    if text.is_empty() {
+        return Err(SqlError::new(sqlstate::INVALID_PARAMETER_VALUE, missing));
+    }
+    Ok(text)
 }
 
 /// What `WITH (...)` of a materialized view sets besides checkpoint / restart keys.
@@ -295,6 +339,8 @@ struct ViewPlan {
 struct ViewOptions {
     parallelism: Option<u32>,
     restore_from: Option<String>,
+    restore_from_checkpoint: Option<String>,
+    restore_from_view: Option<String>,
     ignore_unclaimed: bool,
     /// `"uid.N" = 'name'`: the N-th stateful operator (as EXPLAIN numbers them) keeps
     /// state under `name` whatever its derived uid.
@@ -422,14 +468,19 @@ fn view_options(
                 opts.emit_on_window_close = option_text(value) == "true";
             }
             "restore_from" => {
-                let sp = option_text(value);
-                if sp.is_empty() {
-                    return Err(SqlError::new(
-                        sqlstate::INVALID_PARAMETER_VALUE,
-                        "restore_from needs a savepoint name",
-                    ));
-                }
-                opts.restore_from = Some(sp);
+                opts.restore_from = Some(non_empty(value, "restore_from needs a savepoint name")?);
+            }
+            "restore_from_checkpoint" => {
+                opts.restore_from_checkpoint = Some(non_empty(
+                    value,
+                    "restore_from_checkpoint needs the path SHOW CHECKPOINTS lists for a RETAINED checkpoint",
+                )?);
+            }
+            "restore_from_view" => {
+                opts.restore_from_view = Some(non_empty(
+                    value,
+                    "restore_from_view needs the name of a view the savepoint holds",
+                )?);
             }
             "ignore_unclaimed_state" => {
                 opts.ignore_unclaimed = match option_text(value).to_ascii_lowercase().as_str() {
@@ -471,11 +522,24 @@ fn view_options(
             }
         }
     }
-    if opts.ignore_unclaimed && opts.restore_from.is_none() {
+    if opts.restore_from.is_some() && opts.restore_from_checkpoint.is_some() {
         return Err(SqlError::new(
             sqlstate::INVALID_PARAMETER_VALUE,
-            "ignore_unclaimed_state applies only with restore_from",
+            "restore_from and restore_from_checkpoint exclude each other",
         ));
+    }
+    if opts.restore_from.is_none() && opts.restore_from_checkpoint.is_none() {
+        for (set, key) in [
+            (opts.ignore_unclaimed, "ignore_unclaimed_state"),
+            (opts.restore_from_view.is_some(), "restore_from_view"),
+        ] {
+            if set {
+                return Err(SqlError::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!("{key} applies only with restore_from or restore_from_checkpoint"),
+                ));
+            }
+        }
     }
     Ok(opts)
 }
@@ -531,7 +595,7 @@ pub(crate) async fn plan_query(
         .enable_physical_uncorrelated_scalar_subquery = false;
     let plan = query::plan_statement(&state, &query).await?;
     let plan = state.optimize(&plan)?;
-    plan_view(&state, &plan, name)
+    plan_view(&state, &plan, name, &|r| db.runtime().is_append_only(r))
 }
 
 async fn plan_create_view(
@@ -619,6 +683,8 @@ async fn plan_create_view(
         parallelism,
         settings,
         restore_from: opts.restore_from,
+        restore_from_checkpoint: opts.restore_from_checkpoint,
+        restore_from_view: opts.restore_from_view,
         ignore_unclaimed: opts.ignore_unclaimed,
     })
 }
@@ -669,11 +735,11 @@ pub async fn create_view(
     let spec = plan.spec(db)?;
     let rt = db.runtime();
     // Everything that can refuse the statement happens before the old view goes.
-    let (from, report) = match &plan.restore_from {
-        Some(sp) => {
+    let (from, report) = match plan.saved_state() {
+        Some(saved) => {
             let (from, report) = weir_executor::savepoint::state_for_new_view(
                 rt,
-                sp,
+                saved,
                 &name,
                 &spec,
                 id,
@@ -717,9 +783,10 @@ pub async fn create_view(
     };
     commit_entry(db, entry, plan.schema.clone())?;
     crate::serving::indexes::register(db, &name)?;
-    if let (Some(sp), Some(mut r)) = (&plan.restore_from, report) {
+    if let Some(mut r) = report {
         r.replayed_rows = rt.registry.replayed_rows(&name);
-        session.notices.push(crate::show::restore_notice(sp, &r));
+        let from = plan.saved_state_name("\"");
+        session.notices.push(crate::show::restore_notice(&from, &r));
         // Restored state is checkpointed at once, as after RESTORE.
         rt.checkpoint_now().await.map_err(SqlError::from)?;
     }
@@ -789,12 +856,12 @@ pub async fn explain_create_view(
         plan.parallelism,
         db.config.max_parallelism,
     );
-    if let Some(sp) = &plan.restore_from {
+    if let Some(saved) = plan.saved_state() {
         let spec = plan.spec(db)?;
-        let m = weir_executor::savepoint::preview_new_view(db.runtime(), sp, &plan.name, &spec)
+        let m = weir_executor::savepoint::preview_new_view(db.runtime(), saved, &plan.name, &spec)
             .await
             .map_err(SqlError::from)?;
-        lines.push(format!("Restore from savepoint {sp}:"));
+        lines.push(format!("Restore from {}:", plan.saved_state_name("")));
         for u in &m.matched {
             match m.misfit.iter().find(|(uid, _, _)| uid == u) {
                 Some((_, was, now)) => lines.push(format!(

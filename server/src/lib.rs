@@ -24,6 +24,8 @@
 //! - [`pg`]: the Postgres wire protocol (pgwire): auth, handlers, encoding.
 //! - [`server`]: the TCP listener.
 //! - [`bench`], [`bench_kafka`], [`bench_nexmark`]: `weir bench` subcommands.
+//! - [`savepoint_cli`]: `weir savepoint create|list|restore|drop` against a running
+//!   server (operators, CI/CD).
 //! - [`settings`]: checkpoint / restart keys, defaults and provenance.
 //! - [`metrics_http`]: the Prometheus `/metrics` endpoint.
 //! - [`session`], [`output`]: per-connection state and statement results.
@@ -46,6 +48,7 @@ pub mod output;
 pub mod pg;
 pub mod pg_catalog;
 pub mod query;
+pub mod savepoint_cli;
 pub mod server;
 pub mod serving;
 pub mod session;

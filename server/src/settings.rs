@@ -25,6 +25,12 @@ pub const JOB_KEYS: &[(&str, &str)] = &[
     ("execution.checkpointing.unaligned.enabled", "false"),
     ("execution.checkpointing.aligned-checkpoint-timeout", "0ms"),
     ("execution.checkpointing.incremental", "true"),
+    // Flink's default; Weir's checkpoints are always in storage, so a failed job
+    // recovers either way: the value decides what a DROP does with them.
+    (
+        "execution.checkpointing.externalized-checkpoint-retention",
+        "NO_EXTERNALIZED_CHECKPOINTS",
+    ),
     // Latency against throughput (`weir_executor::buffering`).
     ("execution.buffer-timeout.enabled", "true"),
     ("execution.buffer-timeout.interval", "100ms"),
@@ -176,6 +182,18 @@ pub fn failover(v: &str) -> Result<FailoverStrategy, String> {
     }
 }
 
+/// `execution.checkpointing.externalized-checkpoint-retention`: whether a dropped
+/// view's checkpoints are kept (Flink's cancellation is Weir's DROP).
+fn retention(v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_uppercase().replace('-', "_").as_str() {
+        "RETAIN_ON_CANCELLATION" => Ok(true),
+        "DELETE_ON_CANCELLATION" | "NO_EXTERNALIZED_CHECKPOINTS" => Ok(false),
+        _ => Err(format!(
+            "invalid value for execution.checkpointing.externalized-checkpoint-retention: {v} (RETAIN_ON_CANCELLATION, DELETE_ON_CANCELLATION or NO_EXTERNALIZED_CHECKPOINTS)"
+        )),
+    }
+}
+
 /// Builds a job's configuration from a lookup that already applies precedence
 /// (returns `None` for keys left at their default).
 pub fn job_config(get: &dyn Fn(&str) -> Option<String>) -> Result<JobConfig, String> {
@@ -237,6 +255,9 @@ pub fn job_config(get: &dyn Fn(&str) -> Option<String>) -> Result<JobConfig, Str
             "aligned-checkpoint-timeout",
             &val("execution.checkpointing.aligned-checkpoint-timeout"),
         )?,
+        retain_on_cancellation: retention(&val(
+            "execution.checkpointing.externalized-checkpoint-retention",
+        ))?,
     };
     if checkpoint.unaligned && checkpoint.max_concurrent > 1 {
         // As in Flink: one unaligned checkpoint at a time.

@@ -125,7 +125,8 @@ pub async fn show_savepoints(db: &Database) -> SqlResult<Output> {
 
 /// What `RESTORE ... FROM SAVEPOINT` did, one row per view.
 /// The NOTICE of a restore: what was restored, what started empty, what was dropped.
-pub fn restore_notice(savepoint: &str, r: &weir_executor::savepoint::RestoreReport) -> String {
+/// `from` names the saved state: `savepoint "s"` or `retained checkpoint "<path>"`.
+pub fn restore_notice(from: &str, r: &weir_executor::savepoint::RestoreReport) -> String {
     let list = |v: &[String]| {
         if v.is_empty() {
             "none".to_string()
@@ -135,13 +136,13 @@ pub fn restore_notice(savepoint: &str, r: &weir_executor::savepoint::RestoreRepo
     };
     if !r.rebuilt_from.is_empty() {
         return format!(
-            "\"{}\" rebuilt from the restored contents of {} (savepoint \"{savepoint}\"): a view's own state is restored only when it reads tables",
+            "\"{}\" rebuilt from the restored contents of {} ({from}): a view's own state is restored only when it reads tables",
             r.view,
             r.rebuilt_from.join(", ")
         );
     }
     format!(
-        "\"{}\" restored from savepoint \"{savepoint}\": state restored for {}; started empty: {}; unclaimed state ignored: {}; replayed {} table-log rows",
+        "\"{}\" restored from {from}: state restored for {}; started empty: {}; unclaimed state ignored: {}; replayed {} table-log rows",
         r.view,
         list(&r.restored_uids),
         list(&r.new_uids),

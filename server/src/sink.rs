@@ -309,9 +309,13 @@ pub async fn drop_sink(db: &Database, name: &str, if_exists: bool) -> SqlResult<
     let mut w = rt.lock_writes().await;
     rt.flush_locked(&mut w).await.map_err(SqlError::from)?;
     rt.drop_view(&mut w, name);
-    let mut cat = db.catalog.write();
-    cat.remove(name);
-    cat.save(&db.meta)?;
+    {
+        let mut cat = db.catalog.write();
+        cat.remove(name);
+        cat.save(&db.meta)?;
+    }
+    drop(w);
+    rt.settle_retained().await;
     Ok(Output::command("DROP SINK"))
 }
 

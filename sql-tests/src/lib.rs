@@ -7,6 +7,7 @@
 //! - [`kafka`]: the test Kafka broker: topics, producing, reading a partition.
 //! - [`kafka_sink`]: what an exactly-once Kafka sink committed (its commit chain).
 //! - [`query`]: small query helpers (rows as text, SQLSTATE of an error, polling).
+//! - [`savepoints`]: what the savepoint tests share (table `t`, restore NOTICEs, uids).
 //! - [`sinks`]: replaying Debezium change events; the `per_g` oracle of sink tests.
 //! - [`s3`]: the test S3 endpoint: buckets and checkpoint configuration.
 //! - [`workload`]: the crash workload (acknowledged writes, oracle check) shared by the
@@ -26,6 +27,7 @@ pub mod kafka_sink;
 pub mod process;
 pub mod query;
 pub mod s3;
+pub mod savepoints;
 pub mod sinks;
 pub mod slt;
 pub mod views_first;

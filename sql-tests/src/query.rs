@@ -29,6 +29,13 @@ pub async fn try_rows(client: &Client, sql: &str) -> Result<Vec<Vec<String>>, St
         .collect())
 }
 
+/// [`rows`], sorted (an order-independent answer to compare).
+pub async fn sorted(client: &Client, sql: &str) -> Vec<Vec<String>> {
+    let mut r = rows(client, sql).await;
+    r.sort();
+    r
+}
+
 /// The single value of a one-row, one-column result.
 pub async fn value(client: &Client, sql: &str) -> String {
     let r = rows(client, sql).await;

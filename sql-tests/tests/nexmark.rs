@@ -296,10 +296,15 @@ fn bench_outputs_equal_the_queries_over_a_stored_twin() {
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         eprintln!("{stdout}");
+        // The cause first and short: CI keeps only a part of a long output.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr_tail: Vec<&str> = stderr.lines().rev().take(20).collect();
         assert!(
             out.status.success(),
-            "rate {rate}: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
+            "rate {rate}: {} ({} lines of stderr, the last ones first:)\n{}",
+            out.status,
+            stderr.lines().count(),
+            stderr_tail.join("\n")
         );
         for q in &queries {
             let check = stdout

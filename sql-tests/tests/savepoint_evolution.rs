@@ -4,76 +4,13 @@
 //! and migration to a fresh server that shares only the savepoint-dir. Every result is
 //! checked against the oracle: the view's query run as a plain SELECT.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio_postgres::Client;
 use weir_sql_tests::process::connect_with_notices;
-use weir_sql_tests::query::{error_code, rows};
+use weir_sql_tests::query::{error_code, rows, sorted};
+use weir_sql_tests::savepoints::{
+    agg_uid, assert_view, insert_range, last_notice, replayed, PER_GROUP, TABLE,
+};
 use weir_sql_tests::WeirProcess;
-
-const TABLE: &str = "CREATE TABLE t (id bigint PRIMARY KEY, g bigint, v bigint)";
-const PER_GROUP: &str = "SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g";
-
-async fn insert_range(c: &Client, from: i64, to: i64) {
-    c.batch_execute(&format!(
-        "INSERT INTO t SELECT value, value % 11, value * 3 FROM generate_series({from}, {to})"
-    ))
-    .await
-    .unwrap();
-}
-
-async fn sorted(c: &Client, sql: &str) -> Vec<Vec<String>> {
-    let mut r = rows(c, sql).await;
-    r.sort();
-    r
-}
-
-/// The view's rows equal its query's.
-async fn assert_view(c: &Client, view: &str, query: &str) {
-    assert_eq!(
-        sorted(c, &format!("SELECT * FROM {view}")).await,
-        sorted(c, query).await,
-        "{view} differs from {query}"
-    );
-}
-
-/// The notice the last statement raised (waiting briefly: notices travel on the
-/// connection task).
-async fn last_notice(notices: &Arc<Mutex<Vec<String>>>) -> String {
-    for _ in 0..50 {
-        if let Some(n) = notices.lock().unwrap().pop() {
-            return n;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("no notice");
-}
-
-/// "... replayed N table-log rows" of a restore notice.
-fn replayed(notice: &str) -> u64 {
-    notice
-        .split("replayed ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no replay count in {notice}"))
-}
-
-/// The hash aggregation's uid in an EXPLAIN.
-async fn agg_uid(c: &Client, create: &str) -> String {
-    let plan = rows(c, &format!("EXPLAIN {create}")).await;
-    let line = plan
-        .iter()
-        .map(|r| r[0].clone())
-        .find(|l| l.contains("HashAgg"))
-        .unwrap_or_else(|| panic!("no HashAgg in {plan:?}"));
-    assert!(line.contains("[uid.1]"), "EXPLAIN numbers it: {line}");
-    line.split("uid=")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap()
-        .to_string()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changed_query_restores_state_by_uid_instead_of_recomputing() {

@@ -49,6 +49,11 @@ pub struct CheckpointMetadata {
     pub incremental_size: u64,
     pub parallelism: u32,
     pub max_parallelism: u32,
+    /// Every uid the job's plan keeps state under, stored or still empty: recovery
+    /// uses the checkpoint only for the same plan (an upgrade may derive other uids).
+    /// Empty in checkpoints of builds before it was recorded.
+    #[serde(default)]
+    pub plan_uids: Vec<String>,
 }
 
 impl CheckpointMetadata {
@@ -128,6 +133,7 @@ mod tests {
             incremental_size: 0,
             parallelism: 1,
             max_parallelism: 128,
+            plan_uids: vec!["v.hashagg.1".into()],
         };
         let mut b = m.to_bytes().unwrap();
         assert_eq!(CheckpointMetadata::from_bytes(&b).unwrap(), m);

@@ -47,6 +47,39 @@ pub struct SavepointMetadata {
     pub views: Vec<SavepointView>,
 }
 
+impl SavepointView {
+    /// This view's state as the state of view `to`: a branch (an A/B test started
+    /// from one savepoint). Derived uids start with the view's name
+    /// (`<view>.<kind>.<hash>`, `<view>.materialize.<hash>`), so `a.hashagg.x` reads
+    /// as `b.hashagg.x` and the usual uid rules match it against `b`'s plan; pinned
+    /// uids (`"uid.N" = 'name'`) carry no view name and keep theirs. The files are
+    /// the same: both views read them.
+    pub fn renamed(&self, to: &str) -> SavepointView {
+        let prefix = format!("{}.", self.name);
+        let rename = |uid: &str| match uid.strip_prefix(&prefix) {
+            Some(rest) => format!("{to}.{rest}"),
+            None => uid.to_string(),
+        };
+        SavepointView {
+            name: to.to_string(),
+            state: self
+                .state
+                .iter()
+                .map(|u| UidState {
+                    uid: rename(&u.uid),
+                    ..u.clone()
+                })
+                .collect(),
+            schemas: self
+                .schemas
+                .iter()
+                .map(|(uid, layout)| (rename(uid), layout.clone()))
+                .collect(),
+            ..self.clone()
+        }
+    }
+}
+
 impl SavepointMetadata {
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         to_checksummed_json(self)
@@ -54,7 +87,10 @@ impl SavepointMetadata {
 
     /// Refuses a damaged file and one written by a newer format version.
     pub fn from_bytes(bytes: &[u8]) -> Result<SavepointMetadata> {
-        let meta: SavepointMetadata = from_checksummed_json(bytes)?;
+        let mut meta: SavepointMetadata = from_checksummed_json(bytes)?;
+        if meta.format_version < 2 {
+            meta.rebase_version_1_paths();
+        }
         if meta.format_version > SAVEPOINT_FORMAT_VERSION {
             return Err(StorageError::Corrupt(format!(
                 "savepoint format version {} is newer than this Weir's {}",
@@ -62,6 +98,23 @@ impl SavepointMetadata {
             )));
         }
         Ok(meta)
+    }
+
+    /// Version 1 savepoints lived in the checkpoint storage's `savepoints/` folder
+    /// (there was no savepoint-dir yet) and named their files from the checkpoint
+    /// storage's root; that folder is the default savepoint-dir, whose root file paths
+    /// are now relative to.
+    fn rebase_version_1_paths(&mut self) {
+        for f in self
+            .views
+            .iter_mut()
+            .flat_map(|v| v.state.iter_mut())
+            .flat_map(|u| u.files.iter_mut())
+        {
+            if let Some(rest) = f.path.strip_prefix("savepoints/") {
+                f.path = rest.to_string();
+            }
+        }
     }
 
     /// Bytes of every state file.

@@ -28,6 +28,10 @@ pub struct CheckpointConfig {
     pub incremental: bool,
     pub unaligned: bool,
     pub aligned_checkpoint_timeout: Duration,
+    /// `execution.checkpointing.externalized-checkpoint-retention =
+    /// RETAIN_ON_CANCELLATION`: a dropped view's checkpoints are kept (see
+    /// [`crate::checkpoint::retained`]).
+    pub retain_on_cancellation: bool,
 }
 
 impl Default for CheckpointConfig {
@@ -43,6 +47,7 @@ impl Default for CheckpointConfig {
             incremental: true,
             unaligned: false,
             aligned_checkpoint_timeout: Duration::ZERO,
+            retain_on_cancellation: false,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! - [`coordinator`]: triggering, collecting actors' deltas, timeouts, tolerance.
 //! - [`uploader`]: per-job upload, compaction, `_metadata`, retention and GC.
 //! - [`restore`]: newest intact checkpoint, with fallback.
+//! - [`retained`]: a dropped view's checkpoints kept (RETAIN_ON_CANCELLATION).
 //! - [`restart`]: restart-strategy decisions.
 //! - [`stats`]: the history behind `SHOW CHECKPOINTS`.
 
@@ -13,6 +14,7 @@ pub mod config;
 pub mod coordinator;
 pub mod restart;
 pub mod restore;
+pub mod retained;
 pub mod stats;
 pub mod uploader;
 

@@ -21,6 +21,8 @@ pub struct JobStart {
     /// State the first checkpoint must upload in full (a job restored from a
     /// savepoint starts a new chain: savepoint files are never referenced).
     pub carry: Vec<weir_storage::state_snapshot::StateDelta>,
+    /// The uids of the job's plan, recorded in each checkpoint it writes.
+    pub plan_uids: Vec<String>,
 }
 
 /// Where checkpoint `epoch` of `job` lives, under the checkpoint storage.
@@ -118,6 +120,7 @@ async fn load(
             chain: meta.state.clone(),
             retained: vec![meta.clone()],
             carry: vec![],
+            plan_uids: vec![],
         },
         meta,
         keyed,

@@ -72,6 +72,8 @@ pub struct JobUploader {
     max_parallelism: u32,
     chain: BTreeMap<String, UidState>,
     carry: Vec<StateDelta>,
+    /// Recorded in every `_metadata` (see `CheckpointMetadata::plan_uids`).
+    plan_uids: Vec<String>,
     retained: VecDeque<CheckpointMetadata>,
     /// The newest epoch whose table-log entries are on disk: `_metadata` records log
     /// positions, so it is written only once they are durable (see
@@ -102,6 +104,7 @@ impl JobUploader {
                 .map(|u| (u.uid.clone(), u))
                 .collect(),
             carry: start.carry,
+            plan_uids: start.plan_uids,
             retained: start.retained.into_iter().collect(),
             durable: None,
         }
@@ -277,6 +280,7 @@ impl JobUploader {
             state,
             parallelism: self.parallelism,
             max_parallelism: self.max_parallelism,
+            plan_uids: self.plan_uids.clone(),
         };
         // `_metadata` last: its presence marks the checkpoint complete. The log
         // positions it records must be on disk first.

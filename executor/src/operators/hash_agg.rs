@@ -10,14 +10,16 @@
 //! A global aggregate (no GROUP BY) always has exactly one row, as in Postgres: it is
 //! emitted at the first barrier even for an empty input (`count = 0`, `sum = NULL`).
 
-use crate::aggregate::{decode_states, encode_states, AccState, AggCall, CallRuntime};
+use crate::aggregate::{
+    accumulators_layout, decode_states, encode_states, outputs, AccState, AggCall, CallRuntime,
+    PreparedCalls,
+};
 use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use crate::operators::spec::{BuildContext, StateRestore, StreamSpec, WatermarkFlow};
 use ahash::AHashMap as HashMap;
-use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
@@ -56,15 +58,7 @@ impl HashAggSpec {
             .map(|t| t.to_string())
             .collect::<Vec<_>>()
             .join(", ");
-        let calls = self
-            .calls
-            .iter()
-            .map(|c| match &c.arg_type {
-                Some(t) => format!("{}({t})", c.kind.name()),
-                None => c.kind.name().to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
+        let calls = accumulators_layout(&self.calls);
         format!("keys({keys}) accumulators({calls})")
     }
 }
@@ -169,6 +163,15 @@ impl StreamSpec for HashAggSpec {
             .collect()
     }
 
+    /// A window bound among the group keys closes its groups.
+    fn close_windows(&mut self, watermarked: &BTreeSet<usize>) -> bool {
+        let keys = self.group_types.len();
+        if watermarked.iter().any(|c| *c < keys) {
+            self.emit_on_window_close = true;
+        }
+        self.emit_on_window_close
+    }
+
     /// An EMIT ON WINDOW CLOSE aggregation drops what it emitted: its rows are stored.
     fn rederives_rows(&self) -> bool {
         !self.emit_on_window_close
@@ -245,11 +248,7 @@ impl HashAggOperator {
     }
 
     fn outputs(&self, g: &GroupState) -> Result<Vec<ScalarValue>> {
-        self.calls
-            .iter()
-            .zip(&g.accs)
-            .map(|(c, s)| c.output(s))
-            .collect()
+        outputs(&self.calls, &g.accs)
     }
 
     fn visible(&self, g: &GroupState) -> bool {
@@ -267,13 +266,11 @@ impl HashAggOperator {
         values: Vec<Vec<ScalarValue>>,
     ) -> Result<StreamChunk> {
         let n = ops.len();
-        let mut columns: Vec<ArrayRef> = if self.is_global() {
-            vec![]
-        } else {
-            let parser = self.key_converter.parser();
-            self.key_converter
-                .convert_rows(keys.iter().map(|k| parser.parse(k)))?
-        };
+        let mut columns = crate::chunk::decode_rows(
+            &self.key_converter,
+            self.spec.group_types.len(),
+            keys.iter().map(|k| k.as_slice()),
+        )?;
         for (j, call) in self.spec.calls.iter().enumerate() {
             let col = values.iter().map(|v| v[j].clone());
             let arr = if n == 0 {
@@ -342,16 +339,7 @@ impl Operator for HashAggOperator {
         } else {
             Some(self.key_converter.convert_columns(&cols[..k])?)
         };
-        let prepared = self
-            .calls
-            .iter()
-            .map(|c| c.prepare(cols))
-            .collect::<Result<Vec<_>>>()?;
-        let nulls: Vec<Option<&ArrayRef>> = self
-            .calls
-            .iter()
-            .map(|c| c.call.arg.map(|a| &cols[a]))
-            .collect();
+        let prepared = PreparedCalls::new(&self.calls, cols)?;
         let n = chunk.len();
         let key_of = |i: usize| -> &[u8] { keys.as_ref().map(|k| k.row(i).data()).unwrap_or(&[]) };
         let groups = crate::row_groups::RowGroups::new(n, key_of);
@@ -374,10 +362,7 @@ impl Operator for HashAggOperator {
             for &i in groups.rows(g) {
                 let sign = chunk.ops[i].sign();
                 group.rows += sign;
-                for (j, c) in self.calls.iter().enumerate() {
-                    let (arg, filter) = &prepared[j];
-                    c.update(&mut group.accs[j], arg, nulls[j], filter.as_ref(), i, sign)?;
-                }
+                prepared.update(&mut group.accs, i, sign)?;
             }
         }
         Ok(())

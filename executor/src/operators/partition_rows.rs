@@ -20,11 +20,13 @@ use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
+use crate::row_groups::RowGroups;
 use ahash::AHashMap as HashMap;
 use arrow::array::{Array, ArrayRef};
 use arrow::compute::SortOptions;
 use arrow::datatypes::{DataType, SchemaRef};
-use arrow::row::{RowConverter, SortField};
+use arrow::row::{RowConverter, Rows, SortField};
+use datafusion::common::ScalarValue;
 use std::sync::Arc;
 use weir_storage::state_snapshot::{DeltaData, StateDelta};
 use weir_storage::{StateBackend, StateTable};
@@ -53,6 +55,13 @@ pub trait Shown: Send {
     /// shown (and whether rows tied with the last of them can too): the rest are
     /// dropped. `None`: every row matters (OVER windows).
     fn leading_rows_shown(&self) -> Option<(u64, bool)> {
+        None
+    }
+    /// Over an append-only input, whether a partition shows its first row only (a
+    /// Top-1: `ROW_NUMBER() = 1`, `LIMIT 1`), and then the values of the extra columns
+    /// shown with it. The operator then follows each partition's first row instead of
+    /// imaging whole partitions (see `PartitionedOperator::add_first_rows`).
+    fn first_row_only(&self) -> Option<Vec<ScalarValue>> {
         None
     }
 }
@@ -148,6 +157,8 @@ pub struct PartitionedOperator<S: Shown> {
     state: StateTable<Partition>,
     /// What each partition changed in this epoch showed before its first change.
     epoch_before: HashMap<Vec<u8>, Vec<ShownRow>>,
+    /// [`Shown::first_row_only`] over an append-only input: the extra columns' values.
+    first_only: Option<Vec<ScalarValue>>,
 }
 
 fn fields(types: &[DataType]) -> Vec<SortField> {
@@ -191,7 +202,9 @@ impl<S: Shown> PartitionedOperator<S> {
                 epoch_before.insert(k.clone(), Vec::new());
             }
         }
+        let first_only = shown.first_row_only().filter(|_| layout.append_only_input);
         Ok(Self {
+            first_only,
             layout,
             shown,
             row_converter,
@@ -247,7 +260,104 @@ impl<S: Shown> PartitionedOperator<S> {
             .collect())
     }
 
+    /// Rows (row bytes) as the output's row columns.
+    fn row_columns<'r>(&self, rows: impl IntoIterator<Item = &'r [u8]>) -> Result<Vec<ArrayRef>> {
+        Ok(crate::chunk::decode_rows(
+            &self.row_converter,
+            self.layout.row_types.len(),
+            rows,
+        )?)
+    }
+
+    /// Whether the Top-1 path ([`Self::add_first_rows`]) is taken.
+    #[cfg(test)]
+    pub(crate) fn follows_first_rows(&self) -> bool {
+        self.first_only.is_some()
+    }
+
+    /// Top-1 over an append-only input: a row that does not beat its partition's
+    /// first row can never show and is dropped; one that does replaces it, and the
+    /// partition's first row before the epoch is kept (once) to retract.
+    fn add_first_rows(
+        &mut self,
+        keys: &[&[u8]],
+        groups: &RowGroups,
+        sorts: &Rows,
+        rows: Option<&Rows>,
+    ) {
+        let row_of = |i: usize| -> &[u8] { rows.map(|r| r.row(i).data()).unwrap_or_default() };
+        for (g, key) in keys.iter().enumerate() {
+            let beats = |i: usize, f: Option<(&[u8], &[u8])>| {
+                f.is_none_or(|f| (sorts.row(i).data(), row_of(i)) < f)
+            };
+            // One lookup of the first row for the whole group.
+            let first = first_row(self.state.get(key));
+            if !groups.rows(g).iter().any(|&i| beats(i, first)) {
+                continue;
+            }
+            if !self.epoch_before.contains_key(*key) {
+                let before = first.map(|(_, r)| (r.to_vec(), Vec::new()));
+                self.epoch_before
+                    .insert(key.to_vec(), before.into_iter().collect());
+            }
+            let partition = self.state.get_or_insert_with(key, Partition::default);
+            for &i in groups.rows(g) {
+                if beats(i, partition.present().next()) {
+                    partition.add(sorts.row(i).data(), row_of(i), 1);
+                    partition.keep_leading(1, false);
+                }
+            }
+        }
+    }
+
+    /// [`Self::add_first_rows`]' barrier: each changed partition's first row before the
+    /// epoch retracted, its first row now inserted.
+    fn emit_first_rows(
+        &mut self,
+        extras: &[ScalarValue],
+        out: &mut Vec<StreamChunk>,
+    ) -> Result<()> {
+        let changed: Vec<(Vec<u8>, Vec<ShownRow>)> = self.epoch_before.drain().collect();
+        let mut ops = Vec::new();
+        let mut rows: Vec<&[u8]> = Vec::new();
+        for (key, before) in &changed {
+            let before = before.first().map(|(r, _)| r.as_slice());
+            let after = self
+                .state
+                .get(key)
+                .and_then(|p| p.present().next())
+                .map(|(_, r)| r);
+            if before == after {
+                continue;
+            }
+            if let Some(b) = before {
+                ops.push(Op::Delete);
+                rows.push(b);
+            }
+            if let Some(a) = after {
+                ops.push(Op::Insert);
+                rows.push(a);
+            }
+        }
+        if !ops.is_empty() {
+            let mut columns = self.row_columns(rows.iter().copied())?;
+            for v in extras {
+                columns.push(v.to_array_of_size(ops.len())?);
+            }
+            out.push(StreamChunk::from_columns(
+                ops,
+                self.layout.output_schema.clone(),
+                columns,
+            )?);
+        }
+        self.state.flush()?;
+        Ok(())
+    }
+
     fn emit_changes(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
+        if let Some(extras) = self.first_only.clone() {
+            return self.emit_first_rows(&extras, out);
+        }
         let mut ops = Vec::new();
         let mut rows: Vec<Vec<u8>> = Vec::new();
         let mut extras: Vec<Vec<u8>> = Vec::new();
@@ -274,13 +384,7 @@ impl<S: Shown> PartitionedOperator<S> {
         if ops.is_empty() {
             return Ok(());
         }
-        let mut columns: Vec<ArrayRef> = if self.layout.row_types.is_empty() {
-            vec![]
-        } else {
-            let parser = self.row_converter.parser();
-            self.row_converter
-                .convert_rows(rows.iter().map(|r| parser.parse(r)))?
-        };
+        let mut columns = self.row_columns(rows.iter().map(|r| r.as_slice()))?;
         if let Some(c) = &self.extra_converter {
             let parser = c.parser();
             columns.extend(c.convert_rows(extras.iter().map(|r| parser.parse(r)))?);
@@ -292,6 +396,11 @@ impl<S: Shown> PartitionedOperator<S> {
         )?);
         Ok(())
     }
+}
+
+/// A partition's first row: (sort key, row).
+fn first_row(p: Option<&Partition>) -> Option<(&[u8], &[u8])> {
+    p.and_then(|p| p.present().next())
 }
 
 /// The changes from multiset `before` to multiset `after`.
@@ -348,7 +457,12 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
             )));
         }
         let key_of = |i: usize| -> &[u8] { parts.as_ref().map(|r| r.row(i).data()).unwrap_or(&[]) };
-        let groups = crate::row_groups::RowGroups::new(chunk.len(), key_of);
+        let groups = RowGroups::new(chunk.len(), key_of);
+        if self.first_only.is_some() {
+            let keys: Vec<&[u8]> = groups.first_row.iter().map(|&i| key_of(i)).collect();
+            self.add_first_rows(&keys, &groups, &sorts, rows.as_ref());
+            return Ok(());
+        }
         // What the partitions first changed in this epoch showed before, in one batch.
         let fresh: Vec<&[u8]> = groups
             .first_row

@@ -114,6 +114,13 @@ pub trait StreamSpec {
         }
     }
 
+    /// `EMIT ON WINDOW CLOSE`: a window aggregation whose windows carry a watermark
+    /// (its input columns `watermarked` do) switches to emitting each window once,
+    /// when the watermark closes it, and says so.
+    fn close_windows(&mut self, _watermarked: &BTreeSet<usize>) -> bool {
+        false
+    }
+
     /// The rows it emits can be rebuilt from its state on restore (so a view ending in
     /// it, followed only by stateless operators, need not checkpoint its rows).
     fn rederives_rows(&self) -> bool {

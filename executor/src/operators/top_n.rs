@@ -15,6 +15,7 @@ use crate::operators::spec::BuildContext;
 use arrow::array::{ArrayRef, UInt64Array};
 use arrow::datatypes::DataType;
 use arrow::row::RowConverter;
+use datafusion::common::ScalarValue;
 use std::sync::Arc;
 use weir_storage::StateBackend;
 
@@ -96,6 +97,15 @@ impl Shown for Top {
         Some((self.last, self.ranking == Some(Ranking::Rank)))
     }
 
+    /// The top row alone, ranked 1 (RANK's ties at 1 all show).
+    fn first_row_only(&self) -> Option<Vec<ScalarValue>> {
+        match (self.first, self.last, self.ranking) {
+            (1, 1, None) => Some(vec![]),
+            (1, 1, Some(Ranking::RowNumber)) => Some(vec![ScalarValue::UInt64(Some(1))]),
+            _ => None,
+        }
+    }
+
     fn shown(&self, partition: Option<&Partition>, _rows: &RowConverter) -> Result<Showing> {
         let mut rows = Vec::new();
         let mut ranks = Vec::new();
@@ -144,4 +154,120 @@ pub fn top_n_operator(
         ranking: spec.ranking,
     };
     PartitionedOperator::new(spec.layout, top, backend, restore)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::barrier::Barrier;
+    use crate::chunk::StreamChunk;
+    use arrow::array::{AsArray, Int64Array, RecordBatch};
+    use arrow::compute::SortOptions;
+    use arrow::datatypes::{Field, Int64Type, Schema, UInt64Type};
+    use weir_storage::MemoryStateBackend;
+
+    /// `ROW_NUMBER() OVER (PARTITION BY k ORDER BY t DESC) = 1` over rows `(k, t, v)`.
+    fn top_one(append_only_input: bool) -> TopNOperator {
+        let int = |n: &str| Field::new(n, DataType::Int64, true);
+        let layout = PartitionLayout {
+            uid: "v.topn.test".into(),
+            row_types: vec![DataType::Int64; 3],
+            partition_types: vec![DataType::Int64],
+            sort_fields: vec![(
+                DataType::Int64,
+                SortOptions {
+                    descending: true,
+                    nulls_first: false,
+                },
+            )],
+            output_schema: Arc::new(Schema::new(vec![
+                int("k"),
+                int("t"),
+                int("v"),
+                Field::new("rn", DataType::UInt64, true),
+            ])),
+            append_only_input,
+        };
+        let spec = TopNSpec {
+            layout,
+            offset: 0,
+            limit: 1,
+            ranking: Some(Ranking::RowNumber),
+        };
+        top_n_operator(spec, MemoryStateBackend::new(), StateRestore::fresh(128)).unwrap()
+    }
+
+    fn chunk(rows: &[(i64, i64, i64)]) -> StreamChunk {
+        let col = |f: fn(&(i64, i64, i64)) -> i64| {
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(f))) as ArrayRef
+        };
+        let fields = ["k", "t", "v", "pk", "st"].map(|n| Field::new(n, DataType::Int64, true));
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(fields.to_vec())),
+            vec![
+                col(|r| r.0),
+                col(|r| r.1),
+                col(|r| r.2),
+                col(|r| r.0),
+                col(|r| r.1),
+            ],
+        )
+        .unwrap();
+        StreamChunk::inserts(batch)
+    }
+
+    /// Each barrier's output as sorted (sign, k, t, v, rn).
+    fn run(op: &mut TopNOperator, input: &[Vec<(i64, i64, i64)>]) -> Vec<Vec<[i64; 5]>> {
+        let mut epochs = Vec::new();
+        for (e, rows) in input.iter().enumerate() {
+            let mut out = Vec::new();
+            op.process_chunk(chunk(rows), &mut out).unwrap();
+            op.on_barrier(&Barrier::plain(e as u64 + 1), &mut out)
+                .unwrap();
+            let mut seen = Vec::new();
+            for c in &out {
+                let cols = c.columns();
+                for i in 0..c.len() {
+                    let int = |j: usize| cols[j].as_primitive::<Int64Type>().value(i);
+                    let rn = cols[3].as_primitive::<UInt64Type>().value(i) as i64;
+                    seen.push([c.ops[i].sign(), int(0), int(1), int(2), rn]);
+                }
+            }
+            seen.sort();
+            epochs.push(seen);
+        }
+        epochs
+    }
+
+    #[test]
+    fn top_one_over_inserts_emits_what_the_general_top_n_does() {
+        // Times mostly rising per key, some older and some tied (broken by the row).
+        let mut x: i64 = 7;
+        let input: Vec<Vec<(i64, i64, i64)>> = (0..20)
+            .map(|e| {
+                (0..50)
+                    .map(|i| {
+                        x = (x * 1_103_515_245 + 12_345) % 2_147_483_648;
+                        (x % 13, e * 10 + (x / 13) % 15, (x / 195) % 4 + i % 2)
+                    })
+                    .collect()
+            })
+            .collect();
+        let fast = run(&mut top_one(true), &input);
+        assert!(
+            top_one(true).follows_first_rows(),
+            "the Top-1 path is taken"
+        );
+        assert!(!top_one(false).follows_first_rows());
+        let general = run(&mut top_one(false), &input);
+        assert_eq!(fast, general);
+        assert!(
+            fast.iter().all(|e| !e.is_empty()),
+            "every epoch changes a top"
+        );
+        assert!(
+            fast[1..].iter().any(|e| e.iter().any(|r| r[0] < 0)),
+            "tops are replaced"
+        );
+    }
 }

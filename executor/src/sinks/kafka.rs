@@ -183,6 +183,11 @@ impl KafkaSinkOperator {
             DeliveryGuarantee::AtLeastOnce => {
                 let mut c = ClientConfig::new();
                 c.set("bootstrap.servers", &spec.bootstrap_servers);
+                // librdkafka retries a failed request while later ones succeed, which
+                // reorders records unless the producer is idempotent; an UPSERT sink's
+                // delete and insert of a key must stay in order (Kafka's Java client
+                // has it on by default).
+                c.set("enable.idempotence", "true");
                 for (k, v) in &spec.properties {
                     c.set(k, v);
                 }

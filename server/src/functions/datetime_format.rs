@@ -326,7 +326,40 @@ fn is_separator(c: char) -> bool {
     c.is_ascii() && !c.is_ascii_alphanumeric() && c > ' ' && c != '\u{7f}'
 }
 
+impl Key {
+    /// The span of time (microseconds) that this field cannot tell apart in a
+    /// timestamp shown in UTC: a day for the date's fields (and the constant zone
+    /// fields), an hour for the hour and AM/PM, and so on down to one microsecond.
+    fn timestamp_span_micros(self) -> i64 {
+        use Key::*;
+        match self {
+            Ff(_) | Ms | Us => 1,
+            Ss | Ssss | Sssss => 1_000_000,
+            Mi => 60_000_000,
+            Hh24 | Hh12 | Hh | AmDot(_) | Am(_) | PmDot(_) | Pm(_) => 3_600_000_000,
+            ADot(_) | Ad(_) | BcDot(_) | Bc(_) | Cc | DayName(_) | Ddd | Dd | DayAbbrev(_) | D
+            | Fx | Iddd | Id | Iw | Iyyy | Iyy | Iy | I | J | Mm | MonthName(_)
+            | MonthAbbrev(_) | Of | Q | Rm(_) | Tzh | Tzm | Tz(_) | Ww | W | YCommaYyy | Yyyy
+            | Yyy | Yy | Y => MICROS_PER_DAY,
+        }
+    }
+}
+
 impl Template {
+    /// The span of time (microseconds, in spans aligned to 1970-01-01 00:00 UTC)
+    /// within which every timestamp formats alike: a day for `YYYY-MM-DD`, a minute
+    /// for `HH24:MI`. `to_char` over a column formats once per span its rows fall in.
+    pub fn timestamp_span_micros(&self) -> i64 {
+        self.nodes
+            .iter()
+            .filter_map(|n| match n {
+                Node::Field { key, .. } => Some(key.timestamp_span_micros()),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(MICROS_PER_DAY)
+    }
+
     /// Cuts a template into keywords and literal text, as Postgres's `parse_format`.
     pub fn parse(template: &str) -> Template {
         let mut nodes = Vec::new();

@@ -16,7 +16,7 @@
 use super::datetime_format::{self as dt, FormatError, Moment, MomentKind, Template};
 use super::numeric_format::{self, NumberTemplate};
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Date32Array, StringArray, TimestampNanosecondArray,
+    Array, ArrayRef, AsArray, Date32Array, StringArray, StringBuilder, TimestampNanosecondArray,
 };
 use datafusion::arrow::datatypes::{
     DataType, Date32Type, Date64Type, DurationMicrosecondType, DurationMillisecondType,
@@ -87,23 +87,36 @@ fn one_factor(unit: &TimeUnit) -> (i64, i64) {
     }
 }
 
+/// A timestamp column (`a` of type `Timestamp(unit, tz)`) as microseconds since
+/// 1970-01-01 00:00 (floored), and how its moments are shown.
+fn timestamp_micros(
+    a: &ArrayRef,
+    unit: &TimeUnit,
+    tz: &Option<Arc<str>>,
+) -> Result<(Vec<Option<i64>>, MomentKind)> {
+    let kind = if tz.is_some() {
+        MomentKind::TimestampTz
+    } else {
+        MomentKind::Timestamp
+    };
+    let raw = datafusion::arrow::compute::cast(a, &DataType::Int64)?;
+    let (div, mul) = one_factor(unit);
+    let micros = raw
+        .as_primitive::<Int64Type>()
+        .iter()
+        .map(|v| v.map(|v| v.div_euclid(div) * mul))
+        .collect();
+    Ok((micros, kind))
+}
+
 /// The moments of a date-time or interval column (None for NULL).
 fn moments(a: &ArrayRef) -> Result<Vec<Option<Moment>>> {
     let n = a.len();
     let micros_to_ts = |v: Option<i64>, kind| v.map(|us| Moment::from_micros(us, kind));
     Ok(match a.data_type() {
         DataType::Timestamp(unit, tz) => {
-            let kind = if tz.is_some() {
-                MomentKind::TimestampTz
-            } else {
-                MomentKind::Timestamp
-            };
-            let raw = datafusion::arrow::compute::cast(a, &DataType::Int64)?;
-            let (div, mul) = one_factor(unit);
-            raw.as_primitive::<Int64Type>()
-                .iter()
-                .map(|v| micros_to_ts(v.map(|v| v.div_euclid(div) * mul), kind))
-                .collect()
+            let (micros, kind) = timestamp_micros(a, unit, tz)?;
+            micros.into_iter().map(|v| micros_to_ts(v, kind)).collect()
         }
         DataType::Date32 => a
             .as_primitive::<Date32Type>()
@@ -234,6 +247,17 @@ impl ScalarUDFImpl for ToChar {
         );
         let rows = if scalar { 1 } else { rows };
         let values = value.to_array(rows)?;
+        if let (ColumnarValue::Scalar(t), DataType::Timestamp(..)) = (template, values.data_type())
+        {
+            if let Some(Some(t)) = t.try_as_str() {
+                let out = format_timestamps(&values, &Template::parse(t))?;
+                return Ok(if scalar {
+                    ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&out, 0)?)
+                } else {
+                    ColumnarValue::Array(Arc::new(out))
+                });
+            }
+        }
         let templates = text_column(template, rows)?;
         let out: StringArray =
             if is_datetime(values.data_type()) || *values.data_type() == DataType::Null {
@@ -270,6 +294,36 @@ fn format_datetimes(values: &ArrayRef, templates: &StringArray) -> Result<String
         out.push(Some(dt::format(m, t).map_err(sql_error)?));
     }
     Ok(StringArray::from(out))
+}
+
+/// A timestamp column under one template: formatted once per span of time the
+/// template cannot tell apart (a day for `YYYY-MM-DD`), which a stream's consecutive
+/// rows mostly share, so most rows copy the previous row's text.
+fn format_timestamps(values: &ArrayRef, template: &Template) -> Result<StringArray> {
+    let DataType::Timestamp(unit, tz) = values.data_type() else {
+        return plan_err!("to_char: {} is not a timestamp", values.data_type());
+    };
+    let (all_micros, kind) = timestamp_micros(values, unit, tz)?;
+    let span = template.timestamp_span_micros();
+    let mut out = StringBuilder::with_capacity(all_micros.len(), all_micros.len() * 8);
+    let mut last: Option<(i64, String)> = None;
+    for micros in all_micros {
+        let Some(micros) = micros else {
+            out.append_null();
+            continue;
+        };
+        let at = micros.div_euclid(span);
+        let text = match &last {
+            Some((s, text)) if *s == at => text,
+            _ => {
+                let m = Moment::from_micros(micros, kind);
+                let text = dt::format(&m, template).map_err(sql_error)?;
+                &last.insert((at, text)).1
+            }
+        };
+        out.append_value(text);
+    }
+    Ok(out.finish())
 }
 
 fn format_numbers(values: &ArrayRef, templates: &StringArray) -> Result<StringArray> {
@@ -474,5 +528,43 @@ impl ScalarUDFImpl for ToDate {
         } else {
             ColumnarValue::Array(out)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::TimestampMillisecondArray;
+
+    /// Formatting once per span equals formatting every row, for every kind of field,
+    /// over times on both sides of 1970 that cross seconds, minutes, hours and days.
+    #[test]
+    fn once_per_span_equals_every_row() {
+        let mut times: Vec<Option<i64>> = Vec::new();
+        let mut t: i64 = -86_400_000 * 3 - 1;
+        for i in 0..4000i64 {
+            times.push((i % 97 != 0).then_some(t));
+            t += [1, 7, 999, 59_999, 3_599_999, 86_399_999][(i % 6) as usize];
+        }
+        for tz in [None, Some("+00:00")] {
+            let values: ArrayRef =
+                Arc::new(TimestampMillisecondArray::from(times.clone()).with_timezone_opt(tz));
+            for template in [
+                "YYYY-MM-DD",
+                "HH24:MI",
+                "HH12 AM",
+                "SS SSSS",
+                "MS US FF3",
+                "Day DY Mon J Q IW",
+                "TZ OF",
+                "\"literal\"",
+            ] {
+                let every_row =
+                    format_datetimes(&values, &StringArray::from(vec![template; values.len()]))
+                        .unwrap();
+                let per_span = format_timestamps(&values, &Template::parse(template)).unwrap();
+                assert_eq!(per_span, every_row, "{template} {tz:?}");
+            }
+        }
     }
 }

@@ -123,5 +123,8 @@ pub async fn execute(db: &Database, stmt: &Statement) -> SqlResult<Output> {
     for p in removed_logs {
         let _ = std::fs::remove_file(p);
     }
+    drop(w);
+    // Retained checkpoints are listed by the time the statement returns.
+    rt.settle_retained().await;
     Ok(Output::command(tag))
 }

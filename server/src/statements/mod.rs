@@ -97,6 +97,12 @@ async fn execute_weir(
             Ok(Output::command("RELEASE"))
         }
         WeirStatement::ShowSavepoints => show::show_savepoints(db).await,
+        WeirStatement::DropCheckpoint(path) => {
+            rt.drop_retained_checkpoint(&path)
+                .await
+                .map_err(SqlError::from)?;
+            Ok(Output::command("DROP CHECKPOINT"))
+        }
         WeirStatement::ShowSourceErrors => show::show_source_errors(db).await,
         WeirStatement::ShowSinks => crate::sink::show_sinks(db),
         WeirStatement::CreateSink {
@@ -118,7 +124,9 @@ async fn execute_weir(
                     .await
                     .map_err(SqlError::from)?;
             for r in &reports {
-                session.notices.push(show::restore_notice(&name, r));
+                session
+                    .notices
+                    .push(show::restore_notice(&format!("savepoint \"{name}\""), r));
             }
             show::restore_report(reports)
         }

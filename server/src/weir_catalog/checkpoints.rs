@@ -1,5 +1,6 @@
 //! `weir_catalog.checkpoints`: the checkpoint history of every job (the latest
-//! records; older ones are only in object storage) — what SHOW CHECKPOINTS lists.
+//! records; older ones are only in object storage) and dropped views' retained
+//! checkpoints (status `RETAINED`, restorable by path) — what SHOW CHECKPOINTS lists.
 
 use super::{int, ts, Facts, Table};
 use crate::pg_catalog::rows::{Col::*, Spec, V};
@@ -24,8 +25,11 @@ pub const CHECKPOINTS: Table = Table {
 };
 
 fn rows(f: &Facts) -> Vec<Vec<V>> {
-    f.checkpoints
+    let retained = |job: u64, id: u64| f.retained.iter().any(|r| r.job == job && r.epoch == id);
+    let history = f
+        .checkpoints
         .iter()
+        .filter(|r| !retained(r.job, r.id))
         .map(|r| {
             vec![
                 int(r.id),
@@ -39,6 +43,20 @@ fn rows(f: &Facts) -> Vec<Vec<V>> {
                 r.path.clone().into(),
                 r.failure.clone().into(),
             ]
-        })
-        .collect()
+        });
+    let kept = f.retained.iter().map(|r| {
+        vec![
+            int(r.epoch),
+            r.view.clone().into(),
+            "RETAINED".into(),
+            ts(r.trigger_time_ms),
+            V::Null,
+            int(0),
+            int(r.full_size),
+            int(0),
+            r.path().into(),
+            V::Null,
+        ]
+    });
+    history.chain(kept).collect()
 }

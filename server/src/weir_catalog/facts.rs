@@ -23,6 +23,8 @@ pub struct Facts {
     /// Each job's output watermark (ms), where one reached its rows.
     pub watermarks: HashMap<String, f64>,
     pub checkpoints: Vec<CheckpointRecord>,
+    /// Dropped views' kept checkpoints (RETAIN_ON_CANCELLATION).
+    pub retained: Vec<weir_executor::checkpoint::retained::RetainedCheckpoint>,
     /// Bytes per state uid in each job's last completed checkpoint.
     pub state_sizes: HashMap<String, BTreeMap<String, u64>>,
     pub savepoints: Vec<ListedSavepoint>,
@@ -87,6 +89,7 @@ impl Facts {
             actors: weir_executor::metrics::actor_samples(),
             watermarks: weir_executor::metrics::job_values("currentOutputWatermark"),
             checkpoints: rt.checkpoints.history(),
+            retained: rt.retained_checkpoints(),
             state_sizes,
             savepoints,
             sources: rt.registry.source_partitions(),
