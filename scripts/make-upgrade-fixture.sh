@@ -25,7 +25,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 OUT="$ROOT/sql-tests/fixtures/upgrade/$SHORT"
 WORK="$(mktemp -d /tmp/weir-fixture-XXXXXX)"
 PORT="${PORT:-6599}"
-trap 'git -C "$ROOT" worktree remove --force "$WORK/src" >/dev/null 2>&1 || true; kill "${PID:-0}" 2>/dev/null || true' EXIT
+# (`kill 0` would signal the whole process group, a caller's too: only a set PID.)
+trap 'git -C "$ROOT" worktree remove --force "$WORK/src" >/dev/null 2>&1 || true; if [ -n "${PID:-}" ]; then kill "$PID" 2>/dev/null || true; fi' EXIT
 
 git worktree add --detach "$WORK/src" "$REV" >/dev/null
 (cd "$WORK/src" && cargo build --bin weir)

@@ -493,7 +493,7 @@ impl Runtime {
         unstored: Option<crate::source::generated::GeneratedRows>,
     ) -> Result<Vec<StreamChunk>> {
         let started = std::time::Instant::now();
-        let (log, entries) = TableLog::open(log_path)?;
+        let (mut log, entries) = TableLog::open(log_path)?;
         if let Some(replica) = &self.config.log_replica {
             log.replicate(replica.clone(), id);
         }
@@ -519,6 +519,7 @@ impl Runtime {
                 log.start_offset()
             )));
         }
+        continue_log_after_checkpoint(&mut log, name, from)?;
         let entries: Vec<_> = entries.into_iter().filter(|(o, _)| *o >= from).collect();
         // A connector's positions: the checkpoint's, then the last logged entry's.
         let mut source_positions = restored
@@ -854,6 +855,30 @@ pub(crate) fn load_table_rows(
     })?;
     writer.set_latest(store.committed_rows()?);
     Ok(chunks.iter().map(|c| c.len()).sum())
+}
+
+/// A table's checkpoint covers its log up to `from`; a log that ends before that lost
+/// its file (or its tail) after the checkpoint was taken. An empty log continues at
+/// `from`, so that later writes get offsets after everything the checkpoint (and every
+/// view's saved position) covers, instead of reusing offsets that mean older writes;
+/// a log that still holds some entries but not the checkpoint's is refused.
+fn continue_log_after_checkpoint(log: &mut TableLog, name: &str, from: u64) -> Result<()> {
+    if from <= log.end_offset() {
+        return Ok(());
+    }
+    if log.start_offset() != log.end_offset() {
+        return Err(ExecError::Internal(format!(
+            "table log of {name} ends at {} but its checkpoint covers it up to {from}",
+            log.end_offset()
+        )));
+    }
+    tracing::warn!(
+        table = name,
+        offset = from,
+        "the table's log is missing (or empty); it continues after its checkpoint, \
+         and restores that need its older entries are refused"
+    );
+    Ok(log.rebase_empty(from)?)
 }
 
 /// Checkpoint-position keys of a table's connector positions: `<table>#<key>`.

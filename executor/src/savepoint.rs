@@ -565,7 +565,7 @@ fn check_sources(
             Some(s) if s <= *offset => {}
             Some(s) => {
                 return Err(ExecError::NotInPrerequisiteState(format!(
-                        "savepoint \"{}\" needs the log of \"{table}\" from position {offset}, but it starts at {s} here (was the table re-created? a savepoint that holds the table fills it only while it is empty and was never written)",
+                        "savepoint \"{}\" needs the log of \"{table}\" from position {offset}, but it starts at {s} here (was the table re-created, or its log file lost? a savepoint that holds the table fills it only while it is empty and was never written)",
                         sp.name
                     ),
                 ))

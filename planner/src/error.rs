@@ -27,6 +27,8 @@ pub mod sqlstate {
     pub const INVALID_PARAMETER_VALUE: &str = "22023";
     pub const UNDEFINED_OBJECT: &str = "42704";
     pub const INTERNAL_ERROR: &str = "XX000";
+    /// Stored data that cannot be what it claims (a table log missing entries).
+    pub const DATA_CORRUPTED: &str = "XX001";
     pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
     pub const PROTOCOL_VIOLATION: &str = "08P01";
     pub const STATEMENT_TOO_COMPLEX: &str = "54001";
@@ -294,6 +296,9 @@ impl From<ExecError> for SqlError {
                 sqlstate::READ_ONLY_SQL_TRANSACTION,
                 format!("this member is no longer the leader: {m}"),
             ),
+            ExecError::Storage(e @ weir_storage::StorageError::Corrupt(_)) => {
+                SqlError::new(sqlstate::DATA_CORRUPTED, e.to_string())
+            }
             ExecError::Storage(e @ weir_storage::StorageError::Unavailable(_)) => {
                 SqlError::new(sqlstate::CANNOT_CONNECT_NOW, e.to_string())
             }

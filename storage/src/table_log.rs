@@ -304,13 +304,22 @@ impl TableLog {
     }
 
     /// Entries at or after logical offset `from` (a source rewinding to a checkpoint).
-    /// Fails if `from` was truncated away.
+    /// Fails if `from` was truncated away, or lies beyond the end: a position this log
+    /// never reached means the entries it counted are gone, and answering "nothing
+    /// since" would silently lose them.
     pub fn read_from(&self, from: LogOffset) -> Result<Vec<LogEntry>> {
         if from < self.base {
             return Err(StorageError::Corrupt(format!(
                 "table log {} was truncated to offset {}, cannot rewind to {from}",
                 self.path.display(),
                 self.base
+            )));
+        }
+        if from > self.end {
+            return Err(StorageError::Corrupt(format!(
+                "table log {} ends at offset {}, cannot rewind to {from}: entries are missing",
+                self.path.display(),
+                self.end
             )));
         }
         let bytes = std::fs::read(&self.path)?;
@@ -470,6 +479,19 @@ mod tests {
         drop(log);
         let (_, entries) = TableLog::open(&path).unwrap();
         assert_eq!(entries.len(), 3);
+    }
+
+    #[test]
+    fn rewinding_beyond_the_end_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = TableLog::open(&dir.path().join("t.log")).unwrap();
+        log.append(b"one").unwrap();
+        let end = log.end_offset();
+        assert!(log.read_from(end).unwrap().is_empty());
+        assert!(
+            log.read_from(end + 1).is_err(),
+            "a position the log never reached means lost entries"
+        );
     }
 
     #[test]
