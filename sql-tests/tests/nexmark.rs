@@ -5,7 +5,7 @@
 //! generator is deterministic by event index).
 
 use std::time::Duration;
-use weir_sql_tests::query::{error_code, rows, value, wait_until};
+use weir_sql_tests::query::{error_code, rows, sorted, value, wait_until};
 use weir_sql_tests::WeirProcess;
 
 fn table(name: &str, columns: &str, kind: &str, extra: &str) -> String {
@@ -26,12 +26,6 @@ fn java_random_queries() -> Vec<(&'static str, &'static str)> {
         .filter(|(n, _, _)| !reads_channel_or_url(n))
         .map(|(n, _, q)| (*n, *q))
         .collect()
-}
-
-async fn sorted(c: &tokio_postgres::Client, sql: &str) -> Vec<Vec<String>> {
-    let mut r = rows(c, sql).await;
-    r.sort();
-    r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,16 +7,10 @@
 //! and again once restored from a savepoint at parallelism 1 and 4.
 
 use std::time::Duration;
-use weir_sql_tests::query::{rows, value, wait_until};
+use weir_sql_tests::query::{rows, sorted, value, wait_until};
 use weir_sql_tests::WeirProcess;
 
 use weir_executor::source::nexmark::queries::BID_COLUMNS as BID;
-
-async fn sorted(c: &tokio_postgres::Client, sql: &str) -> Vec<Vec<String>> {
-    let mut r = rows(c, sql).await;
-    r.sort();
-    r
-}
 
 /// The views (name, query over `bid`, emits on window close): every call kind that
 /// merges, keys in another order than PARTITION BY lists them, no key at all.

@@ -8,16 +8,10 @@
 //! with two threads (`nexmark.split.num`), the twin with one: the same rows.
 
 use std::time::Duration;
-use weir_sql_tests::query::{error_code, rows, value, wait_until};
+use weir_sql_tests::query::{error_code, rows, sorted, value, wait_until};
 use weir_sql_tests::WeirProcess;
 
 use weir_executor::source::nexmark::queries::{BID_COLUMNS as BID, QUERIES};
-
-async fn sorted(c: &tokio_postgres::Client, sql: &str) -> Vec<Vec<String>> {
-    let mut r = rows(c, sql).await;
-    r.sort();
-    r
-}
 
 /// The late view over the source equals the same query over the stored twin.
 async fn assert_per_bidder_equals_its_twin(c: &tokio_postgres::Client) {
