@@ -16,6 +16,11 @@
 #   REPS [3]   EVENTS [10000000]          events per run, every query
 #   EVENTS_q5=100000000 ...               events for one query (overrides EVENTS)
 #   FLINK_JAVA_OPTS ["-Xms1g -Xmx12g"]    the harness's JVM heap
+#   WEIR_BIN [build one]                  a Weir binary to run instead of building
+#                                         `cargo build --release --bin weir` (a build
+#                                         already made, e.g. `-p weir-server`, whose
+#                                         dependency features differ from the
+#                                         workspace's and would all rebuild)
 #
 # The harness (../shared/bench/flink-nexmark, read-only) is copied into
 # $FLINK_BENCH_STATE/harness (default ~/.cache/weir-flink-bench) with Weir's Flink
@@ -74,13 +79,17 @@ if [ ! -x "$FLINK_BENCH_STATE/.venv/bin/python" ] || [ ! -f "$FLINK_BENCH_STATE/
   }
   "$HARNESS/run.sh" install
 fi
-cargo build --release --bin weir
-WEIR="$CARGO_TARGET_DIR/release/weir"
+if [ -n "${WEIR_BIN:-}" ]; then
+  WEIR="$WEIR_BIN"
+else
+  cargo build --release --bin weir
+  WEIR="$CARGO_TARGET_DIR/release/weir"
+fi
 
 STAMP="$(date -u +%Y%m%dT%H%M%S)"
 TSV="$OUT_DIR/$STAMP.tsv"
 FLINK_RAW="$OUT_DIR/$STAMP-flink-raw.tsv"
-printf 'engine\tquery\tpar\trate\tevents\trep\tseconds\tevents_per_s\tpeak_rss_mb\theap_after_gc_mb\tcheckpoints\toutput\tstarted\n' >"$TSV"
+printf 'engine\tquery\tpar\trate\tevents\trep\tseconds\tevents_per_s\tpeak_rss_mb\theap_after_gc_mb\tcheckpoints\toutput\tstarted\tpeak_anon_mb\n' >"$TSV"
 
 HZ="$(getconf CLK_TCK)"
 cpu_busy() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
@@ -106,21 +115,21 @@ flink() { # query par rate events rep
   awk -F'\t' -v q="$q" -v p="$p" -v r="$rate" -v ev="$ev" -v rep="$rep" -v heap="${heap:-0}" -v s="$started" \
     'BEGIN{OFS="\t"} { rc=$8; w=$9; if (rc != 0 || w == "") w = "nan";
       eps = (w == "nan") ? "nan" : sprintf("%.0f", ev / w);
-      print "flink", q, p, r, ev, rep, w, eps, int($15/1024), heap, $16, "-", s }' <<<"$line" >>"$TSV"
+      print "flink", q, p, r, ev, rep, w, eps, int($15/1024), heap, $16, "-", s, "-" }' <<<"$line" >>"$TSV"
 }
 
 weir() { # query par rate events rep
-  local q=$1 p=$2 rate=$3 ev=$4 rep=$5 started out secs rss ckpts digest
+  local q=$1 p=$2 rate=$3 ev=$4 rep=$5 started out secs rss anon ckpts digest
   wait_quiet
   started="$(date -u +%H:%M:%S)"
   out="$("$WEIR" bench nexmark --query "$q" --events "$ev" --parallelism "$p" --event-rate "$rate" 2>/dev/null || true)"
   kv() { grep '^nexmark' <<<"$out" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
-  secs="$(kv seconds)"; rss="$(kv peak_rss_mb)"; ckpts="$(kv checkpoints)"
+  secs="$(kv seconds)"; rss="$(kv peak_rss_mb)"; anon="$(kv peak_anon_mb)"; ckpts="$(kv checkpoints)"
   digest="$(grep "^output $q:" <<<"$out" | sed 's/^output [^ ]* //; s/ /,/')"
   awk -v q="$q" -v p="$p" -v r="$rate" -v ev="$ev" -v rep="$rep" -v w="${secs:-nan}" -v rss="${rss:-0}" \
-    -v c="${ckpts:-0}" -v d="${digest:--}" -v s="$started" 'BEGIN{OFS="\t";
+    -v c="${ckpts:-0}" -v d="${digest:--}" -v s="$started" -v a="${anon:-0}" 'BEGIN{OFS="\t";
       eps = (w == "nan") ? "nan" : sprintf("%.0f", ev / w);
-      print "weir", q, p, r, ev, rep, w, eps, rss, "-", c, d, s }' >>"$TSV"
+      print "weir", q, p, r, ev, rep, w, eps, rss, "-", c, d, s, a }' >>"$TSV"
 }
 
 n=0

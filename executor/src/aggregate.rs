@@ -7,12 +7,12 @@
 
 use crate::bytes::Reader;
 use crate::error::{ExecError, Result};
+use crate::value_counts::ValueCounts;
 use arrow::array::{Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array};
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::ScalarValue;
-use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AggKind {
@@ -95,20 +95,48 @@ impl AggCall {
     }
 }
 
+/// An `i128` sum kept as two 8-aligned halves: `i128` is 16-aligned, which made
+/// every accumulator (there is one per call per group) 48 bytes instead of 32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sum128 {
+    low: u64,
+    high: i64,
+}
+
+impl Sum128 {
+    pub fn get(self) -> i128 {
+        ((self.high as i128) << 64) | self.low as i128
+    }
+
+    fn add(&mut self, v: i128) {
+        *self = Sum128::from(self.get().wrapping_add(v));
+    }
+}
+
+impl From<i128> for Sum128 {
+    fn from(v: i128) -> Self {
+        Sum128 {
+            low: v as u64,
+            high: (v >> 64) as i64,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum AccState {
     Count(i64),
     /// Integer or decimal sum (decimals as unscaled values at the input's scale).
     SumInt {
-        sum: i128,
+        sum: Sum128,
         n: i64,
     },
     SumFloat {
         sum: f64,
         n: i64,
     },
-    /// Multiset of row-encoded values, for min and max.
-    Extreme(BTreeMap<Vec<u8>, i64>),
+    /// Multiset of row-encoded values, for min and max (and distinct and ordered
+    /// aggregates).
+    Extreme(ValueCounts),
 }
 
 fn is_float(t: &DataType) -> bool {
@@ -124,7 +152,10 @@ impl AccState {
                 if is_float(t) {
                     AccState::SumFloat { sum: 0.0, n: 0 }
                 } else if t.is_integer() || matches!(t, DataType::Decimal128(..)) {
-                    AccState::SumInt { sum: 0, n: 0 }
+                    AccState::SumInt {
+                        sum: Sum128::default(),
+                        n: 0,
+                    }
                 } else {
                     return Err(ExecError::Internal(format!(
                         "{} over {t} is not supported in materialized views",
@@ -140,8 +171,11 @@ impl AccState {
             | AggKind::FirstValue
             | AggKind::LastValue
             | AggKind::SumDistinct
-            | AggKind::AvgDistinct => AccState::Extreme(BTreeMap::new()),
-            AggKind::BoolAnd | AggKind::BoolOr => AccState::SumInt { sum: 0, n: 0 },
+            | AggKind::AvgDistinct => AccState::Extreme(ValueCounts::default()),
+            AggKind::BoolAnd | AggKind::BoolOr => AccState::SumInt {
+                sum: Sum128::default(),
+                n: 0,
+            },
         })
     }
 }
@@ -291,13 +325,13 @@ impl CallRuntime {
             }
             (AccState::SumInt { sum, n }, PreparedArg::Int(a)) => {
                 if a.is_valid(i) {
-                    *sum += a.value(i) as i128 * sign as i128;
+                    sum.add(a.value(i) as i128 * sign as i128);
                     *n += sign;
                 }
             }
             (AccState::SumInt { sum, n }, PreparedArg::Decimal(a)) => {
                 if a.is_valid(i) {
-                    *sum += a.value(i) * sign as i128;
+                    sum.add(a.value(i) * sign as i128);
                     *n += sign;
                 }
             }
@@ -328,33 +362,15 @@ impl CallRuntime {
                     // (State restored from a retractable run may hold more values:
                     // the extreme is its first or last.)
                     let better = if self.call.kind == AggKind::Min {
-                        values.keys().next().is_none_or(|cur| key < cur.as_slice())
+                        values.first().is_none_or(|cur| key < cur)
                     } else {
-                        values
-                            .keys()
-                            .next_back()
-                            .is_none_or(|cur| key > cur.as_slice())
+                        values.last().is_none_or(|cur| key > cur)
                     };
                     if better {
-                        values.clear();
-                        values.insert(key.to_vec(), 1);
+                        values.replace_with(key);
                     }
                 } else if !null {
-                    // Most rows meet a value already held: look it up by its bytes,
-                    // and copy them only for a new one.
-                    let row = rows.row(i);
-                    let key = row.as_ref();
-                    match values.get_mut(key) {
-                        Some(c) => {
-                            *c += sign;
-                            if *c == 0 {
-                                values.remove(key);
-                            }
-                        }
-                        None => {
-                            values.insert(key.to_vec(), sign);
-                        }
-                    }
+                    values.add(rows.row(i).as_ref(), sign);
                 }
             }
             _ => return Err(ExecError::Internal("aggregate state mismatch".into())),
@@ -370,7 +386,7 @@ impl CallRuntime {
         match (into, from) {
             (AccState::Count(a), AccState::Count(b)) => *a += b,
             (AccState::SumInt { sum, n }, AccState::SumInt { sum: s, n: m }) => {
-                *sum += s;
+                sum.add(s.get());
                 *n += m;
             }
             (AccState::SumFloat { sum, n }, AccState::SumFloat { sum: s, n: m }) => {
@@ -378,27 +394,9 @@ impl CallRuntime {
                 *n += m;
             }
             (AccState::Extreme(values), AccState::Extreme(other)) => {
-                for (k, c) in other {
-                    match values.entry(k) {
-                        std::collections::btree_map::Entry::Occupied(mut e) => {
-                            *e.get_mut() += c;
-                            if *e.get() == 0 {
-                                e.remove();
-                            }
-                        }
-                        std::collections::btree_map::Entry::Vacant(e) => {
-                            e.insert(c);
-                        }
-                    }
-                }
+                values.merge(other);
                 if self.keeps_extreme_only() && values.len() > 1 {
-                    let kept = if self.call.kind == AggKind::Min {
-                        values.pop_first()
-                    } else {
-                        values.pop_last()
-                    };
-                    values.clear();
-                    values.extend(kept);
+                    values.keep_one_end(self.call.kind == AggKind::Min);
                 }
             }
             _ => return Err(ExecError::Internal("aggregate state mismatch".into())),
@@ -412,6 +410,7 @@ impl CallRuntime {
         Ok(match state {
             AccState::Count(n) => ScalarValue::Int64(Some(*n)),
             AccState::SumInt { sum, n } => {
+                let sum = &sum.get();
                 if *n == 0 {
                     ScalarValue::try_from(out)?
                 } else if self.call.kind == AggKind::BoolAnd {
@@ -453,14 +452,14 @@ impl CallRuntime {
                 let n = if self.call.append_only {
                     values.len()
                 } else {
-                    values.values().filter(|c| **c > 0).count()
+                    values.iter().filter(|(_, c)| *c > 0).count()
                 };
                 ScalarValue::Int64(Some(n as i64))
             }
             AccState::Extreme(values) => {
                 let picked = match self.call.kind {
-                    AggKind::Min => values.iter().find(|(_, c)| **c > 0),
-                    _ => values.iter().rev().find(|(_, c)| **c > 0),
+                    AggKind::Min => values.iter().find(|(_, c)| *c > 0),
+                    _ => values.iter().rev().find(|(_, c)| *c > 0),
                 };
                 match picked {
                     None => ScalarValue::try_from(out)?,
@@ -483,14 +482,14 @@ impl CallRuntime {
     }
 
     /// sum(DISTINCT) / avg(DISTINCT): over the values present once each.
-    fn distinct_sum_output(&self, values: &BTreeMap<Vec<u8>, i64>) -> Result<ScalarValue> {
+    fn distinct_sum_output(&self, values: &ValueCounts) -> Result<ScalarValue> {
         let out = &self.call.output_type;
         let avg = self.call.kind == AggKind::AvgDistinct;
         let conv = self.converter.as_ref().expect("distinct converter");
         let parser = conv.parser();
-        let present: Vec<&Vec<u8>> = values
+        let present: Vec<&[u8]> = values
             .iter()
-            .filter(|(_, c)| **c > 0)
+            .filter(|(_, c)| *c > 0)
             .map(|(k, _)| k)
             .collect();
         if present.is_empty() {
@@ -543,7 +542,7 @@ impl CallRuntime {
     }
 
     /// string_agg / array_agg / first_value / last_value over the ordered multiset.
-    fn ordered_output(&self, values: &BTreeMap<Vec<u8>, i64>) -> Result<ScalarValue> {
+    fn ordered_output(&self, values: &ValueCounts) -> Result<ScalarValue> {
         let out = &self.call.output_type;
         let conv = self
             .converter
@@ -551,15 +550,11 @@ impl CallRuntime {
             .expect("ordered aggregate converter");
         let parser = conv.parser();
         let value_col = self.call.order.len();
-        let mut present = values.iter().filter(|(_, c)| **c > 0);
-        let picked: Vec<(&Vec<u8>, i64)> = match self.call.kind {
-            AggKind::FirstValue => present.take(1).map(|(k, c)| (k, *c)).collect(),
-            AggKind::LastValue => present
-                .next_back()
-                .map(|(k, c)| (k, *c))
-                .into_iter()
-                .collect(),
-            _ => present.map(|(k, c)| (k, *c)).collect(),
+        let mut present = values.iter().filter(|(_, c)| *c > 0);
+        let picked: Vec<(&[u8], i64)> = match self.call.kind {
+            AggKind::FirstValue => present.take(1).collect(),
+            AggKind::LastValue => present.next_back().into_iter().collect(),
+            _ => present.collect(),
         };
         if picked.is_empty() {
             return Ok(ScalarValue::try_from(out)?);
@@ -702,7 +697,7 @@ pub fn encode_states(rows: i64, states: &[AccState], buf: &mut Vec<u8>) {
             }
             AccState::SumInt { sum, n } => {
                 buf.push(1);
-                buf.extend_from_slice(&sum.to_le_bytes());
+                buf.extend_from_slice(&sum.get().to_le_bytes());
                 buf.extend_from_slice(&n.to_le_bytes());
             }
             AccState::SumFloat { sum, n } => {
@@ -713,7 +708,7 @@ pub fn encode_states(rows: i64, states: &[AccState], buf: &mut Vec<u8>) {
             AccState::Extreme(values) => {
                 buf.push(3);
                 buf.extend_from_slice(&(values.len() as u32).to_le_bytes());
-                for (k, c) in values {
+                for (k, c) in values.iter() {
                     buf.extend_from_slice(&(k.len() as u32).to_le_bytes());
                     buf.extend_from_slice(k);
                     buf.extend_from_slice(&c.to_le_bytes());
@@ -733,7 +728,10 @@ pub fn decode_states(bytes: &[u8]) -> Option<(i64, Vec<AccState>)> {
             0 => AccState::Count(r.i64()?),
             1 => {
                 let sum = i128::from_le_bytes(r.take(16)?.try_into().ok()?);
-                AccState::SumInt { sum, n: r.i64()? }
+                AccState::SumInt {
+                    sum: sum.into(),
+                    n: r.i64()?,
+                }
             }
             2 => {
                 let sum = f64::from_le_bytes(r.take(8)?.try_into().ok()?);
@@ -741,10 +739,10 @@ pub fn decode_states(bytes: &[u8]) -> Option<(i64, Vec<AccState>)> {
             }
             3 => {
                 let len = r.u32()?;
-                let mut m = BTreeMap::new();
+                let mut m = ValueCounts::default();
                 for _ in 0..len {
                     let k = r.prefixed()?;
-                    m.insert(k, r.i64()?);
+                    m.push_sorted(k, r.i64()?);
                 }
                 AccState::Extreme(m)
             }
@@ -808,6 +806,28 @@ mod tests {
         };
         assert_eq!(values.len(), 1, "only the maximum is kept");
         assert!(c.update(&mut s, &arg, Some(&col), None, 1, -1).is_err());
+    }
+
+    /// One accumulator per call per group: millions of groups make its size count.
+    #[test]
+    fn an_accumulator_takes_32_bytes_and_sums_keep_all_128_bits() {
+        assert_eq!(std::mem::size_of::<AccState>(), 32);
+        for v in [
+            0i128,
+            -1,
+            1,
+            i128::MAX,
+            i128::MIN,
+            (1 << 64) + 5,
+            -(1 << 70) - 3,
+        ] {
+            assert_eq!(Sum128::from(v).get(), v);
+        }
+        let mut s = Sum128::from(u64::MAX as i128);
+        s.add(1);
+        assert_eq!(s.get(), 1i128 << 64);
+        s.add(-(1i128 << 65));
+        assert_eq!(s.get(), -(1i128 << 64));
     }
 
     #[test]

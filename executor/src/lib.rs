@@ -23,7 +23,8 @@
 //!   against throughput).
 //! - [`supervisor`]: restarts failed jobs' regions per their restart strategy.
 //! - [`metrics`]: Prometheus metrics with Flink's names.
-//! - [`aggregate`] and [`operators`]: the operators; [`bytes`]: reading their encoded state.
+//! - [`aggregate`] and [`operators`]: the operators; [`bytes`]: reading their encoded state;
+//!   [`value_counts`]: the multisets aggregates keep (small ones as sorted vectors).
 //! - [`sinks`]: the last operator of a sink job, one connector per file.
 //! - [`jobs`]: the job registry: status, restarts and failures that outlive a
 //!   deployment, connectors' bad records.
@@ -75,6 +76,7 @@ pub mod store_index;
 pub mod supervisor;
 pub(crate) mod table_writer;
 pub mod topology;
+pub(crate) mod value_counts;
 pub mod watermark;
 
 pub use barrier::Epoch;

@@ -13,7 +13,7 @@
 
 use crate::session::Session;
 use crate::{Config, Database};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Subcommand, Clone)]
 pub enum BenchCommand {
@@ -61,6 +61,10 @@ pub enum BenchCommand {
         /// `taskmanager.network.memory.buffer-debloat.enabled = true`
         #[arg(long)]
         debloat: bool,
+        /// Events per generated batch (`nexmark.batch.events`; default the
+        /// connector's)
+        #[arg(long)]
+        batch_events: Option<u64>,
     },
     /// Kafka topic -> table -> view: records/s, records per CPU-second, latency.
     Kafka {
@@ -80,6 +84,65 @@ pub fn peak_rss_bytes() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+/// The most anonymous memory (heap, stacks: `RssAnon`) this process held while it
+/// ran: its resident set without the pages of the binary's code and other mapped
+/// files, which the kernel keeps no high-water mark of, so a thread samples it.
+/// Flink's heap after GC, which benchmarks compare with, likewise leaves out the
+/// JVM's code cache and metaspace.
+pub struct AnonPeak {
+    peak_kb: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl AnonPeak {
+    /// Samples every 10 ms until dropped.
+    pub fn start() -> Self {
+        use std::sync::atomic::Ordering;
+        let peak = Self {
+            peak_kb: Default::default(),
+            stop: Default::default(),
+        };
+        let (peak_kb, stop) = (peak.peak_kb.clone(), peak.stop.clone());
+        let sample = move || {
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(kb) = rss_anon_kb() {
+                    peak_kb.fetch_max(kb, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("anon-peak".into())
+            .spawn(sample)
+        {
+            tracing::warn!(error = %e, "cannot sample anonymous memory");
+        }
+        peak
+    }
+
+    /// The largest sample so far, in MiB.
+    pub fn peak_mb(&self) -> u64 {
+        let now = rss_anon_kb().unwrap_or(0);
+        let kb = self
+            .peak_kb
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .max(now);
+        kb / 1024
+    }
+}
+
+impl Drop for AnonPeak {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn rss_anon_kb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 async fn exec(db: &Database, s: &mut Session, sql: &str) -> Result<(), String> {
@@ -106,6 +169,7 @@ pub async fn run(cmd: BenchCommand, mut cfg: Config) -> Result<(), String> {
             max_events_per_second,
             buffer_timeout,
             debloat,
+            batch_events,
         } => {
             let mut set = |k: &str, v: String| -> Result<(), String> {
                 crate::settings::validate(k, &v)?;
@@ -130,6 +194,7 @@ pub async fn run(cmd: BenchCommand, mut cfg: Config) -> Result<(), String> {
                 check,
                 max_events_per_second,
                 base_time_ms: None,
+                batch_events,
             };
             crate::bench_nexmark::run(cfg, run).await
         }

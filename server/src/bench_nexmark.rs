@@ -23,7 +23,9 @@
 //! consumed every event.
 //!
 //! Reported per run: events generated (all kinds the sources built) and events/s,
-//! events per CPU-second of this process, peak RSS, checkpoints completed; per query:
+//! events per CPU-second of this process, peak RSS and peak anonymous memory (RSS
+//! without the binary's code pages, see [`crate::bench::AnonPeak`]), checkpoints
+//! completed; per query:
 //! the net rows and the order-independent checksum of what its sink received
 //! ([`weir_executor::digest`]). `--check` then builds a stored twin of the input
 //! (`CREATE TABLE`s with the same generator) and compares each digest with the same
@@ -62,6 +64,8 @@ pub struct Run {
     /// Event 0's time: the run's start when paced (set by [`run`]), else the
     /// generator's fixed default.
     pub base_time_ms: Option<i64>,
+    /// `nexmark.batch.events`; `None`: the connector's default.
+    pub batch_events: Option<u64>,
 }
 
 /// The tables and query of a benchmark name.
@@ -138,8 +142,12 @@ impl Run {
             (_, Some(base)) => format!(", nexmark.base.time = '{base}'"),
             _ => String::new(),
         };
+        let batch = self
+            .batch_events
+            .map(|n| format!(", nexmark.batch.events = '{n}'"))
+            .unwrap_or_default();
         format!(
-            "connector = 'nexmark', nexmark.table.type = '{table_type}', nexmark.generator = 'splittable-random', nexmark.event.num = '{}', nexmark.event.rate = '{}', nexmark.split.num = '{}'{pace}",
+            "connector = 'nexmark', nexmark.table.type = '{table_type}', nexmark.generator = 'splittable-random', nexmark.event.num = '{}', nexmark.event.rate = '{}', nexmark.split.num = '{}'{pace}{batch}",
             self.events, self.event_rate, self.parallelism
         )
     }
@@ -235,6 +243,7 @@ async fn wait_generated(db: &Database, relations: &[String], events: u64) {
 }
 
 pub async fn run(mut cfg: Config, mut run: Run) -> Result<(), String> {
+    let anon = crate::bench::AnonPeak::start();
     let dir = std::env::temp_dir().join(format!("weir-bench-nexmark-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     cfg.data_dir = dir.clone();
@@ -297,7 +306,7 @@ pub async fn run(mut cfg: Config, mut run: Run) -> Result<(), String> {
         .collect();
     let checkpoints = completed.len();
     println!(
-        "nexmark {}: shape={:?} events={} event_rate={} generated={generated} parallelism={} seconds={took:.2} events_per_s={:.0} cpu_seconds={cpu:.2} events_per_cpu_second={:.0} checkpoints={checkpoints} peak_rss_mb={}",
+        "nexmark {}: shape={:?} events={} event_rate={} generated={generated} parallelism={} seconds={took:.2} events_per_s={:.0} cpu_seconds={cpu:.2} events_per_cpu_second={:.0} checkpoints={checkpoints} peak_rss_mb={} peak_anon_mb={}",
         run.queries.join(","),
         run.shape,
         run.events,
@@ -306,6 +315,7 @@ pub async fn run(mut cfg: Config, mut run: Run) -> Result<(), String> {
         generated as f64 / took,
         generated as f64 / cpu.max(1e-9),
         crate::bench::peak_rss_bytes().map(|b| b / (1024 * 1024)).unwrap_or(0),
+        anon.peak_mb(),
     );
     print_checkpoints(&completed);
     for (name, _) in &sinks {

@@ -91,13 +91,14 @@ async fn nexmark_tables_views_and_exactly_once_generation() {
             > 0
     );
 
-    // Generation throttled, killed twice midway, resumed: the same rows as a table
-    // generated in one go.
+    // Generation throttled, in batches of another size, killed twice midway, resumed:
+    // the same rows as a table generated in one go.
     c.batch_execute(&table(
         "bid_slow",
         BID,
         "bid",
-        ", nexmark.event.num = '60000', nexmark.max.events.per.second = '40000'",
+        ", nexmark.event.num = '60000', nexmark.max.events.per.second = '40000', \
+         nexmark.batch.events = '999'",
     ))
     .await
     .unwrap();
@@ -144,6 +145,14 @@ async fn nexmark_tables_views_and_exactly_once_generation() {
         ),
         (
             table("x1", BID, "bid", ", nexmark.split.num = '1.5'"),
+            "22023",
+        ),
+        (
+            table("x1", BID, "bid", ", nexmark.batch.events = '0'"),
+            "22023",
+        ),
+        (
+            table("x1", BID, "bid", ", nexmark.batch.events = '2000000'"),
             "22023",
         ),
         // The java-random generator makes no channel; no such generator; a seed

@@ -33,8 +33,12 @@ use std::sync::Arc;
 
 /// The position key in the table's logged source positions.
 const POSITION_KEY: &str = "nexmark:next_event";
-/// Events generated per table write (one log entry).
-const BATCH_EVENTS: i64 = 50_000;
+/// Events generated per table write (one log entry) unless `nexmark.batch.events`
+/// says otherwise. Batches are what is in flight between the generator and the
+/// queries (each channel holds up to 16): at 50,000 wide `event` rows (~15 MB) q0
+/// peaked at 234 MiB of RSS at p = 2, at 16,384 at 151-155 MiB with the same speed
+/// (docs/nexmark.md, 2026-12-04); at 8,192 q5 ran ~10% slower.
+const BATCH_EVENTS: i64 = 16_384;
 
 /// One generated field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +202,8 @@ pub struct NexmarkSpec {
     pub columns: Vec<Column>,
     /// `nexmark.split.num`: threads generating in parallel (see `generated::Run`).
     pub splits: usize,
+    /// `nexmark.batch.events`: events per generated batch.
+    pub batch_events: i64,
 }
 
 enum Builder {
@@ -341,7 +347,7 @@ impl SourceConnector for NexmarkSpec {
     fn start(&self, ctx: SourceContext) -> Result<()> {
         let run = crate::source::generated::Run {
             total: self.events,
-            batch: BATCH_EVENTS,
+            batch: self.batch_events,
             max_per_second: self.max_events_per_second,
             zero_due_ms: self.zero_due_ms(),
             splits: self.splits,

@@ -10,7 +10,8 @@
 //! so that the events are the same after every restart),
 //! `nexmark.max.events.per.second` (wall clock; default unthrottled),
 //! `nexmark.split.num` (threads that generate in parallel, 1 to 64; default 1; the rows
-//! and their order are the same).
+//! and their order are the same), `nexmark.batch.events` (events per generated batch,
+//! one log entry; default [`super::BATCH_EVENTS`]).
 
 use super::generator::{GeneratorConfig, Kind, Model};
 use super::{Column, Field, NexmarkSpec, TableType};
@@ -56,6 +57,15 @@ pub(crate) fn parse(o: &mut ConnectorOptions, table: &ConnectorTable<'_>) -> Res
             )))
         }
     };
+    let batch_events = match positive(o, "nexmark.batch.events")? {
+        None => super::BATCH_EVENTS,
+        Some(n) if n.fract() == 0.0 && n <= 1_000_000.0 => n as i64,
+        Some(n) => {
+            return Err(invalid(format!(
+                "nexmark.batch.events must be a whole number from 1 to 1000000, not {n}"
+            )))
+        }
+    };
     let columns = table
         .columns
         .iter()
@@ -72,6 +82,7 @@ pub(crate) fn parse(o: &mut ConnectorOptions, table: &ConnectorTable<'_>) -> Res
         max_events_per_second,
         columns,
         splits,
+        batch_events,
     }))
 }
 
