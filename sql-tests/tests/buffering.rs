@@ -23,15 +23,20 @@ fn bids_in(n: i64) -> i64 {
         .count() as i64
 }
 
-/// Creates a paced source of `events` bids' events, a GROUP BY view over it (a hash
-/// exchange at parallelism 2) and its stored twin; polls the view's row total until
-/// every bid is in; returns the distinct totals seen.
-async fn observe_totals(c: &tokio_postgres::Client, events: i64, rate: i64) -> BTreeSet<i64> {
+/// Creates a paced source of `events` bids' events (with `source_opts`), a GROUP BY
+/// view over it (a hash exchange at parallelism 2) and its stored twin; polls the
+/// view's row total until every bid is in; returns the distinct totals seen.
+async fn observe_totals(
+    c: &tokio_postgres::Client,
+    events: i64,
+    rate: i64,
+    source_opts: &str,
+) -> BTreeSet<i64> {
     let opts = format!(
         "connector = 'nexmark', nexmark.table.type = 'bid', nexmark.event.num = '{events}'"
     );
     c.batch_execute(&format!(
-        "CREATE SOURCE bid ({BID}) WITH ({opts}, nexmark.max.events.per.second = '{rate}');
+        "CREATE SOURCE bid ({BID}) WITH ({opts}, nexmark.max.events.per.second = '{rate}'{source_opts});
          CREATE TABLE bid_ref ({BID}) WITH ({opts});
          CREATE MATERIALIZED VIEW per_auction AS
            SELECT auction, count(*) AS n, max(price) AS top FROM bid GROUP BY auction;"
@@ -66,8 +71,9 @@ async fn observe_totals(c: &tokio_postgres::Client, events: i64, rate: i64) -> B
     seen
 }
 
-/// `-1`: a paced source writes only full batches (50,000 events), so a reader sees
-/// no bid, then the first 50,000 events' bids, then all of them; with debloating on.
+/// `-1`: a paced source writes only full batches (20,000 events here), so a reader
+/// sees the bids of 0, 20,000, 40,000 or all 60,000 events, never a total between;
+/// with debloating on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_full_batches_with_the_timeout_off_and_debloating_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -76,8 +82,8 @@ async fn only_full_batches_with_the_timeout_off_and_debloating_on() {
                   [taskmanager.network.memory.buffer-debloat]\nenabled = true\ntarget = \"200ms\"\n";
     let server = WeirProcess::start_with_config(&dir.path().join("data"), 2, config).await;
     let c = server.connect().await;
-    let seen = observe_totals(&c, 60_000, 20_000).await;
-    let batches: BTreeSet<i64> = [0, bids_in(50_000), bids_in(60_000)].into();
+    let seen = observe_totals(&c, 60_000, 20_000, ", nexmark.batch.events = '20000'").await;
+    let batches: BTreeSet<i64> = [0, 20_000, 40_000, 60_000].map(bids_in).into();
     assert!(
         seen.is_subset(&batches),
         "a reader saw totals {seen:?}, not only whole batches {batches:?}"
@@ -92,7 +98,7 @@ async fn every_event_at_once_with_the_timeout_zero() {
     let config = "barrier.interval = \"50ms\"\n[execution.buffer-timeout]\ninterval = \"0\"\n";
     let server = WeirProcess::start_with_config(&dir.path().join("data"), 2, config).await;
     let c = server.connect().await;
-    let seen = observe_totals(&c, 20_000, 5_000).await;
+    let seen = observe_totals(&c, 20_000, 5_000, "").await;
     assert!(
         seen.len() >= 20,
         "a reader saw only {} distinct totals: {seen:?}",
