@@ -3,8 +3,8 @@
 the median events/s of each engine, their ratio (and the range of the per-repetition
 ratios, Weir's run against the Flink run next to it), Weir's peak RSS against Flink's
 largest heap after GC (and Weir's peak anonymous memory: RSS without the binary's
-code pages, in sittings that recorded it), and Weir's output digest (the same in every repetition, or
-"varies")."""
+code pages, in sittings that recorded it), and Weir's output digest (the same in
+every repetition, or "varies")."""
 import csv
 import statistics
 import sys

@@ -410,23 +410,23 @@ impl CallRuntime {
         Ok(match state {
             AccState::Count(n) => ScalarValue::Int64(Some(*n)),
             AccState::SumInt { sum, n } => {
-                let sum = &sum.get();
+                let sum = sum.get();
                 if *n == 0 {
                     ScalarValue::try_from(out)?
                 } else if self.call.kind == AggKind::BoolAnd {
-                    ScalarValue::Boolean(Some(*sum == *n as i128))
+                    ScalarValue::Boolean(Some(sum == *n as i128))
                 } else if self.call.kind == AggKind::BoolOr {
-                    ScalarValue::Boolean(Some(*sum > 0))
+                    ScalarValue::Boolean(Some(sum > 0))
                 } else if self.call.kind == AggKind::Avg {
-                    avg_of_int(*sum, *n, self.call.arg_type.as_ref(), out)?
+                    avg_of_int(sum, *n, self.call.arg_type.as_ref(), out)?
                 } else {
                     match out {
                         DataType::Int64 => ScalarValue::Int64(Some(
-                            i64::try_from(*sum)
+                            i64::try_from(sum)
                                 .map_err(|_| ExecError::Overflow("bigint out of range".into()))?,
                         )),
-                        DataType::Decimal128(p, s) => ScalarValue::Decimal128(Some(*sum), *p, *s),
-                        other => ScalarValue::Int64(Some(*sum as i64)).cast_to(other)?,
+                        DataType::Decimal128(p, s) => ScalarValue::Decimal128(Some(sum), *p, *s),
+                        other => ScalarValue::Int64(Some(sum as i64)).cast_to(other)?,
                     }
                 }
             }

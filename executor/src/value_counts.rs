@@ -10,7 +10,6 @@
 //! into the vector would cost more than the node overhead saves. (`Partition` makes the
 //! same choice for Top-N rows, whose keys are pairs.)
 
-use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
 /// Values past which a multiset switches to a B-tree.
@@ -102,27 +101,11 @@ impl ValueCounts {
         }
     }
 
-    /// Adds every value of `other` with its count (moving its bytes).
+    /// Adds every value of `other` with its count (two sessions merging: rare, so
+    /// each value goes through [`Self::add`]).
     pub fn merge(&mut self, other: ValueCounts) {
-        let entries: Box<dyn Iterator<Item = (Box<[u8]>, i64)>> = match other {
-            ValueCounts::Small(v) => Box::new(v.into_iter()),
-            ValueCounts::Large(m) => Box::new(m.into_iter()),
-        };
-        for (k, c) in entries {
-            match self {
-                ValueCounts::Large(m) => match m.entry(k) {
-                    Entry::Occupied(mut e) => {
-                        *e.get_mut() += c;
-                        if *e.get() == 0 {
-                            e.remove();
-                        }
-                    }
-                    Entry::Vacant(e) => {
-                        e.insert(c);
-                    }
-                },
-                ValueCounts::Small(_) => self.add(&k, c),
-            }
+        for (k, c) in other.iter() {
+            self.add(k, c);
         }
     }
 
@@ -134,7 +117,7 @@ impl ValueCounts {
     /// Keeps only the smallest (`smallest`) or the largest value, with its count.
     pub fn keep_one_end(&mut self, smallest: bool) {
         let kept = match std::mem::take(self) {
-            ValueCounts::Small(mut v) if smallest => v.drain(..).next(),
+            ValueCounts::Small(v) if smallest => v.into_iter().next(),
             ValueCounts::Small(mut v) => v.pop(),
             ValueCounts::Large(mut m) if smallest => m.pop_first(),
             ValueCounts::Large(mut m) => m.pop_last(),

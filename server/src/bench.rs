@@ -13,6 +13,8 @@
 
 use crate::session::Session;
 use crate::{Config, Database};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Subcommand, Clone)]
@@ -80,10 +82,14 @@ pub enum BenchCommand {
 
 /// Peak resident set size of this process in bytes (Linux: VmHWM).
 pub fn peak_rss_bytes() -> Option<u64> {
+    status_kb("VmHWM:").map(|kb| kb * 1024)
+}
+
+/// A kB figure of `/proc/self/status`.
+fn status_kb(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The most anonymous memory (heap, stacks: `RssAnon`) this process held while it
@@ -92,14 +98,13 @@ pub fn peak_rss_bytes() -> Option<u64> {
 /// Flink's heap after GC, which benchmarks compare with, likewise leaves out the
 /// JVM's code cache and metaspace.
 pub struct AnonPeak {
-    peak_kb: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    peak_kb: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
 }
 
 impl AnonPeak {
     /// Samples every 10 ms until dropped.
     pub fn start() -> Self {
-        use std::sync::atomic::Ordering;
         let peak = Self {
             peak_kb: Default::default(),
             stop: Default::default(),
@@ -107,7 +112,7 @@ impl AnonPeak {
         let (peak_kb, stop) = (peak.peak_kb.clone(), peak.stop.clone());
         let sample = move || {
             while !stop.load(Ordering::Relaxed) {
-                if let Some(kb) = rss_anon_kb() {
+                if let Some(kb) = status_kb("RssAnon:") {
                     peak_kb.fetch_max(kb, Ordering::Relaxed);
                 }
                 std::thread::sleep(Duration::from_millis(10));
@@ -122,27 +127,17 @@ impl AnonPeak {
         peak
     }
 
-    /// The largest sample so far, in MiB.
+    /// The largest sample so far (or now), in MiB.
     pub fn peak_mb(&self) -> u64 {
-        let now = rss_anon_kb().unwrap_or(0);
-        let kb = self
-            .peak_kb
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .max(now);
-        kb / 1024
+        let now = status_kb("RssAnon:").unwrap_or(0);
+        self.peak_kb.load(Ordering::Relaxed).max(now) / 1024
     }
 }
 
 impl Drop for AnonPeak {
     fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
     }
-}
-
-fn rss_anon_kb() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 async fn exec(db: &Database, s: &mut Session, sql: &str) -> Result<(), String> {

@@ -48,24 +48,8 @@ pub(crate) fn parse(o: &mut ConnectorOptions, table: &ConnectorTable<'_>) -> Res
     };
     let base_time_ms = positive(o, "nexmark.base.time")?.map_or(default_base, |n| n as i64);
     let max_events_per_second = positive(o, "nexmark.max.events.per.second")?;
-    let splits = match positive(o, "nexmark.split.num")? {
-        None => 1,
-        Some(n) if n.fract() == 0.0 && n <= 64.0 => n as usize,
-        Some(n) => {
-            return Err(invalid(format!(
-                "nexmark.split.num must be a whole number from 1 to 64, not {n}"
-            )))
-        }
-    };
-    let batch_events = match positive(o, "nexmark.batch.events")? {
-        None => super::BATCH_EVENTS,
-        Some(n) if n.fract() == 0.0 && n <= 1_000_000.0 => n as i64,
-        Some(n) => {
-            return Err(invalid(format!(
-                "nexmark.batch.events must be a whole number from 1 to 1000000, not {n}"
-            )))
-        }
-    };
+    let splits = whole(o, "nexmark.split.num", 64)?.unwrap_or(1) as usize;
+    let batch_events = whole(o, "nexmark.batch.events", 1_000_000)?.unwrap_or(super::BATCH_EVENTS);
     let columns = table
         .columns
         .iter()
@@ -132,6 +116,16 @@ fn column(table: TableType, model: Model, name: &str) -> Result<Column> {
 }
 
 /// A number above zero, or an error naming the key.
+/// A whole number from 1 to `max`, when given.
+fn whole(o: &mut ConnectorOptions, key: &str, max: i64) -> Result<Option<i64>> {
+    match positive(o, key)? {
+        Some(n) if n.fract() != 0.0 || n > max as f64 => Err(invalid(format!(
+            "{key} must be a whole number from 1 to {max}, not {n}"
+        ))),
+        n => Ok(n.map(|n| n as i64)),
+    }
+}
+
 fn positive(o: &mut ConnectorOptions, key: &str) -> Result<Option<f64>> {
     let Some(v) = o.get(key).map(str::to_string) else {
         return Ok(None);
