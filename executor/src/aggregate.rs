@@ -6,6 +6,7 @@
 //! so that retracting the current minimum exposes the next one.
 
 use crate::bytes::Reader;
+use crate::distinct_values::DistinctValues;
 use crate::error::{ExecError, Result};
 use crate::value_counts::ValueCounts;
 use arrow::array::{Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array};
@@ -22,7 +23,8 @@ pub enum AggKind {
     Avg,
     Min,
     Max,
-    /// `count(DISTINCT x)`: keeps the multiset of values, like min/max.
+    /// `count(DISTINCT x)`: a count kept beside the group's set of `x` values, which
+    /// every `count(DISTINCT x)` of the aggregation shares ([`DistinctValues`]).
     CountDistinct,
     /// `bool_and` / `bool_or`: counts of true values and of non-null values, so that
     /// both stay exact under retraction.
@@ -134,9 +136,13 @@ pub enum AccState {
         sum: f64,
         n: i64,
     },
-    /// Multiset of row-encoded values, for min and max (and distinct and ordered
-    /// aggregates).
+    /// Multiset of row-encoded values, for min and max (and sum / avg of distinct
+    /// values and the ordered aggregates).
     Extreme(ValueCounts),
+    /// The values of one column that the group's `count(DISTINCT)` calls share: kept
+    /// after the calls' own states (see [`Aggregates`]). Boxed: every other state
+    /// fits in 32 bytes.
+    Distinct(Box<DistinctValues>),
 }
 
 fn is_float(t: &DataType) -> bool {
@@ -146,7 +152,7 @@ fn is_float(t: &DataType) -> bool {
 impl AccState {
     pub fn new(call: &AggCall) -> Result<AccState> {
         Ok(match call.kind {
-            AggKind::CountStar | AggKind::Count => AccState::Count(0),
+            AggKind::CountStar | AggKind::Count | AggKind::CountDistinct => AccState::Count(0),
             AggKind::Sum | AggKind::Avg => {
                 let t = call.arg_type.as_ref().expect("sum has an argument");
                 if is_float(t) {
@@ -165,7 +171,6 @@ impl AccState {
             }
             AggKind::Min
             | AggKind::Max
-            | AggKind::CountDistinct
             | AggKind::StringAgg
             | AggKind::ArrayAgg
             | AggKind::FirstValue
@@ -241,7 +246,8 @@ impl CallRuntime {
             None => None,
         };
         let arg = match (self.call.kind, self.call.arg) {
-            (AggKind::CountStar, _) | (_, None) => PreparedArg::None,
+            // count(DISTINCT) reads its column through the shared set.
+            (AggKind::CountStar | AggKind::CountDistinct, _) | (_, None) => PreparedArg::None,
             (AggKind::Count, Some(a)) => PreparedArg::Nulls(columns[a].clone()),
             (AggKind::BoolAnd | AggKind::BoolOr, Some(a)) => {
                 // true → 1, false → 0: the sum counts true values.
@@ -283,11 +289,7 @@ impl CallRuntime {
                 PreparedArg::Rows(self.converter.as_ref().unwrap().convert_columns(&cols)?)
             }
             (
-                AggKind::Min
-                | AggKind::Max
-                | AggKind::CountDistinct
-                | AggKind::SumDistinct
-                | AggKind::AvgDistinct,
+                AggKind::Min | AggKind::Max | AggKind::SumDistinct | AggKind::AvgDistinct,
                 Some(a),
             ) => {
                 let rows = self
@@ -445,16 +447,10 @@ impl CallRuntime {
             {
                 self.distinct_sum_output(values)?
             }
-            AccState::Extreme(values) if self.call.kind == AggKind::CountDistinct => {
-                // Values at zero are removed, so over an append-only input every value
-                // held counts; with retractions one may arrive before its insert (from
-                // another upstream actor) and stand below zero for a while.
-                let n = if self.call.append_only {
-                    values.len()
-                } else {
-                    values.iter().filter(|(_, c)| *c > 0).count()
-                };
-                ScalarValue::Int64(Some(n as i64))
+            AccState::Distinct(_) => {
+                return Err(ExecError::Internal(
+                    "a shared distinct set is not a call's state".into(),
+                ))
             }
             AccState::Extreme(values) => {
                 let picked = match self.call.kind {
@@ -647,23 +643,162 @@ pub fn accumulators_layout(calls: &[AggCall]) -> String {
         .join(", ")
 }
 
-/// Every call's current value over one group's accumulators.
-pub fn outputs(calls: &[CallRuntime], accs: &[AccState]) -> Result<Vec<ScalarValue>> {
-    calls.iter().zip(accs).map(|(c, a)| c.output(a)).collect()
+/// The `count(DISTINCT)` calls over one input column, which share one set of values.
+struct DistinctColumn {
+    arg: usize,
+    /// The calls, in order: member `m` of the set is call `members[m]`.
+    members: Vec<usize>,
+}
+
+/// Every call of one aggregation. A group's states are one per call, then one
+/// [`DistinctValues`] per column that `count(DISTINCT)` calls read (q15's eight calls
+/// over two columns keep two sets). A `count(DISTINCT)` call's own state is the count
+/// of values present for it, kept up to date as its set changes.
+pub struct Aggregates {
+    calls: Vec<CallRuntime>,
+    distinct: Vec<DistinctColumn>,
+}
+
+impl Aggregates {
+    /// Checks that every call can run here and groups the distinct calls by column.
+    pub fn new(calls: &[AggCall]) -> Result<Self> {
+        for c in calls {
+            AccState::new(c)?;
+        }
+        let mut distinct: Vec<DistinctColumn> = Vec::new();
+        for (j, c) in calls.iter().enumerate() {
+            let (AggKind::CountDistinct, Some(arg)) = (c.kind, c.arg) else {
+                continue;
+            };
+            match distinct.iter_mut().find(|d| d.arg == arg) {
+                Some(d) => d.members.push(j),
+                None => distinct.push(DistinctColumn {
+                    arg,
+                    members: vec![j],
+                }),
+            }
+        }
+        let calls = calls
+            .iter()
+            .cloned()
+            .map(CallRuntime::new)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { calls, distinct })
+    }
+
+    pub fn calls(&self) -> &[CallRuntime] {
+        &self.calls
+    }
+
+    /// A group's states before any row.
+    pub fn new_states(&self) -> Vec<AccState> {
+        let calls = self
+            .calls
+            .iter()
+            .map(|c| AccState::new(&c.call).expect("checked in new"));
+        let sets = self
+            .distinct
+            .iter()
+            .map(|d| AccState::Distinct(Box::new(DistinctValues::new(d.members.len()))));
+        calls.chain(sets).collect()
+    }
+
+    /// Every call's current value over one group's states.
+    pub fn outputs(&self, accs: &[AccState]) -> Result<Vec<ScalarValue>> {
+        self.calls
+            .iter()
+            .zip(accs)
+            .map(|(c, a)| c.output(a))
+            .collect()
+    }
+
+    pub fn prepare<'a>(&'a self, columns: &'a [ArrayRef]) -> Result<PreparedCalls<'a>> {
+        PreparedCalls::new(self, columns)
+    }
+
+    /// Folds `from`, the states over other rows, into `into` (two sessions that a row
+    /// joins into one): each call's state merges, each distinct set unites, and the
+    /// distinct calls count their values again.
+    pub fn merge(&self, into: &mut [AccState], mut from: Vec<AccState>) -> Result<()> {
+        let n = self.calls.len();
+        let sets = from.split_off(n.min(from.len()));
+        for ((c, a), b) in self.calls.iter().zip(into.iter_mut()).zip(from) {
+            if c.call.kind != AggKind::CountDistinct {
+                c.merge(a, b)?;
+            }
+        }
+        for (d, (col, other)) in self.distinct.iter().zip(sets).enumerate() {
+            let (AccState::Distinct(set), AccState::Distinct(other)) = (&mut into[n + d], other)
+            else {
+                return Err(ExecError::Internal("aggregate state mismatch".into()));
+            };
+            set.merge(&other);
+            let counts: Vec<i64> = (0..col.members.len()).map(|m| set.present(m)).collect();
+            for (&call, count) in col.members.iter().zip(counts) {
+                into[call] = AccState::Count(count);
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings states stored by an earlier version to this layout: there, each
+    /// `count(DISTINCT)` call kept its own multiset and no set followed the calls.
+    pub fn upgrade(&self, accs: &mut Vec<AccState>) -> Result<()> {
+        let n = self.calls.len();
+        if accs.len() == n + self.distinct.len() {
+            return Ok(());
+        }
+        if accs.len() != n {
+            return Err(ExecError::Internal(format!(
+                "stored aggregate state has {} parts for {n} calls",
+                accs.len()
+            )));
+        }
+        for col in &self.distinct {
+            let mut set = DistinctValues::new(col.members.len());
+            for (m, &call) in col.members.iter().enumerate() {
+                let AccState::Extreme(values) = &accs[call] else {
+                    return Err(ExecError::Internal("aggregate state mismatch".into()));
+                };
+                for (value, count) in values.iter() {
+                    set.set(value, m, count);
+                }
+                accs[call] = AccState::Count(set.present(m));
+            }
+            accs.push(AccState::Distinct(Box::new(set)));
+        }
+        Ok(())
+    }
 }
 
 /// A chunk's columns prepared once for every call of an aggregation, so that each
 /// row then updates a group's accumulators without looking at types again.
 pub struct PreparedCalls<'a> {
-    calls: &'a [CallRuntime],
+    aggs: &'a Aggregates,
     args: Vec<(PreparedArg, Option<BooleanArray>)>,
     nulls: Vec<Option<&'a ArrayRef>>,
+    /// Per distinct column: its values' row encoding, and the column (for nulls).
+    distinct: Vec<(Rows, &'a ArrayRef)>,
 }
 
 impl<'a> PreparedCalls<'a> {
-    pub fn new(calls: &'a [CallRuntime], columns: &'a [ArrayRef]) -> Result<Self> {
+    fn new(aggs: &'a Aggregates, columns: &'a [ArrayRef]) -> Result<Self> {
+        let calls = &aggs.calls;
+        let distinct = aggs
+            .distinct
+            .iter()
+            .map(|d| {
+                let converter = calls[d.members[0]].converter.as_ref();
+                let converter = converter.expect("count(DISTINCT) has a converter");
+                let column = &columns[d.arg];
+                Ok((
+                    converter.convert_columns(std::slice::from_ref(column))?,
+                    column,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
-            calls,
+            aggs,
             args: calls
                 .iter()
                 .map(|c| c.prepare(columns))
@@ -672,14 +807,48 @@ impl<'a> PreparedCalls<'a> {
                 .iter()
                 .map(|c| c.call.arg.map(|a| &columns[a]))
                 .collect(),
+            distinct,
         })
+    }
+
+    /// Whether row `i` passes call `j`'s FILTER (calls without one take every row).
+    fn passes(&self, j: usize, i: usize) -> bool {
+        self.args[j]
+            .1
+            .as_ref()
+            .is_none_or(|f| f.is_valid(i) && f.value(i))
     }
 
     /// Applies row `i` with multiplicity `sign` to one group's accumulators.
     pub fn update(&self, accs: &mut [AccState], i: usize, sign: i64) -> Result<()> {
-        for (j, c) in self.calls.iter().enumerate() {
-            let (arg, filter) = &self.args[j];
-            c.update(&mut accs[j], arg, self.nulls[j], filter.as_ref(), i, sign)?;
+        let calls = &self.aggs.calls;
+        for (j, c) in calls.iter().enumerate() {
+            // A count(DISTINCT) changes with its set, below.
+            if c.call.kind != AggKind::CountDistinct {
+                let (arg, filter) = &self.args[j];
+                c.update(&mut accs[j], arg, self.nulls[j], filter.as_ref(), i, sign)?;
+            }
+        }
+        let (own, sets) = accs.split_at_mut(calls.len());
+        for ((col, (rows, column)), set) in self.aggs.distinct.iter().zip(&self.distinct).zip(sets)
+        {
+            let AccState::Distinct(set) = set else {
+                return Err(ExecError::Internal("aggregate state mismatch".into()));
+            };
+            if column.is_null(i) {
+                continue;
+            }
+            let members = &col.members;
+            set.add(
+                rows.row(i).as_ref(),
+                sign,
+                |m| self.passes(members[m], i),
+                |m, change| {
+                    if let AccState::Count(n) = &mut own[members[m]] {
+                        *n += change;
+                    }
+                },
+            );
         }
         Ok(())
     }
@@ -714,6 +883,10 @@ pub fn encode_states(rows: i64, states: &[AccState], buf: &mut Vec<u8>) {
                     buf.extend_from_slice(&c.to_le_bytes());
                 }
             }
+            AccState::Distinct(set) => {
+                buf.push(4);
+                set.encode_into(buf);
+            }
         }
     }
 }
@@ -746,6 +919,7 @@ pub fn decode_states(bytes: &[u8]) -> Option<(i64, Vec<AccState>)> {
                 }
                 AccState::Extreme(m)
             }
+            4 => AccState::Distinct(Box::new(DistinctValues::decode(&mut r)?)),
             _ => return None,
         });
     }
@@ -828,6 +1002,74 @@ mod tests {
         assert_eq!(s.get(), 1i128 << 64);
         s.add(-(1i128 << 65));
         assert_eq!(s.get(), -(1i128 << 64));
+    }
+
+    /// Two `count(DISTINCT x)` calls (one with a FILTER) share a set; states stored
+    /// with a multiset per call (earlier versions) read into the same states.
+    #[test]
+    fn distinct_calls_share_a_set_and_read_the_older_layout() {
+        let mut filtered = call(AggKind::CountDistinct, DataType::Int64).call;
+        filtered.filter = Some(1);
+        let calls = [
+            call(AggKind::CountDistinct, DataType::Int64).call,
+            filtered,
+            call(AggKind::CountStar, DataType::Int64).call,
+        ];
+        let aggs = Aggregates::new(&calls).unwrap();
+        let values: ArrayRef = Arc::new(Int32Array::from(vec![
+            Some(1),
+            Some(2),
+            Some(2),
+            None,
+            Some(3),
+            Some(1),
+        ]));
+        let keep: ArrayRef = Arc::new(BooleanArray::from(vec![
+            true, false, true, true, false, false,
+        ]));
+        let columns = [values, keep];
+        let prepared = aggs.prepare(&columns).unwrap();
+        let mut accs = aggs.new_states();
+        // Row 5 retracts a 1 that row 0 inserted (the filtered call never saw row 5).
+        let signs = [1, 1, 1, 1, 1, -1];
+        for (i, sign) in signs.iter().enumerate() {
+            prepared.update(&mut accs, i, *sign).unwrap();
+        }
+        let out = aggs.outputs(&accs).unwrap();
+        let want = [2, 2, 4].map(|n| ScalarValue::Int64(Some(n)));
+        assert_eq!(out, want, "distinct 2 and 3; filtered 1 and 2; rows");
+        assert_eq!(accs.len(), 4, "one set after the three calls");
+
+        let mut older = vec![
+            AccState::Extreme(ValueCounts::default()),
+            AccState::Extreme(ValueCounts::default()),
+            AccState::Count(4),
+        ];
+        let conv = aggs.calls()[0].converter.as_ref().unwrap();
+        let rows = conv.convert_columns(&columns[..1]).unwrap();
+        for (i, sign) in signs.iter().enumerate() {
+            for (j, acc) in older.iter_mut().enumerate().take(2) {
+                if columns[0].is_valid(i)
+                    && (j == 0
+                        || columns[1]
+                            .as_any()
+                            .downcast_ref::<BooleanArray>()
+                            .unwrap()
+                            .value(i))
+                {
+                    let AccState::Extreme(v) = acc else {
+                        unreachable!()
+                    };
+                    v.add(rows.row(i).as_ref(), *sign);
+                }
+            }
+        }
+        aggs.upgrade(&mut older).unwrap();
+        assert_eq!(older, accs);
+        let mut buf = Vec::new();
+        encode_states(5, &accs, &mut buf);
+        assert_eq!(decode_states(&buf), Some((5, accs)));
+        assert!(aggs.upgrade(&mut vec![AccState::Count(1)]).is_err());
     }
 
     #[test]

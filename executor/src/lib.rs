@@ -24,7 +24,8 @@
 //! - [`supervisor`]: restarts failed jobs' regions per their restart strategy.
 //! - [`metrics`]: Prometheus metrics with Flink's names.
 //! - [`aggregate`] and [`operators`]: the operators; [`bytes`]: reading their encoded state;
-//!   [`value_counts`]: the multisets aggregates keep (small ones as sorted vectors).
+//!   [`value_counts`]: the multisets aggregates keep (small ones as sorted vectors);
+//!   [`distinct_values`]: the value sets `count(DISTINCT)` calls over a column share.
 //! - [`sinks`]: the last operator of a sink job, one connector per file.
 //! - [`jobs`]: the job registry: status, restarts and failures that outlive a
 //!   deployment, connectors' bad records.
@@ -56,6 +57,7 @@ pub mod connector_options;
 pub(crate) mod coordinator;
 mod deploy;
 pub mod digest;
+pub mod distinct_values;
 pub(crate) mod error;
 pub mod exchange;
 pub(crate) mod graph;

@@ -35,6 +35,7 @@ const VIEWS: &[(&str, &str)] = &[
     ("v_on_view", "SELECT n, count(*) AS groups, sum(total) AS total FROM v_groups GROUP BY n"),
     ("v_on_view2", "SELECT count(*) AS n FROM v_having WHERE total > 0"),
     ("v_count_distinct", "SELECT g, count(DISTINCT s) AS ds, count(*) FILTER (WHERE v > 50) AS big FROM t1 GROUP BY g"),
+    ("v_distinct_shared", "SELECT g, count(DISTINCT s) AS ds, count(DISTINCT s) FILTER (WHERE v > 50) AS ds_big, count(DISTINCT s) FILTER (WHERE v % 2 = 0) AS ds_even, count(DISTINCT v % 7) FILTER (WHERE v < 120) AS dv FROM t1 GROUP BY g"),
     ("v_join_left", "SELECT t1.id, t1.s, t2.x FROM t1 LEFT JOIN t2 ON t1.s = t2.k AND t2.x > t1.g"),
     ("v_join_right", "SELECT t1.id, t2.id AS id2 FROM t1 RIGHT JOIN t2 ON t1.g = t2.x"),
     ("v_join_agg", "SELECT t2.k, count(*) AS n, sum(t1.v) AS total FROM t1 JOIN t2 ON t1.s = t2.k GROUP BY t2.k"),

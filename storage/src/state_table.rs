@@ -99,6 +99,16 @@ impl<V: StateValue> StateTable<V> {
         self.cache.get_mut(key)
     }
 
+    /// Rewrites every value in place without marking it dirty: the change must not
+    /// alter what it stores (an operator reading an older version's encoding into
+    /// its current layout after [`Self::load`]).
+    pub fn try_for_each_unstored<E>(
+        &mut self,
+        mut f: impl FnMut(&mut V) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.cache.values_mut().try_for_each(&mut f)
+    }
+
     /// Mutable access; marks the key dirty. Inserts `default()` when absent.
     pub fn get_or_insert_with(&mut self, key: &[u8], default: impl FnOnce() -> V) -> &mut V {
         let (value, absent) = match self.cache.entry_ref(key) {

@@ -11,8 +11,7 @@
 //! emitted at the first barrier even for an empty input (`count = 0`, `sum = NULL`).
 
 use crate::aggregate::{
-    accumulators_layout, decode_states, encode_states, outputs, AccState, AggCall, CallRuntime,
-    PreparedCalls,
+    accumulators_layout, decode_states, encode_states, AccState, AggCall, Aggregates,
 };
 use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::{Op, StreamChunk};
@@ -81,20 +80,17 @@ impl StateValue for GroupState {
     }
 }
 
-/// A group with no rows yet. The calls were validated when the operator was built.
-fn empty_group(calls: &[AggCall]) -> GroupState {
+/// A group with no rows yet.
+fn empty_group(aggs: &Aggregates) -> GroupState {
     GroupState {
         rows: 0,
-        accs: calls
-            .iter()
-            .map(|c| AccState::new(c).expect("checked in new"))
-            .collect(),
+        accs: aggs.new_states(),
     }
 }
 
 pub struct HashAggOperator {
     spec: HashAggSpec,
-    calls: Vec<CallRuntime>,
+    aggs: Aggregates,
     key_converter: RowConverter,
     state: StateTable<GroupState>,
     /// Output last emitted for each group changed in this epoch (None: no row emitted).
@@ -204,25 +200,19 @@ impl HashAggOperator {
             reemit,
             track_changes,
         } = restore;
-        let calls = spec
-            .calls
-            .iter()
-            .cloned()
-            .map(CallRuntime::new)
-            .collect::<Result<Vec<_>>>()?;
-        for c in &spec.calls {
-            AccState::new(c)?;
-        }
+        let aggs = Aggregates::new(&spec.calls)?;
         let key_converter = RowConverter::new(
             spec.group_types
                 .iter()
                 .map(|t| SortField::new(t.clone()))
                 .collect(),
         )?;
-        let mut state = StateTable::new(&spec.uid, max_parallelism, backend);
+        let mut state: StateTable<GroupState> =
+            StateTable::new(&spec.uid, max_parallelism, backend);
         state.set_track_changes(track_changes);
         if restored {
             state.load(key_groups.start, key_groups.end)?;
+            state.try_for_each_unstored(|g| aggs.upgrade(&mut g.accs))?;
         }
         let mut epoch_before = HashMap::new();
         if restored && reemit {
@@ -232,7 +222,7 @@ impl HashAggOperator {
         }
         Ok(Self {
             spec,
-            calls,
+            aggs,
             key_converter,
             state,
             epoch_before,
@@ -248,7 +238,7 @@ impl HashAggOperator {
     }
 
     fn outputs(&self, g: &GroupState) -> Result<Vec<ScalarValue>> {
-        outputs(&self.calls, &g.accs)
+        self.aggs.outputs(&g.accs)
     }
 
     fn visible(&self, g: &GroupState) -> bool {
@@ -256,7 +246,7 @@ impl HashAggOperator {
     }
 
     fn new_group(&self) -> GroupState {
-        empty_group(&self.spec.calls)
+        empty_group(&self.aggs)
     }
 
     fn build_output(
@@ -339,7 +329,7 @@ impl Operator for HashAggOperator {
         } else {
             Some(self.key_converter.convert_columns(&cols[..k])?)
         };
-        let prepared = PreparedCalls::new(&self.calls, cols)?;
+        let prepared = self.aggs.prepare(cols)?;
         let n = chunk.len();
         let key_of = |i: usize| -> &[u8] { keys.as_ref().map(|k| k.row(i).data()).unwrap_or(&[]) };
         let groups = crate::row_groups::RowGroups::new(n, key_of);
@@ -357,8 +347,8 @@ impl Operator for HashAggOperator {
                 };
                 self.epoch_before.insert(key.to_vec(), before);
             }
-            let calls = &self.spec.calls;
-            let group = self.state.get_or_insert_with(key, || empty_group(calls));
+            let aggs = &self.aggs;
+            let group = self.state.get_or_insert_with(key, || empty_group(aggs));
             for &i in groups.rows(g) {
                 let sign = chunk.ops[i].sign();
                 group.rows += sign;

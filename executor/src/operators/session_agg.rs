@@ -24,8 +24,7 @@
 //!   and dropped, as in Flink. The watermark goes on as one on `window_end`.
 
 use crate::aggregate::{
-    accumulators_layout, decode_states, encode_states, outputs, AccState, AggCall, CallRuntime,
-    PreparedCalls,
+    accumulators_layout, decode_states, encode_states, AccState, AggCall, Aggregates,
 };
 use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::bytes::Reader;
@@ -224,12 +223,8 @@ impl StateValue for KeySessions {
 /// A session's output row: start, end, each call's value.
 type Image = (i64, i64, Vec<ScalarValue>);
 
-fn image(s: &Session, gap: i64, calls: &[CallRuntime]) -> Result<Image> {
-    Ok((
-        s.start,
-        s.last.saturating_add(gap),
-        outputs(calls, &s.accs)?,
-    ))
+fn image(s: &Session, gap: i64, aggs: &Aggregates) -> Result<Image> {
+    Ok((s.start, s.last.saturating_add(gap), aggs.outputs(&s.accs)?))
 }
 
 /// Puts time `t` into `list`: into the session it reaches, merged with every other one
@@ -239,7 +234,7 @@ fn place(
     list: &mut Vec<Session>,
     t: i64,
     gap: i64,
-    calls: &[CallRuntime],
+    aggs: &Aggregates,
     retracted: Option<&mut Vec<Image>>,
 ) -> Result<usize> {
     // Sessions are disjoint and in order, so both bounds rise along the list.
@@ -249,10 +244,7 @@ fn place(
         j += 1;
     }
     if i == j {
-        let accs = calls
-            .iter()
-            .map(|c| AccState::new(&c.call))
-            .collect::<Result<Vec<_>>>()?;
+        let accs = aggs.new_states();
         list.insert(
             i,
             Session {
@@ -267,7 +259,7 @@ fn place(
     }
     if let Some(images) = retracted {
         for s in list[i..j].iter_mut().filter(|s| s.emitted) {
-            images.push(image(s, gap, calls)?);
+            images.push(image(s, gap, aggs)?);
             s.emitted = false;
         }
     }
@@ -276,9 +268,7 @@ fn place(
     for s in merged {
         into.last = into.last.max(s.last);
         into.rows += s.rows;
-        for ((c, a), b) in calls.iter().zip(&mut into.accs).zip(s.accs) {
-            c.merge(a, b)?;
-        }
+        aggs.merge(&mut into.accs, s.accs)?;
     }
     into.start = into.start.min(t);
     into.last = into.last.max(t);
@@ -308,7 +298,7 @@ fn raw_time(v: &ScalarValue) -> Option<i64> {
 
 pub struct SessionAggOperator {
     spec: SessionAggSpec,
-    calls: Vec<CallRuntime>,
+    aggs: Aggregates,
     key_converter: RowConverter,
     state: StateTable<KeySessions>,
     /// The gap in the time column's unit.
@@ -337,12 +327,7 @@ impl SessionAggOperator {
             )));
         };
         let gap = gap_in(unit, spec.gap_ns);
-        let calls = spec
-            .calls
-            .iter()
-            .cloned()
-            .map(CallRuntime::new)
-            .collect::<Result<Vec<_>>>()?;
+        let aggs = Aggregates::new(&spec.calls)?;
         let key_converter = RowConverter::new(
             spec.key_types
                 .iter()
@@ -353,7 +338,7 @@ impl SessionAggOperator {
         state.set_track_changes(restore.track_changes);
         let mut op = Self {
             spec,
-            calls,
+            aggs,
             key_converter,
             state,
             gap,
@@ -365,6 +350,12 @@ impl SessionAggOperator {
         if restore.restored {
             op.state
                 .load(restore.key_groups.start, restore.key_groups.end)?;
+            let aggs = &op.aggs;
+            op.state.try_for_each_unstored(|ks| {
+                ks.list
+                    .iter_mut()
+                    .try_for_each(|s| aggs.upgrade(&mut s.accs))
+            })?;
             op.after_restore(restore.reemit);
         }
         Ok(op)
@@ -447,7 +438,7 @@ impl SessionAggOperator {
                 self.state.remove(&key);
             }
             for s in done.iter().filter(|s| s.rows > 0) {
-                closed.push((key.clone(), image(s, gap, &self.calls)?));
+                closed.push((key.clone(), image(s, gap, &self.aggs)?));
             }
             if closed.len() >= EMIT_SLICE {
                 out.push(self.build_output(&closed, Op::Insert)?);
@@ -477,7 +468,7 @@ impl SessionAggOperator {
             };
             for s in ks.list.iter_mut().filter(|s| !s.emitted) {
                 s.emitted = true;
-                inserted.push((key.clone(), image(s, gap, &self.calls)?));
+                inserted.push((key.clone(), image(s, gap, &self.aggs)?));
             }
         }
         for part in inserted.chunks(EMIT_SLICE) {
@@ -532,7 +523,7 @@ impl Operator for SessionAggOperator {
         } else {
             Some(self.key_converter.convert_columns(&cols[..k])?)
         };
-        let prepared = PreparedCalls::new(&self.calls, cols)?;
+        let prepared = self.aggs.prepare(cols)?;
         let key_of = |i: usize| -> &[u8] { keys.as_ref().map(|k| k.row(i).data()).unwrap_or(&[]) };
         let groups = crate::row_groups::RowGroups::new(chunk.len(), key_of);
         let eowc = self.spec.emit_on_window_close;
@@ -551,7 +542,7 @@ impl Operator for SessionAggOperator {
             let ks = self.state.get_or_insert_with(key, KeySessions::default);
             for &i in rows.iter().filter(|&&i| counts(i)) {
                 let tracked = (!eowc).then_some(&mut images);
-                let s = place(&mut ks.list, times.value(i), gap, &self.calls, tracked)?;
+                let s = place(&mut ks.list, times.value(i), gap, &self.aggs, tracked)?;
                 let session = &mut ks.list[s];
                 session.rows += 1;
                 prepared.update(&mut session.accs, i, 1)?;
@@ -764,7 +755,7 @@ mod tests {
         let images = |k: &KeySessions| -> Vec<Image> {
             k.list
                 .iter()
-                .map(|s| image(s, gap, &op.calls).unwrap())
+                .map(|s| image(s, gap, &op.aggs).unwrap())
                 .collect()
         };
         assert_eq!(images(&back), images(ks));
