@@ -196,7 +196,11 @@ mod tests {
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let value = ((state >> 33) % 300).to_le_bytes().to_vec();
-            let sign = if (state >> 20).is_multiple_of(3) { -1 } else { 1 };
+            let sign = if (state >> 20).is_multiple_of(3) {
+                -1
+            } else {
+                1
+            };
             let mask = (state >> 40) % 8;
             set.add(
                 &value,
