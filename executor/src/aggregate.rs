@@ -686,10 +686,6 @@ impl Aggregates {
         Ok(Self { calls, distinct })
     }
 
-    pub fn calls(&self) -> &[CallRuntime] {
-        &self.calls
-    }
-
     /// A group's states before any row.
     pub fn new_states(&self) -> Vec<AccState> {
         let calls = self
@@ -841,8 +837,7 @@ impl<'a> PreparedCalls<'a> {
             let members = &col.members;
             set.add(
                 rows.row(i).as_ref(),
-                sign,
-                |m| self.passes(members[m], i),
+                |m| if self.passes(members[m], i) { sign } else { 0 },
                 |m, change| {
                     if let AccState::Count(n) = &mut own[members[m]] {
                         *n += change;
@@ -1045,7 +1040,7 @@ mod tests {
             AccState::Extreme(ValueCounts::default()),
             AccState::Count(4),
         ];
-        let conv = aggs.calls()[0].converter.as_ref().unwrap();
+        let conv = aggs.calls[0].converter.as_ref().unwrap();
         let rows = conv.convert_columns(&columns[..1]).unwrap();
         for (i, sign) in signs.iter().enumerate() {
             for (j, acc) in older.iter_mut().enumerate().take(2) {

@@ -51,10 +51,6 @@ impl DistinctValues {
         }
     }
 
-    pub fn members(&self) -> usize {
-        self.members
-    }
-
     /// Values held (each with a non-zero count for at least one call).
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -81,19 +77,18 @@ impl DistinctValues {
         self.entries.iter().map(move |e| (&e[at..], &e[..at]))
     }
 
-    /// Adds `sign` to `value`'s count for every call `passes` accepts, and reports to
-    /// `changed` each call for which the value became present (+1) or absent (-1). A
-    /// retraction may arrive before its insert (from another upstream actor): its
-    /// count then stands below zero, and the value is not present, until the insert.
+    /// Adds `delta(m)` to `value`'s count for each call `m`, and reports to `changed`
+    /// each call for which the value became present (+1) or absent (-1). A retraction
+    /// may arrive before its insert (from another upstream actor): its count then
+    /// stands below zero, and the value is not present, until the insert.
     pub fn add(
         &mut self,
         value: &[u8],
-        sign: i64,
-        passes: impl Fn(usize) -> bool,
+        delta: impl Fn(usize) -> i64,
         mut changed: impl FnMut(usize, i64),
     ) {
         let (members, at) = (self.members, self.split());
-        if !(0..members).any(&passes) {
+        if (0..members).all(|m| delta(m) == 0) {
             return;
         }
         let mut entry =
@@ -109,9 +104,9 @@ impl DistinctValues {
                 }
             };
         let counts = &mut entry.get_mut()[..at];
-        for m in (0..members).filter(|&m| passes(m)) {
+        for m in 0..members {
             let before = count(counts, m);
-            let after = before + sign;
+            let after = before + delta(m);
             counts[m * COUNT..(m + 1) * COUNT].copy_from_slice(&after.to_le_bytes());
             if (before > 0) != (after > 0) {
                 changed(m, if after > 0 { 1 } else { -1 });
@@ -126,9 +121,7 @@ impl DistinctValues {
     /// results must then be counted again ([`Self::present`]).
     pub fn merge(&mut self, other: &DistinctValues) {
         for (value, counts) in other.iter() {
-            for m in 0..self.members {
-                self.add(value, count(counts, m), |j| j == m, |_, _| {});
-            }
+            self.add(value, |m| count(counts, m), |_, _| {});
         }
     }
 
@@ -141,7 +134,8 @@ impl DistinctValues {
     /// set: no change is reported).
     pub fn set(&mut self, value: &[u8], member: usize, n: i64) {
         let before = self.find(value).map_or(0, |e| count(e, member));
-        self.add(value, n - before, |j| j == member, |_, _| {});
+        let delta = |m| if m == member { n - before } else { 0 };
+        self.add(value, delta, |_, _| {});
     }
 
     /// Appends the encoding: members, entries, then each entry's bytes prefixed.
@@ -202,12 +196,8 @@ mod tests {
                 1
             };
             let mask = (state >> 40) % 8;
-            set.add(
-                &value,
-                sign,
-                |m| mask & (1 << m) != 0,
-                |m, d| present[m] += d,
-            );
+            let delta = |m: usize| if mask & (1 << m) != 0 { sign } else { 0 };
+            set.add(&value, delta, |m, d| present[m] += d);
             for (m, map) in maps.iter_mut().enumerate() {
                 if mask & (1 << m) != 0 {
                     *map.entry(value.clone()).or_default() += sign;
