@@ -6,16 +6,18 @@
 //! once when the checkpoint takes it; a backend that keeps flushed state (RocksDB)
 //! also gets them as one atomic write batch, so it holds a barrier-consistent image.
 //! The in-heap backend keeps no second copy.
+//!
+//! One hash table holds each key once, with its value and where its change stands
+//! (flags in the slot). The changed keys are found again through lists of their
+//! hashes, so a change costs one lookup and no copy of the key: q5's end of input
+//! closes a million windows, and three maps (values, changed since the flush, changed
+//! since the checkpoint) had cost three lookups and three key copies per window.
 
 use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder};
 use crate::{KeyGroup, StateBackend, StateKey, WriteBatch};
-use hashbrown::hash_map::EntryRef;
+use hashbrown::hash_table::{Entry, OccupiedEntry};
+use hashbrown::HashTable;
 use std::sync::Arc;
-
-/// The cache and the change sets look keys up by `&[u8]` and copy a key only when it
-/// is new to them (`entry_ref`): one hash per lookup. ahash: the std SipHash showed up
-/// as the top cost of aggregation in profiles.
-type KeyMap<V> = hashbrown::HashMap<Vec<u8>, V, ahash::RandomState>;
 
 /// A value that can be stored in a state table.
 pub trait StateValue: Sized {
@@ -31,21 +33,59 @@ pub trait StateValue: Sized {
     }
 }
 
+/// One key: its value, or `None` for a removal that a flush or the next checkpoint
+/// still has to record (a tombstone), and where its change stands.
+struct Slot<V> {
+    key: Box<[u8]>,
+    value: Option<V>,
+    /// Changed since the last flush (its hash is in `dirty`).
+    dirty: bool,
+    /// Flushed since the last checkpoint: in the next checkpoint's delta (its hash
+    /// is in `in_delta`).
+    in_delta: bool,
+    /// The state the last checkpoint holds has this key, so removing it needs a
+    /// tombstone in the next delta. A key born and removed between two checkpoints
+    /// needs none (window state created and cleaned in between uploads nothing).
+    in_image: bool,
+    /// A backend that keeps flushed state (RocksDB) holds this key, so removing it
+    /// needs a delete at the next flush.
+    in_backend: bool,
+}
+
+impl<V> Slot<V> {
+    fn new(key: Box<[u8]>, value: V) -> Self {
+        Self {
+            key,
+            value: Some(value),
+            dirty: false,
+            in_delta: false,
+            in_image: false,
+            in_backend: false,
+        }
+    }
+
+    /// Nothing outside this table knows the key: its removal can be forgotten.
+    fn unknown_outside(&self) -> bool {
+        !self.in_image && !self.in_backend
+    }
+}
+
 pub struct StateTable<V> {
     uid: Arc<str>,
     max_parallelism: u32,
     backend: Arc<dyn StateBackend>,
-    cache: KeyMap<V>,
-    /// Keys changed since the last flush, each with whether it is *born*: absent
-    /// from the state the last checkpoint holds (see `since_checkpoint`).
-    dirty: KeyMap<bool>,
-    /// Keys flushed since the last checkpoint: the delta the next checkpoint uploads
-    /// (encoded then, once, however often the entry changed in between), so upload
-    /// size follows the change, not the state. A born key removed again before the
-    /// next checkpoint needs no entry in its delta (window state that is created and
-    /// cleaned between two checkpoints uploads nothing). One map holds both facts, so
-    /// each key is stored once.
-    since_checkpoint: KeyMap<bool>,
+    /// ahash: the std SipHash showed up as the top cost of aggregation in profiles.
+    hasher: ahash::RandomState,
+    slots: HashTable<Slot<V>>,
+    /// Slots holding a value (the rest are tombstones).
+    live: usize,
+    /// Hashes of the slots marked `dirty`, once each per flush (a slot forgotten
+    /// since leaves a hash that finds nothing).
+    dirty: Vec<u64>,
+    /// Hashes of the slots marked `in_delta`, once each per checkpoint: the delta
+    /// the next checkpoint uploads (encoded then, once, however often the entry
+    /// changed in between), so upload size follows the change, not the state.
+    in_delta: Vec<u64>,
     /// Off when the job never checkpoints: then nothing is kept for deltas.
     track_changes: bool,
 }
@@ -56,9 +96,11 @@ impl<V: StateValue> StateTable<V> {
             uid: uid.into(),
             max_parallelism,
             backend,
-            cache: KeyMap::default(),
-            dirty: KeyMap::default(),
-            since_checkpoint: KeyMap::default(),
+            hasher: ahash::RandomState::new(),
+            slots: HashTable::new(),
+            live: 0,
+            dirty: Vec::new(),
+            in_delta: Vec::new(),
             track_changes: true,
         }
     }
@@ -67,7 +109,36 @@ impl<V: StateValue> StateTable<V> {
     pub fn set_track_changes(&mut self, on: bool) {
         self.track_changes = on;
         if !on {
-            self.since_checkpoint.clear();
+            self.in_delta.clear();
+            self.slots.retain(|s| {
+                s.in_delta = false;
+                s.value.is_some() || s.dirty
+            });
+        }
+    }
+
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The slot with hash `h` and the given mark. The lists hold hashes, not keys, so
+    /// the hash is checked in full: another slot can share its probe's tag bits.
+    fn find_marked(
+        &mut self,
+        h: u64,
+        mark: impl Fn(&Slot<V>) -> bool,
+    ) -> Option<OccupiedEntry<'_, Slot<V>>> {
+        let hasher = &self.hasher;
+        self.slots
+            .find_entry(h, |s| mark(s) && hasher.hash_one(&*s.key) == h)
+            .ok()
+    }
+
+    /// Marks a slot changed since the last flush.
+    fn mark_dirty(slot: &mut Slot<V>, h: u64, dirty: &mut Vec<u64>) {
+        if !slot.dirty {
+            slot.dirty = true;
+            dirty.push(h);
         }
     }
 
@@ -75,28 +146,53 @@ impl<V: StateValue> StateTable<V> {
     /// (used when an actor starts on existing state).
     pub fn load(&mut self, kg_start: u32, kg_end: u32) -> crate::Result<usize> {
         let mut n = 0;
+        let keeps = self.backend.keeps_flushed_state();
         for (k, v) in self.backend.scan(&self.uid, kg_start, kg_end)? {
             if let Some(v) = V::decode(&v) {
-                self.cache.insert(k.key, v);
+                let h = self.hash(&k.key);
+                let mut slot = Slot::new(k.key.into_boxed_slice(), v);
+                // Restored state is the last checkpoint's image.
+                slot.in_image = true;
+                slot.in_backend = keeps;
+                let hasher = &self.hasher;
+                match self
+                    .slots
+                    .entry(h, |s| s.key == slot.key, |s| hasher.hash_one(&*s.key))
+                {
+                    Entry::Occupied(mut e) => *e.get_mut() = slot,
+                    Entry::Vacant(e) => {
+                        e.insert(slot);
+                        self.live += 1;
+                    }
+                }
                 n += 1;
             }
         }
         Ok(n)
     }
 
-    /// Every key in the cache (the whole state: there is no eviction).
-    pub fn keys(&self) -> impl Iterator<Item = &Vec<u8>> {
-        self.cache.keys()
+    /// Every key holding a value (the whole state: there is no eviction).
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.slots
+            .iter()
+            .filter(|s| s.value.is_some())
+            .map(|s| &*s.key)
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&V> {
-        self.cache.get(key)
+        let h = self.hash(key);
+        self.slots
+            .find(h, |s| &*s.key == key)
+            .and_then(|s| s.value.as_ref())
     }
 
     /// Mutable access to a value's parts that are not stored (its encoding does not
     /// change): the key is not marked dirty, so no checkpoint re-encodes it.
     pub fn get_mut_unstored(&mut self, key: &[u8]) -> Option<&mut V> {
-        self.cache.get_mut(key)
+        let h = self.hash(key);
+        self.slots
+            .find_mut(h, |s| &*s.key == key)
+            .and_then(|s| s.value.as_mut())
     }
 
     /// Rewrites every value in place without marking it dirty: the change must not
@@ -106,96 +202,129 @@ impl<V: StateValue> StateTable<V> {
         &mut self,
         mut f: impl FnMut(&mut V) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.cache.values_mut().try_for_each(&mut f)
+        self.slots
+            .iter_mut()
+            .filter_map(|s| s.value.as_mut())
+            .try_for_each(&mut f)
     }
 
     /// Mutable access; marks the key dirty. Inserts `default()` when absent.
     pub fn get_or_insert_with(&mut self, key: &[u8], default: impl FnOnce() -> V) -> &mut V {
-        let (value, absent) = match self.cache.entry_ref(key) {
-            EntryRef::Occupied(e) => (e.into_mut(), false),
-            EntryRef::Vacant(e) => (e.insert(default()), true),
+        let h = self.hash(key);
+        let hasher = &self.hasher;
+        let slot = match self
+            .slots
+            .entry(h, |s| &*s.key == key, |s| hasher.hash_one(&*s.key))
+        {
+            Entry::Occupied(e) => {
+                let slot = e.into_mut();
+                if slot.value.is_none() {
+                    // A tombstone comes back to life.
+                    slot.value = Some(default());
+                    self.live += 1;
+                }
+                slot
+            }
+            Entry::Vacant(e) => {
+                self.live += 1;
+                e.insert(Slot::new(key.into(), default())).into_mut()
+            }
         };
-        if let EntryRef::Vacant(e) = self.dirty.entry_ref(key) {
-            // First change this epoch: born when the last checkpoint cannot hold it.
-            let born = self.track_changes && absent && !self.since_checkpoint.contains_key(key);
-            e.insert(born);
-        }
-        value
+        Self::mark_dirty(slot, h, &mut self.dirty);
+        slot.value.as_mut().expect("a value was just set")
     }
 
-    /// Removes the key. One born since the last checkpoint that no backend holds
-    /// leaves no trace in the change sets: the checkpoint's image never had it (a
-    /// window created and closed between two checkpoints costs no further work).
+    /// Removes the key. One that nothing outside the table knows (born since the last
+    /// checkpoint and not in the backend) leaves no trace: the checkpoint's image
+    /// never had it. Any other becomes a tombstone until its removal is recorded.
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {
-        let removed = self.cache.remove(key);
-        self.note_removed(key);
-        removed
+        let h = self.hash(key);
+        let Ok(mut e) = self.slots.find_entry(h, |s| &*s.key == key) else {
+            return None;
+        };
+        let value = e.get_mut().value.take()?;
+        self.live -= 1;
+        if e.get().unknown_outside() {
+            e.remove();
+        } else {
+            Self::mark_dirty(e.get_mut(), h, &mut self.dirty);
+        }
+        Some(value)
     }
 
     /// Removes and returns every entry whose key passes `pred`, as [`Self::remove`]
-    /// would one by one, moving the keys out instead of copying them (a watermark can
-    /// close millions of windows at once).
+    /// would one by one, in one pass over the table, moving the keys out instead of
+    /// copying them where no tombstone stays (a watermark can close millions of
+    /// windows at once).
     pub fn take_where(&mut self, mut pred: impl FnMut(&[u8]) -> bool) -> Vec<(Vec<u8>, V)> {
-        let taken: Vec<(Vec<u8>, V)> = self.cache.extract_if(|k, _| pred(k)).collect();
-        for (key, _) in &taken {
-            self.note_removed(key);
-        }
+        let mut taken = Vec::new();
+        let (hasher, dirty) = (&self.hasher, &mut self.dirty);
+        self.slots.retain(|s| {
+            if s.value.is_none() || !pred(&s.key) {
+                return true;
+            }
+            let value = s.value.take().expect("checked above");
+            if s.unknown_outside() {
+                taken.push((std::mem::take(&mut s.key).into_vec(), value));
+                return false;
+            }
+            taken.push((s.key.to_vec(), value));
+            Self::mark_dirty(s, hasher.hash_one(&*s.key), dirty);
+            true
+        });
+        self.live -= taken.len();
         taken
     }
 
-    /// Records the removal of `key` in the change sets.
-    fn note_removed(&mut self, key: &[u8]) {
-        if self.dirty.get(key) == Some(&true) {
-            // Born and never flushed: not in `since_checkpoint`, not in any backend.
-            self.dirty.remove(key);
-        } else if self.since_checkpoint.get(key) == Some(&true)
-            && !self.backend.keeps_flushed_state()
-        {
-            self.since_checkpoint.remove(key);
-            self.dirty.remove(key);
-        } else {
-            self.dirty.entry_ref(key).or_insert(false);
-        }
-    }
-
     pub fn len(&self) -> usize {
-        self.cache.len()
+        self.live
     }
 
     pub fn is_empty(&self) -> bool {
-        self.cache.is_empty()
+        self.live == 0
     }
 
     /// Ends the barrier's changes: the entries dirtied since the last flush become part
     /// of the next checkpoint's delta and, on a backend that keeps flushed state
     /// (RocksDB), are written to it as one batch. Returns how many entries.
     pub fn flush(&mut self) -> crate::Result<usize> {
-        if self.dirty.is_empty() {
-            return Ok(0);
-        }
-        let n = self.dirty.len();
-        if self.backend.keeps_flushed_state() {
-            let mut batch = WriteBatch::default();
-            for key in self.dirty.keys() {
+        let keeps = self.backend.keeps_flushed_state();
+        let track = self.track_changes;
+        let (uid, max_parallelism) = (self.uid.clone(), self.max_parallelism);
+        let mut batch = WriteBatch::default();
+        let mut newly_in_delta = Vec::new();
+        let mut n = 0;
+        for h in std::mem::take(&mut self.dirty) {
+            let Some(mut e) = self.find_marked(h, |s| s.dirty) else {
+                continue; // forgotten since it was marked
+            };
+            let slot = e.get_mut();
+            slot.dirty = false;
+            n += 1;
+            if keeps {
                 let state_key = StateKey {
-                    uid: self.uid.clone(),
-                    key_group: KeyGroup::of_key(key, self.max_parallelism),
-                    key: key.clone(),
+                    uid: uid.clone(),
+                    key_group: KeyGroup::of_key(&slot.key, max_parallelism),
+                    key: slot.key.to_vec(),
                 };
-                match self.cache.get(key) {
+                match &slot.value {
                     Some(v) => batch.put(state_key, v.encode()),
                     None => batch.delete(state_key),
                 }
+                slot.in_backend = slot.value.is_some();
             }
-            self.backend.write(batch)?;
+            if track && !slot.in_delta {
+                slot.in_delta = true;
+                newly_in_delta.push(h);
+            }
+            // A removal the backend has now and no checkpoint image needs.
+            if slot.value.is_none() && !(track && slot.in_image) {
+                e.remove();
+            }
         }
-        if self.track_changes {
-            // A key already in the delta keeps what it was at its first change.
-            for (key, born) in self.dirty.drain() {
-                self.since_checkpoint.entry(key).or_insert(born);
-            }
-        } else {
-            self.dirty.clear();
+        self.in_delta.extend(newly_in_delta);
+        if keeps && n > 0 {
+            self.backend.write(batch)?;
         }
         Ok(n)
     }
@@ -204,13 +333,24 @@ impl<V: StateValue> StateTable<V> {
     /// deleted), encoded now. Call after [`StateTable::flush`] at a checkpoint.
     pub fn take_checkpoint_delta(&mut self) -> KeyedEntries {
         let mut out = KeyedEntriesBuilder::default();
-        for (k, born) in self.since_checkpoint.drain() {
-            let kg = KeyGroup::of_key(&k, self.max_parallelism).0;
-            match self.cache.get(&k) {
-                Some(v) => out.push_with(kg, &k, |buf| v.encode_into(buf)),
+        let max_parallelism = self.max_parallelism;
+        for h in std::mem::take(&mut self.in_delta) {
+            let Some(mut e) = self.find_marked(h, |s| s.in_delta) else {
+                continue;
+            };
+            let slot = e.get_mut();
+            slot.in_delta = false;
+            let kg = KeyGroup::of_key(&slot.key, max_parallelism).0;
+            match &slot.value {
+                Some(v) => out.push_with(kg, &slot.key, |buf| v.encode_into(buf)),
+                // Removed since the last checkpoint, which had it.
+                None if slot.in_image => out.push(kg, &slot.key, None),
                 // Created and removed since the last checkpoint: nothing to undo.
-                None if born => {}
-                None => out.push(kg, &k, None),
+                None => {}
+            }
+            slot.in_image = slot.value.is_some();
+            if slot.value.is_none() && !slot.dirty && !slot.in_backend {
+                e.remove();
             }
         }
         out.finish()
@@ -337,6 +477,123 @@ mod tests {
         let delta = delta(&mut t);
         // a3 was born since the checkpoint: no tombstone.
         assert_eq!(delta, vec![(b"a1".to_vec(), None), (b"a2".to_vec(), None)]);
+    }
+
+    /// The in-heap backend with `keeps_flushed_state` on, as RocksDB has it.
+    struct KeepingBackend(Arc<MemoryStateBackend>);
+
+    impl StateBackend for KeepingBackend {
+        fn get(&self, key: &StateKey) -> crate::Result<Option<Vec<u8>>> {
+            self.0.get(key)
+        }
+        fn write(&self, batch: WriteBatch) -> crate::Result<()> {
+            self.0.write(batch)
+        }
+        fn scan(&self, uid: &str, s: u32, e: u32) -> crate::Result<Vec<(StateKey, Vec<u8>)>> {
+            self.0.scan(uid, s, e)
+        }
+        fn drop_uid(&self, uid: &str) -> crate::Result<()> {
+            self.0.drop_uid(uid)
+        }
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+    }
+
+    /// Random changes, flushes and checkpoints against a map: the images the deltas
+    /// build, and a keeping backend's contents after each flush, equal the map; a
+    /// table loaded from such an image holds the same. Small keys collide often, so
+    /// removals, tombstones and revivals all happen.
+    #[test]
+    fn deltas_and_backend_follow_random_changes() {
+        for keeps in [false, true] {
+            let inner = MemoryStateBackend::new();
+            let backend: Arc<dyn StateBackend> = if keeps {
+                Arc::new(KeepingBackend(inner.clone()))
+            } else {
+                inner.clone()
+            };
+            let mut t: StateTable<i64> = StateTable::new("agg", 16, backend.clone());
+            let mut model = std::collections::BTreeMap::<Vec<u8>, i64>::new();
+            let mut image = std::collections::BTreeMap::<Vec<u8>, i64>::new();
+            let mut seed = 0x2545_f491_4f6c_dd1du64;
+            let mut next = |n: u64| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed % n
+            };
+            for step in 0..20_000 {
+                let key = vec![b'k', next(64) as u8];
+                match next(100) {
+                    0..=49 => {
+                        let d = next(9) as i64 + 1;
+                        *t.get_or_insert_with(&key, || 0) += d;
+                        *model.entry(key).or_insert(0) += d;
+                    }
+                    50..=79 => assert_eq!(t.remove(&key), model.remove(&key), "step {step}"),
+                    80..=84 => {
+                        let b = next(64) as u8;
+                        let mut taken = t.take_where(|k| k[1] >= b);
+                        taken.sort();
+                        let expected: Vec<_> = model.extract_if(.., |k, _| k[1] >= b).collect();
+                        assert_eq!(taken, expected, "step {step}");
+                    }
+                    85..=94 => {
+                        t.flush().unwrap();
+                        if keeps {
+                            let stored: std::collections::BTreeMap<_, _> = backend
+                                .scan("agg", 0, 16)
+                                .unwrap()
+                                .into_iter()
+                                .map(|(k, v)| (k.key, i64::decode(&v).unwrap()))
+                                .collect();
+                            assert_eq!(stored, model, "backend after flush, step {step}");
+                        }
+                    }
+                    _ => {
+                        t.flush().unwrap();
+                        for (_, k, v) in t.take_checkpoint_delta().to_entries() {
+                            match v {
+                                Some(v) => image.insert(k, i64::decode(&v).unwrap()),
+                                None => {
+                                    assert!(
+                                        image.contains_key(&k),
+                                        "a tombstone for {k:?} the image lacks"
+                                    );
+                                    image.remove(&k)
+                                }
+                            };
+                        }
+                        assert_eq!(image, model, "image after checkpoint, step {step}");
+                    }
+                }
+                assert_eq!(t.len(), model.len(), "step {step}");
+            }
+            let mut keys: Vec<Vec<u8>> = t.keys().map(<[u8]>::to_vec).collect();
+            keys.sort();
+            assert_eq!(keys, model.keys().cloned().collect::<Vec<_>>());
+            // A table restored from the last image holds exactly it.
+            let restored_backend = MemoryStateBackend::new();
+            let mut batch = WriteBatch::default();
+            for (k, v) in &image {
+                let key_group = KeyGroup::of_key(k, 16);
+                batch.put(
+                    StateKey {
+                        uid: "agg".into(),
+                        key_group,
+                        key: k.clone(),
+                    },
+                    v.encode(),
+                );
+            }
+            restored_backend.write(batch).unwrap();
+            let mut r: StateTable<i64> = StateTable::new("agg", 16, restored_backend);
+            assert_eq!(r.load(0, 16).unwrap(), image.len());
+            for (k, v) in &image {
+                assert_eq!(r.get(k), Some(v));
+            }
+        }
     }
 
     #[test]

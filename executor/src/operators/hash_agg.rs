@@ -217,7 +217,7 @@ impl HashAggOperator {
         let mut epoch_before = HashMap::new();
         if restored && reemit {
             for k in state.keys() {
-                epoch_before.insert(k.clone(), None);
+                epoch_before.insert(k.to_vec(), None);
             }
         }
         Ok(Self {
@@ -415,7 +415,7 @@ impl HashAggOperator {
 
     /// [`Self::keys_below`] by decoding every key (any key layout).
     fn keys_below_decoded(&self, col: usize, below: &ScalarValue) -> Result<Vec<Vec<u8>>> {
-        let keys: Vec<Vec<u8>> = self.state.keys().cloned().collect();
+        let keys: Vec<Vec<u8>> = self.state.keys().map(<[u8]>::to_vec).collect();
         if keys.is_empty() {
             return Ok(keys);
         }
@@ -447,7 +447,7 @@ impl HashAggOperator {
             self.state
                 .keys()
                 .filter(|k| test.test(k))
-                .cloned()
+                .map(<[u8]>::to_vec)
                 .collect(),
         ))
     }

@@ -499,7 +499,7 @@ impl HashJoinOperator {
         };
         let mut dropped = 0u64;
         for state in &mut self.states {
-            let keys: Vec<Vec<u8>> = state.keys().cloned().collect();
+            let keys: Vec<Vec<u8>> = state.keys().map(<[u8]>::to_vec).collect();
             if keys.is_empty() {
                 continue;
             }
@@ -530,7 +530,7 @@ impl HashJoinOperator {
     fn clean_rows_below(&mut self, bound: usize, s: usize, col: usize, ms: i64) -> Result<()> {
         let below = threshold_value(ms, &self.spec.side_types[s][col])?;
         let keys: Vec<Vec<u8>> = match self.interval_watermarks.due(bound, ms) {
-            DueKeys::All => self.states[s].keys().cloned().collect(),
+            DueKeys::All => self.states[s].keys().map(<[u8]>::to_vec).collect(),
             DueKeys::Some(keys) => keys,
         };
         let in_place = crate::row_below::RowBelow::new(&self.spec.side_types[s], col, &below)?;

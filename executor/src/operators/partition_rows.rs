@@ -199,7 +199,7 @@ impl<S: Shown> PartitionedOperator<S> {
         let mut epoch_before = HashMap::new();
         if restore.restored && restore.reemit {
             for k in state.keys() {
-                epoch_before.insert(k.clone(), Vec::new());
+                epoch_before.insert(k.to_vec(), Vec::new());
             }
         }
         let first_only = shown.first_row_only().filter(|_| layout.append_only_input);

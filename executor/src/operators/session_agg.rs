@@ -364,7 +364,7 @@ impl SessionAggOperator {
     /// Rebuilds what is not stored: the closing queue, or (when the view's rows are
     /// rebuilt from this state) the sessions to emit again.
     fn after_restore(&mut self, reemit: bool) {
-        let keys: Vec<Vec<u8>> = self.state.keys().cloned().collect();
+        let keys: Vec<Vec<u8>> = self.state.keys().map(<[u8]>::to_vec).collect();
         for key in keys {
             let Some(ks) = self.state.get_mut_unstored(&key) else {
                 continue;
@@ -748,7 +748,7 @@ mod tests {
             &mut Vec::new(),
         )
         .unwrap();
-        let key = op.state.keys().next().unwrap().clone();
+        let key = op.state.keys().next().unwrap().to_vec();
         let ks = op.state.get(&key).unwrap();
         let back = KeySessions::decode(&ks.encode()).unwrap();
         let gap = op.gap;
