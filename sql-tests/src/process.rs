@@ -78,6 +78,9 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// How long a connection to a started server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
+
 pub struct WeirProcess {
     child: Option<Child>,
     pub port: u16,
@@ -189,8 +192,16 @@ impl WeirProcess {
         }
     }
 
+    /// A server that listens but never answers (a startup that hangs) fails the test
+    /// with its log, instead of holding the whole suite until CI's time limit.
     pub async fn connect(&self) -> Client {
-        connect_port(self.port).await.expect("connect to weir")
+        match tokio::time::timeout(CONNECT_TIMEOUT, connect_port(self.port)).await {
+            Ok(client) => client.expect("connect to weir"),
+            Err(_) => panic!(
+                "weir answered no connection within {CONNECT_TIMEOUT:?}; log:\n{}",
+                std::fs::read_to_string(&self.log_path).unwrap_or_default()
+            ),
+        }
     }
 
     /// The running server's process id.
