@@ -15,6 +15,7 @@ use crate::operators::hash_join::HashJoinSpec;
 use crate::operators::over_window::OverWindowSpec;
 use crate::operators::project::ProjectSpec;
 use crate::operators::session_agg::SessionAggSpec;
+use crate::operators::slide_windows::SlideWindowsSpec;
 use crate::operators::spec::StreamSpec;
 use crate::operators::top_n::TopNSpec;
 use arrow::datatypes::SchemaRef;
@@ -58,6 +59,7 @@ operator_specs! {
     Expand(ExpandSpec),
     HashAgg(HashAggSpec),
     SessionAgg(SessionAggSpec),
+    SlideWindows(SlideWindowsSpec),
     HashJoin(HashJoinSpec),
     TopN(TopNSpec),
     OverWindow(OverWindowSpec),

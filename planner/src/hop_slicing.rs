@@ -6,10 +6,16 @@
 //!
 //! 1. `<uid>.slices`: the same aggregation over each row's own slide only (the
 //!    Expand's latest copy): one update per row, one group per key and slide;
-//! 2. each closed slide's row is copied into the windows that hold it (the window
-//!    bounds in its group key shifted back one slide per copy), and
-//! 3. `<uid>.windows` merges those rows per window (counts and sums summed, min of
-//!    mins, max of maxes) and emits each window once when the watermark closes it.
+//! 2. the closed slides are merged into windows, in one of two ways:
+//!    - `<uid>.slide_windows` (a SlideWindows operator), when every partial result
+//!      is a bigint and some group key is not a window bound: each key keeps its open
+//!      slides, and a window's slides are merged when the watermark closes it, as
+//!      Flink's slice-shared windows do (one state entry per key, not per key and
+//!      window: q5 at 100M events and 10M events/s went from 0.8M to 1.4M events/s);
+//!    - otherwise each closed slide's row is copied into the windows that hold it
+//!      (the window bounds in its group key shifted back one slide per copy), and
+//!      `<uid>.windows` merges those rows per window (counts and sums summed, min of
+//!      mins, max of maxes) and emits each window once when the watermark closes it.
 //!
 //! The last slide of a window closes with the same watermark as the window, and a
 //! closing aggregation sends what it closes ahead of the watermark, so every slide of
@@ -30,6 +36,7 @@ use weir_executor::exchange::ExchangeKind;
 use weir_executor::operators::expand::{ExpandShape, ExpandSpec, HopWindows};
 use weir_executor::operators::hash_agg::HashAggSpec;
 use weir_executor::operators::project::ProjectSpec;
+use weir_executor::operators::slide_windows::SlideWindowsSpec;
 use weir_executor::{FragmentInput, FragmentSpec, OperatorSpec, StreamGraph};
 
 /// Slices every HOP window aggregation of `graph` that closes windows and merges.
@@ -183,10 +190,10 @@ fn apply(graph: &mut StreamGraph, agg_at: usize, s: Slicing) {
     };
     graph.fragments[from].chain[e] = OperatorSpec::Project(own);
 
-    let f = &mut graph.fragments[agg_at];
-    let OperatorSpec::HashAgg(agg) = &mut f.chain[0] else {
+    let OperatorSpec::HashAgg(agg) = &graph.fragments[agg_at].chain[0] else {
         unreachable!("sliceable found a HashAgg here")
     };
+    let agg = agg.clone();
     let k = agg.group_types.len();
     let slices = HashAggSpec {
         uid: format!("{}.slices", agg.uid),
@@ -196,17 +203,38 @@ fn apply(graph: &mut StreamGraph, agg_at: usize, s: Slicing) {
         emit_on_window_close: true,
         clean_by_watermark: false,
     };
-    let into_windows = ExpandSpec {
-        projections: (0..s.copies as i64)
-            .map(|back| shifted(&slices.output_schema, &s.bound_keys, back * s.hop.slide_ms))
-            .collect(),
-        schema: slices.output_schema.clone(),
-        shape: ExpandShape::SlidesIntoWindows,
+    let (merge, exchange_keys, after_slices) = match slide_windows(&agg, &s) {
+        // Slides merged into windows at their close, per key without bounds.
+        Some(merge) => {
+            let keys = merge.plain_keys();
+            (OperatorSpec::SlideWindows(merge), keys, None)
+        }
+        // Each slide copied into its windows, merged by a second aggregation.
+        None => {
+            let into_windows = ExpandSpec {
+                projections: (0..s.copies as i64)
+                    .map(|back| {
+                        shifted(&slices.output_schema, &s.bound_keys, back * s.hop.slide_ms)
+                    })
+                    .collect(),
+                schema: slices.output_schema.clone(),
+                shape: ExpandShape::SlidesIntoWindows,
+            };
+            let windows = HashAggSpec {
+                uid: format!("{}.windows", agg.uid),
+                calls: s.calls.iter().map(|(_, merge)| merge.clone()).collect(),
+                ..agg.clone()
+            };
+            (
+                OperatorSpec::HashAgg(windows),
+                (0..k).collect(),
+                Some(OperatorSpec::Expand(into_windows)),
+            )
+        }
     };
-    agg.uid = format!("{}.windows", agg.uid);
-    agg.calls = s.calls.into_iter().map(|(_, merge)| merge).collect();
     let id = graph.fragments.iter().map(|g| g.id).max().unwrap_or(0) + 1;
     let f = &mut graph.fragments[agg_at];
+    f.chain[0] = merge;
     let sliced = FragmentSpec {
         id,
         single: f.single,
@@ -215,17 +243,41 @@ fn apply(graph: &mut StreamGraph, agg_at: usize, s: Slicing) {
             vec![FragmentInput::Fragment {
                 id,
                 exchange: ExchangeKind::Hash {
-                    keys: (0..k).collect(),
+                    keys: exchange_keys,
                 },
             }],
         ),
         output_schema: slices.output_schema.clone(),
-        chain: vec![
-            OperatorSpec::HashAgg(slices),
-            OperatorSpec::Expand(into_windows),
-        ],
+        chain: std::iter::once(OperatorSpec::HashAgg(slices))
+            .chain(after_slices)
+            .collect(),
     };
     graph.fragments.insert(agg_at, sliced);
+}
+
+/// The operator that merges slides into windows at their close, when every partial
+/// is a bigint and some key is not a window bound (the state's key, and what the
+/// slides are sent by).
+fn slide_windows(agg: &HashAggSpec, s: &Slicing) -> Option<SlideWindowsSpec> {
+    let merges = s
+        .calls
+        .iter()
+        .map(|(_, m)| {
+            let partial = m.arg_type.as_ref()?;
+            (SlideWindowsSpec::merges_bigints(m.kind, partial) && m.output_type == *partial)
+                .then_some(m.kind)
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let spec = SlideWindowsSpec {
+        uid: format!("{}.slide_windows", agg.uid),
+        key_types: agg.group_types.clone(),
+        bounds: s.bound_keys.iter().copied().collect(),
+        slide_ms: s.hop.slide_ms,
+        copies: s.copies,
+        merges,
+        output_schema: agg.output_schema.clone(),
+    };
+    (!spec.plain_keys().is_empty()).then_some(spec)
 }
 
 /// A slide's row: the group keys, then each call's result over the slide.

@@ -33,6 +33,14 @@ pub trait StateValue: Sized {
     }
 }
 
+/// What [`StateTable::update_all`]'s visitor did to a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visit {
+    Kept,
+    Changed,
+    Removed,
+}
+
 /// One key: its value, or `None` for a removal that a flush or the next checkpoint
 /// still has to record (a tombstone), and where its change stands.
 struct Slot<V> {
@@ -274,6 +282,34 @@ impl<V: StateValue> StateTable<V> {
         });
         self.live -= taken.len();
         taken
+    }
+
+    /// Visits every value in one pass over the table: `f` changes it in place and
+    /// says so, or asks for its removal (which leaves a tombstone where
+    /// [`Self::remove`] would). A watermark that advances every key's windows at once
+    /// (sliced HOP windows) pays one pass instead of a lookup per key.
+    pub fn update_all(&mut self, mut f: impl FnMut(&[u8], &mut V) -> Visit) {
+        let (hasher, dirty) = (&self.hasher, &mut self.dirty);
+        let mut removed = 0;
+        self.slots.retain(|s| {
+            let Some(value) = s.value.as_mut() else {
+                return true;
+            };
+            match f(&s.key, value) {
+                Visit::Kept => return true,
+                Visit::Changed => {}
+                Visit::Removed => {
+                    s.value = None;
+                    removed += 1;
+                    if s.unknown_outside() {
+                        return false;
+                    }
+                }
+            }
+            Self::mark_dirty(s, hasher.hash_one(&*s.key), dirty);
+            true
+        });
+        self.live -= removed;
     }
 
     pub fn len(&self) -> usize {
@@ -532,7 +568,24 @@ mod tests {
                         *model.entry(key).or_insert(0) += d;
                     }
                     50..=79 => assert_eq!(t.remove(&key), model.remove(&key), "step {step}"),
-                    80..=84 => {
+                    80..=81 => {
+                        // Halve the even values, drop those above a bound, keep the rest.
+                        let b = next(64) as i64;
+                        t.update_all(|_, v| match *v {
+                            v2 if v2 > b => Visit::Removed,
+                            v2 if v2 % 2 == 0 => {
+                                *v = v2 / 2;
+                                Visit::Changed
+                            }
+                            _ => Visit::Kept,
+                        });
+                        model.retain(|_, v| *v <= b);
+                        model
+                            .values_mut()
+                            .filter(|v| **v % 2 == 0)
+                            .for_each(|v| *v /= 2);
+                    }
+                    82..=84 => {
                         let b = next(64) as u8;
                         let mut taken = t.take_where(|k| k[1] >= b);
                         taken.sort();

@@ -10,6 +10,7 @@
 //! - [`hash_agg`]: keyed aggregation with retraction, emitting changes at barriers.
 //! - [`hash_join`]: symmetric hash join (inner, outer, semi, anti) with retraction.
 //! - [`session_agg`]: aggregation over SESSION windows of an append-only input.
+//! - [`slide_windows`]: a sliced HOP window's closed slides merged into its windows.
 //! - [`join_cleaning`]: join state dropped behind both inputs' watermarks on a key.
 //! - [`partition`]: one partition's rows in order (a sorted vector, a B-tree when large).
 //! - [`partition_rows`]: every row of each partition in order, with what it shows
@@ -31,5 +32,6 @@ pub mod partition;
 pub mod partition_rows;
 pub mod project;
 pub mod session_agg;
+pub mod slide_windows;
 pub mod spec;
 pub mod top_n;
