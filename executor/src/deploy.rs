@@ -19,7 +19,7 @@ use arrow::array::RecordBatch;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
-use weir_storage::{KeyGroup, KeyGroupRange, StateKey, WriteBatch};
+use weir_storage::{KeyGroupRange, WriteBatch};
 
 /// Rows per chunk when backfilling a new view from existing contents.
 const BACKFILL_CHUNK_ROWS: usize = 4096;
@@ -381,21 +381,7 @@ fn load_restored(
     r: &RestoredJob,
 ) -> Result<()> {
     for (uid, entries) in &r.keyed {
-        let uid: Arc<str> = uid.as_str().into();
-        let mut batch = WriteBatch::default();
-        // Merged state holds no deletions.
-        for (kg, key, value) in entries.iter() {
-            let Some(value) = value else { continue };
-            batch.put(
-                StateKey {
-                    uid: uid.clone(),
-                    key_group: KeyGroup(kg),
-                    key: key.to_vec(),
-                },
-                value.to_vec(),
-            );
-        }
-        rt.backend.write(batch)?;
+        rt.backend.write(WriteBatch::restoring(uid, entries))?;
     }
     if let Some(rows) = r.rows.get(&graph.output_uid) {
         store.restore(&store.chunks_of(rows)?)?;

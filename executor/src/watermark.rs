@@ -119,6 +119,27 @@ pub fn millis(w: &Watermark) -> Option<i64> {
     })
 }
 
+/// `ns` nanoseconds in a timestamp column's unit (truncated).
+pub fn nanos_in_unit(unit: &TimeUnit, ns: i64) -> i64 {
+    match unit {
+        TimeUnit::Second => ns / 1_000_000_000,
+        TimeUnit::Millisecond => ns / 1_000_000,
+        TimeUnit::Microsecond => ns / 1_000,
+        TimeUnit::Nanosecond => ns,
+    }
+}
+
+/// A timestamp watermark's time as the column's raw value (in its unit).
+pub fn raw_time(v: &ScalarValue) -> Option<i64> {
+    match v {
+        ScalarValue::TimestampSecond(t, _)
+        | ScalarValue::TimestampMillisecond(t, _)
+        | ScalarValue::TimestampMicrosecond(t, _)
+        | ScalarValue::TimestampNanosecond(t, _) => *t,
+        _ => None,
+    }
+}
+
 /// A fixed interval in milliseconds (no months: their length varies).
 pub fn fixed_interval_ms(v: &ScalarValue) -> Option<i64> {
     match v {
@@ -138,7 +159,7 @@ fn interval_ms(e: &Arc<dyn PhysicalExpr>) -> Option<i64> {
 }
 
 /// `f(value, units per millisecond)` on a timestamp watermark, same type.
-fn map_units(value: &ScalarValue, f: impl Fn(i64, i64) -> i64) -> Option<ScalarValue> {
+pub fn map_units(value: &ScalarValue, f: impl Fn(i64, i64) -> i64) -> Option<ScalarValue> {
     Some(match value {
         ScalarValue::TimestampSecond(Some(v), tz) => {
             ScalarValue::TimestampSecond(Some(f(v * 1000, 1).div_euclid(1000)), tz.clone())

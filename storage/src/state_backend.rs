@@ -5,6 +5,7 @@
 //! default; the RocksDB backend ([`crate::rocksdb_backend`]) plugs in behind the same
 //! trait (`state.backend.type`).
 
+use crate::keyed_entries::KeyedEntries;
 use crate::{KeyGroup, Result};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -29,6 +30,23 @@ impl WriteBatch {
     }
     pub fn delete(&mut self, key: StateKey) {
         self.entries.push((key, None));
+    }
+    /// The puts that load one operator's restored keyed state (`uid`) into a backend,
+    /// for its actors to load their key groups of. Deletions are skipped: merged state
+    /// holds none.
+    pub fn restoring(uid: &str, entries: &KeyedEntries) -> WriteBatch {
+        let uid: Arc<str> = uid.into();
+        let mut batch = WriteBatch::default();
+        for (kg, key, value) in entries.iter() {
+            let Some(value) = value else { continue };
+            let key = StateKey {
+                uid: uid.clone(),
+                key_group: KeyGroup(kg),
+                key: key.to_vec(),
+            };
+            batch.put(key, value.to_vec());
+        }
+        batch
     }
     pub fn len(&self) -> usize {
         self.entries.len()

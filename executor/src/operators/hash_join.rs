@@ -1205,17 +1205,13 @@ mod tests {
                     let DeltaData::Keyed(entries) = delta.data else {
                         panic!("a join's state is keyed")
                     };
-                    let uid: Arc<str> = delta.uid.as_str().into();
-                    let mut batch = weir_storage::WriteBatch::default();
-                    for (kg, key, value) in entries.to_entries() {
-                        let key = weir_storage::StateKey {
-                            uid: uid.clone(),
-                            key_group: weir_storage::KeyGroup(kg),
-                            key,
-                        };
-                        batch.put(key, value.expect("a first checkpoint has no tombstones"));
-                    }
-                    backend.write(batch).unwrap();
+                    assert!(
+                        entries.iter().all(|(_, _, v)| v.is_some()),
+                        "a first checkpoint has no tombstones"
+                    );
+                    backend
+                        .write(weir_storage::WriteBatch::restoring(&delta.uid, &entries))
+                        .unwrap();
                 }
                 let restore = StateRestore {
                     restored: true,

@@ -34,7 +34,7 @@ use crate::operator::Operator;
 use crate::operators::spec::{BuildContext, StateRestore, StreamSpec, WatermarkFlow};
 use ahash::AHashSet as HashSet;
 use arrow::array::{Array, AsArray, Int64Array};
-use arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Int64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use std::cmp::Reverse;
@@ -275,27 +275,6 @@ fn place(
     Ok(i)
 }
 
-/// A gap in the time column's unit.
-fn gap_in(unit: &TimeUnit, gap_ns: i64) -> i64 {
-    match unit {
-        TimeUnit::Second => gap_ns / 1_000_000_000,
-        TimeUnit::Millisecond => gap_ns / 1_000_000,
-        TimeUnit::Microsecond => gap_ns / 1_000,
-        TimeUnit::Nanosecond => gap_ns,
-    }
-}
-
-/// A watermark's time as the time column's raw value.
-fn raw_time(v: &ScalarValue) -> Option<i64> {
-    match v {
-        ScalarValue::TimestampSecond(t, _)
-        | ScalarValue::TimestampMillisecond(t, _)
-        | ScalarValue::TimestampMicrosecond(t, _)
-        | ScalarValue::TimestampNanosecond(t, _) => *t,
-        _ => None,
-    }
-}
-
 pub struct SessionAggOperator {
     spec: SessionAggSpec,
     aggs: Aggregates,
@@ -326,7 +305,7 @@ impl SessionAggOperator {
                 spec.time_type
             )));
         };
-        let gap = gap_in(unit, spec.gap_ns);
+        let gap = crate::watermark::nanos_in_unit(unit, spec.gap_ns);
         let aggs = Aggregates::new(&spec.calls)?;
         let key_converter = RowConverter::new(
             spec.key_types
@@ -494,7 +473,7 @@ impl Operator for SessionAggOperator {
         if !self.spec.emit_on_window_close || w.column != t {
             return Ok(vec![]);
         }
-        let Some(below) = raw_time(&w.value) else {
+        let Some(below) = crate::watermark::raw_time(&w.value) else {
             return Ok(vec![]);
         };
         if self.closed_below.is_none_or(|c| below > c) {
@@ -589,7 +568,7 @@ mod tests {
     use super::*;
     use crate::aggregate::AggKind;
     use arrow::array::{ArrayRef, RecordBatch, TimestampMillisecondArray};
-    use arrow::datatypes::{Field, Schema};
+    use arrow::datatypes::{Field, Schema, TimeUnit};
     use weir_storage::MemoryStateBackend;
 
     const GAP_MS: i64 = 10_000;

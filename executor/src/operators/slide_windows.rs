@@ -25,10 +25,10 @@ use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use crate::operators::spec::{BuildContext, StateRestore, StreamSpec, WatermarkFlow};
+use crate::watermark;
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array};
-use arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Int64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
-use datafusion::common::ScalarValue;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use weir_storage::state_snapshot::{DeltaData, StateDelta};
@@ -572,46 +572,23 @@ fn timestamps(col: &ArrayRef) -> Result<Int64Array> {
     }
 }
 
-/// `ms` milliseconds in the unit of timestamp type `t`.
+/// A slide of `ms` milliseconds in the unit of window bounds of type `t`; a whole
+/// number of units, or the windows could not be told apart.
 fn in_unit(t: &DataType, ms: i64) -> Result<i64> {
-    let per_ms = match t {
-        DataType::Timestamp(TimeUnit::Second, _) if ms % 1000 == 0 => return Ok(ms / 1000),
-        DataType::Timestamp(TimeUnit::Millisecond, _) => 1,
-        DataType::Timestamp(TimeUnit::Microsecond, _) => 1_000,
-        DataType::Timestamp(TimeUnit::Nanosecond, _) => 1_000_000,
-        other => {
-            return Err(ExecError::Internal(format!(
-                "a {ms} ms slide over window bounds of type {other}"
+    match t {
+        DataType::Timestamp(unit, _) => {
+            let ns = ms * 1_000_000;
+            let unit_ns = 1_000_000_000 / watermark::nanos_in_unit(unit, 1_000_000_000);
+            if ns > 0 && ns % unit_ns == 0 {
+                return Ok(watermark::nanos_in_unit(unit, ns));
+            }
+            Err(ExecError::Internal(format!(
+                "a {ms} ms slide over window bounds in {unit:?}"
             )))
         }
-    };
-    Ok(ms * per_ms)
-}
-
-/// A timestamp watermark's raw value, and the same type holding another.
-fn timestamp_value(v: &ScalarValue) -> Option<i64> {
-    match v {
-        ScalarValue::TimestampSecond(v, _)
-        | ScalarValue::TimestampMillisecond(v, _)
-        | ScalarValue::TimestampMicrosecond(v, _)
-        | ScalarValue::TimestampNanosecond(v, _) => *v,
-        _ => None,
-    }
-}
-
-fn with_timestamp(v: &ScalarValue, raw: i64) -> ScalarValue {
-    match v {
-        ScalarValue::TimestampSecond(_, tz) => ScalarValue::TimestampSecond(Some(raw), tz.clone()),
-        ScalarValue::TimestampMillisecond(_, tz) => {
-            ScalarValue::TimestampMillisecond(Some(raw), tz.clone())
-        }
-        ScalarValue::TimestampMicrosecond(_, tz) => {
-            ScalarValue::TimestampMicrosecond(Some(raw), tz.clone())
-        }
-        ScalarValue::TimestampNanosecond(_, tz) => {
-            ScalarValue::TimestampNanosecond(Some(raw), tz.clone())
-        }
-        other => other.clone(),
+        other => Err(ExecError::Internal(format!(
+            "a {ms} ms slide over window bounds of type {other}"
+        ))),
     }
 }
 
@@ -635,13 +612,14 @@ impl Operator for SlideWindowsOperator {
         let Some(b) = self.spec.bounds.iter().position(|&c| c == w.column) else {
             return Ok(vec![w]);
         };
-        let Some(raw) = timestamp_value(&w.value) else {
+        let back_ms = (self.spec.copies as i64 - 1) * self.spec.slide_ms;
+        let Some(value) = watermark::map_units(&w.value, |v, per_ms| v - back_ms * per_ms) else {
             return Ok(vec![w]);
         };
-        let below = raw - (self.spec.copies as i64 - 1) * self.slide[b];
+        let below = watermark::raw_time(&value).expect("a timestamp maps to a timestamp");
         let shifted = Watermark {
             column: w.column,
-            value: with_timestamp(&w.value, below),
+            value,
         };
         match self.closed_below {
             Some((closing, _)) if closing < b => return Ok(vec![shifted]),
@@ -686,7 +664,8 @@ mod tests {
     use super::*;
     use crate::barrier::Barrier;
     use arrow::array::TimestampMillisecondArray;
-    use arrow::datatypes::{Field, Schema};
+    use arrow::datatypes::{Field, Schema, TimeUnit};
+    use datafusion::common::ScalarValue;
     use std::collections::BTreeMap;
     use weir_storage::MemoryStateBackend;
 
@@ -762,17 +741,13 @@ mod tests {
             let DeltaData::Keyed(entries) = delta.data else {
                 panic!("keyed state")
             };
-            let uid: Arc<str> = delta.uid.as_str().into();
-            let mut batch = weir_storage::WriteBatch::default();
-            for (kg, key, value) in entries.to_entries() {
-                let key = weir_storage::StateKey {
-                    uid: uid.clone(),
-                    key_group: weir_storage::KeyGroup(kg),
-                    key,
-                };
-                batch.put(key, value.expect("a first checkpoint has no tombstones"));
-            }
-            backend.write(batch).unwrap();
+            assert!(
+                entries.iter().all(|(_, _, v)| v.is_some()),
+                "a first checkpoint has no tombstones"
+            );
+            backend
+                .write(weir_storage::WriteBatch::restoring(&delta.uid, &entries))
+                .unwrap();
         }
         let restore = StateRestore {
             restored: true,
