@@ -199,11 +199,11 @@ impl Runtime {
                 );
                 let file = StateFile {
                     size: bytes.len() as u64,
-                    crc32: crc32fast::hash(&bytes),
+                    crc32: bytes.crc32(),
                     path: key.clone(),
                     epoch: meta.epoch,
                 };
-                target.put(&key, Bytes::from(bytes)).await?;
+                target.put(&key, bytes).await?;
                 state.push(UidState {
                     uid: u.uid.clone(),
                     kind: u.kind,

@@ -179,7 +179,7 @@ impl Member {
         let status = self.status();
         let key = format!("{}/members/{}", self.ha.cluster_id, status.member);
         if let Ok(bytes) = serde_json::to_vec(&status) {
-            if let Err(e) = storage.put(&key, bytes.into()).await {
+            if let Err(e) = storage.put(&key, bytes).await {
                 tracing::debug!(error = %e, "cannot publish member status");
             }
         }

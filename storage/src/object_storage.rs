@@ -6,6 +6,7 @@
 //! uploads fail or stall.
 
 use crate::failpoint;
+use crate::state_snapshot::EncodedFile;
 use crate::{Result, StorageError};
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -144,10 +145,11 @@ impl ObjectStorage {
         }
     }
 
-    pub async fn put(&self, key: &str, bytes: Bytes) -> Result<()> {
+    /// Writes an object: `Bytes`, or an [`EncodedFile`] uploaded in its pieces.
+    pub async fn put(&self, key: &str, payload: impl Into<PutPayload>) -> Result<()> {
         self.failpoint("object-store.put").await?;
         self.store
-            .put(&self.path(key), PutPayload::from_bytes(bytes))
+            .put(&self.path(key), payload.into())
             .await
             .map_err(os_err)?;
         Ok(())
@@ -229,6 +231,12 @@ impl ObjectStorage {
             self.delete(&k).await?;
         }
         Ok(())
+    }
+}
+
+impl From<EncodedFile> for PutPayload {
+    fn from(file: EncodedFile) -> Self {
+        file.into_chunks().into_iter().collect()
     }
 }
 

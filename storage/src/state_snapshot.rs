@@ -13,7 +13,9 @@
 pub use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder, KeyedEntry};
 use crate::Result;
 use arrow::array::RecordBatch;
-use arrow::ipc::writer::StreamWriter;
+use arrow::buffer::Buffer;
+use arrow::ipc::writer::StreamEncoder;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 /// One change batch of a row store: op codes (1 insert, -1 delete) and rows.
@@ -70,26 +72,87 @@ pub struct StateDelta {
     pub data: DeltaData,
 }
 
-pub fn encode(data: &DeltaData) -> Result<Vec<u8>> {
+pub fn encode(data: &DeltaData) -> Result<EncodedFile> {
     encode_parts(&[data])
 }
 
+/// An encoded state file in pieces, uploaded as they are: a keyed file's column
+/// buffers are not copied into one contiguous file. The copy had doubled a
+/// checkpoint's memory (q18's first checkpoint: ~0.8 GB of columns and as much
+/// again of file) and cost a pass over it with fresh pages.
+#[derive(Debug, Clone, Default)]
+pub struct EncodedFile {
+    chunks: Vec<Bytes>,
+}
+
+impl EncodedFile {
+    pub fn len(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The CRC-32 of the whole file, as `crc32fast::hash` of its bytes in one piece.
+    pub fn crc32(&self) -> u32 {
+        let mut h = crc32fast::Hasher::new();
+        for c in &self.chunks {
+            h.update(c);
+        }
+        h.finalize()
+    }
+
+    /// The pieces, in file order.
+    pub fn chunks(&self) -> &[Bytes] {
+        &self.chunks
+    }
+
+    pub fn into_chunks(self) -> Vec<Bytes> {
+        self.chunks
+    }
+
+    /// The file in one piece (a copy when it has several).
+    pub fn to_bytes(&self) -> Bytes {
+        match self.chunks.as_slice() {
+            [one] => one.clone(),
+            chunks => Bytes::from(chunks.concat()),
+        }
+    }
+}
+
+impl From<Vec<u8>> for EncodedFile {
+    fn from(bytes: Vec<u8>) -> Self {
+        EncodedFile {
+            chunks: vec![Bytes::from(bytes)],
+        }
+    }
+}
+
+/// An Arrow buffer lent to `Bytes` (which needs `AsRef<[u8]>`), without a copy.
+struct ArrowBytes(Buffer);
+
+impl AsRef<[u8]> for ArrowBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+}
+
 /// Encodes several deltas of one uid (in order) as one file, without copying them.
-pub fn encode_parts(parts: &[&DeltaData]) -> Result<Vec<u8>> {
+pub fn encode_parts(parts: &[&DeltaData]) -> Result<EncodedFile> {
     let Some(first) = parts.first() else {
-        return Ok(Vec::new());
+        return Ok(EncodedFile::default());
     };
     match first.kind() {
         StateKind::Keyed => {
-            let batches: Vec<&RecordBatch> = parts
+            let batches = parts
                 .iter()
                 .filter_map(|d| match d {
                     DeltaData::Keyed(e) => Some(e.batches()),
                     DeltaData::Rows(_) => None,
                 })
-                .flatten()
-                .collect();
-            encode_keyed(&batches)
+                .flatten();
+            encode_keyed(batches)
         }
         StateKind::Rows => {
             let batches: Vec<(&[i8], &RecordBatch)> = parts
@@ -103,25 +166,48 @@ pub fn encode_parts(parts: &[&DeltaData]) -> Result<Vec<u8>> {
                 .map(|(ops, b)| (ops.as_slice(), b))
                 .collect();
             if batches.is_empty() {
-                return Ok(Vec::new());
+                return Ok(EncodedFile::default());
             }
-            crate::codec::encode_change_batches(&batches)
+            Ok(crate::codec::encode_change_batches(&batches)?.into())
         }
     }
 }
 
-fn encode_keyed(batches: &[&RecordBatch]) -> Result<Vec<u8>> {
-    // Sized up front: a growing buffer would copy (and fault in) the file twice.
-    let size: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
-    let mut buf = Vec::with_capacity(size + 4096);
-    {
-        let mut w = StreamWriter::try_new(&mut buf, &crate::keyed_entries::keyed_schema())?;
-        for b in batches {
-            w.write(b)?;
-        }
-        w.finish()?;
+/// The Arrow IPC stream of keyed batches, its body pieces the batches' own buffers.
+fn encode_keyed<'a>(batches: impl IntoIterator<Item = &'a RecordBatch>) -> Result<EncodedFile> {
+    let mut encoder = StreamEncoder::try_new(&crate::keyed_entries::keyed_schema())?;
+    let mut buffers = Vec::new();
+    for b in batches {
+        buffers.extend(encoder.encode(b)?);
     }
-    Ok(buf)
+    buffers.extend(encoder.finish()?);
+    Ok(EncodedFile {
+        chunks: coalesced(buffers),
+    })
+}
+
+/// Pieces below this size (messages' metadata, padding, small columns) are copied
+/// together into one: a file of a few entries is then a piece or two, not a dozen.
+const SMALL_PIECE: usize = 64 << 10;
+
+/// Large buffers as they are, runs of small ones copied together.
+fn coalesced(buffers: Vec<Buffer>) -> Vec<Bytes> {
+    let mut chunks = Vec::new();
+    let mut small: Vec<u8> = Vec::new();
+    for b in buffers {
+        if b.len() < SMALL_PIECE {
+            small.extend_from_slice(b.as_slice());
+            continue;
+        }
+        if !small.is_empty() {
+            chunks.push(Bytes::from(std::mem::take(&mut small)));
+        }
+        chunks.push(Bytes::from_owner(ArrowBytes(b)));
+    }
+    if !small.is_empty() {
+        chunks.push(Bytes::from(small));
+    }
+    chunks
 }
 
 /// Decodes a state file. Row batches keep pointing into `bytes` (no copy).
@@ -171,6 +257,42 @@ pub fn merge_keyed(files: &[KeyedEntries]) -> KeyedEntries {
 mod tests {
     use super::*;
 
+    /// Files from before keyed files were encoded in pieces came from arrow's
+    /// `StreamWriter`: the pieces must concatenate to exactly its bytes.
+    #[test]
+    fn keyed_pieces_are_the_stream_writers_file() {
+        let big = vec![7u8; SMALL_PIECE * 3];
+        let entries = KeyedEntries::from_entries((0..100_000u32).map(|i| {
+            let v = match i % 3 {
+                0 => None,
+                1 => Some(i.to_le_bytes().to_vec()),
+                _ => Some(big[..(i as usize % 97)].to_vec()),
+            };
+            (i % 128, format!("k{i}").into_bytes(), v)
+        }));
+        let with_big = KeyedEntries::from_entries([(5, b"big".to_vec(), Some(big.clone()))]);
+        let parts = [DeltaData::Keyed(entries), DeltaData::Keyed(with_big)];
+        let file = encode_parts(&[&parts[0], &parts[1]]).unwrap();
+        let mut expected = Vec::new();
+        {
+            let schema = crate::keyed_entries::keyed_schema();
+            let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut expected, &schema).unwrap();
+            for p in &parts {
+                for b in p.clone().into_keyed().batches() {
+                    w.write(b).unwrap();
+                }
+            }
+            w.finish().unwrap();
+        }
+        assert!(
+            file.chunks().len() > 2,
+            "large columns stay separate pieces"
+        );
+        assert_eq!(file.to_bytes().as_ref(), expected.as_slice());
+        assert_eq!(file.len(), expected.len());
+        assert_eq!(file.crc32(), crc32fast::hash(&expected));
+    }
+
     #[test]
     fn keyed_round_trip_and_merge() {
         let d1 = DeltaData::Keyed(KeyedEntries::from_entries([
@@ -184,7 +306,7 @@ mod tests {
         let files: Vec<_> = [d1, d2]
             .iter()
             .map(
-                |d| match decode(StateKind::Keyed, encode(d).unwrap().into()).unwrap() {
+                |d| match decode(StateKind::Keyed, encode(d).unwrap().to_bytes()).unwrap() {
                     DeltaData::Keyed(e) => e,
                     _ => unreachable!(),
                 },

@@ -21,7 +21,7 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 use weir_storage::checkpoint_meta::{self, CheckpointMetadata, StateFile, UidState};
 use weir_storage::object_storage::ObjectStorage;
-use weir_storage::state_snapshot::{self, DeltaData, StateDelta, StateKind};
+use weir_storage::state_snapshot::{self, DeltaData, EncodedFile, StateDelta, StateKind};
 
 pub enum WorkerMsg {
     Upload {
@@ -180,18 +180,18 @@ impl JobUploader {
     async fn put(
         &self,
         key: String,
-        bytes: Vec<u8>,
+        bytes: EncodedFile,
         epoch: Epoch,
         written: &mut Vec<String>,
     ) -> weir_storage::Result<StateFile> {
         let file = StateFile {
             size: bytes.len() as u64,
-            crc32: crc32fast::hash(&bytes),
+            crc32: bytes.crc32(),
             path: key.clone(),
             epoch,
         };
         written.push(key.clone());
-        self.storage.put(&key, Bytes::from(bytes)).await?;
+        self.storage.put(&key, bytes).await?;
         Ok(file)
     }
 
@@ -300,7 +300,7 @@ impl JobUploader {
     }
 
     /// Reads a uid's chain back and merges it into one base file.
-    async fn materialize(&self, u: &UidState) -> crate::Result<Vec<u8>> {
+    async fn materialize(&self, u: &UidState) -> crate::Result<EncodedFile> {
         materialize_chain(&self.storage, u).await
     }
 
@@ -339,7 +339,7 @@ impl JobUploader {
 pub(crate) async fn materialize_chain(
     storage: &ObjectStorage,
     u: &UidState,
-) -> crate::Result<Vec<u8>> {
+) -> crate::Result<EncodedFile> {
     let datas = super::restore::read_chain(storage, u).await?;
     let merged = tokio::task::block_in_place(|| merge_chain(u.kind, datas))?;
     Ok(tokio::task::block_in_place(|| {

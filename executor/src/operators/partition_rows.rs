@@ -157,6 +157,9 @@ pub struct PartitionedOperator<S: Shown> {
     state: StateTable<Partition>,
     /// What each partition changed in this epoch showed before its first change.
     epoch_before: HashMap<Vec<u8>, Vec<ShownRow>>,
+    /// The Top-1 path's `epoch_before`: each changed partition as it was before its
+    /// first change, moved out of the state (its row is retracted at the barrier).
+    first_before: HashMap<Vec<u8>, Partition>,
     /// [`Shown::first_row_only`] over an append-only input: the extra columns' values.
     first_only: Option<Vec<ScalarValue>>,
 }
@@ -196,13 +199,17 @@ impl<S: Shown> PartitionedOperator<S> {
         if restore.restored {
             state.load(restore.key_groups.start, restore.key_groups.end)?;
         }
-        let mut epoch_before = HashMap::new();
+        let first_only = shown.first_row_only().filter(|_| layout.append_only_input);
+        let (mut epoch_before, mut first_before) = (HashMap::new(), HashMap::new());
         if restore.restored && restore.reemit {
             for k in state.keys() {
-                epoch_before.insert(k.to_vec(), Vec::new());
+                if first_only.is_some() {
+                    first_before.insert(k.to_vec(), Partition::default());
+                } else {
+                    epoch_before.insert(k.to_vec(), Vec::new());
+                }
             }
         }
-        let first_only = shown.first_row_only().filter(|_| layout.append_only_input);
         Ok(Self {
             first_only,
             layout,
@@ -213,6 +220,7 @@ impl<S: Shown> PartitionedOperator<S> {
             extra_converter,
             state,
             epoch_before,
+            first_before,
         })
     }
 
@@ -290,22 +298,25 @@ impl<S: Shown> PartitionedOperator<S> {
             let beats = |i: usize, f: Option<(&[u8], &[u8])>| {
                 f.is_none_or(|f| (sorts.row(i).data(), row_of(i)) < f)
             };
-            // One lookup of the first row for the whole group.
+            // One lookup of the first row for the whole group, one write of its winner.
             let first = first_row(self.state.get(key));
-            if !groups.rows(g).iter().any(|&i| beats(i, first)) {
-                continue;
-            }
-            if !self.epoch_before.contains_key(*key) {
-                let before = first.map(|(_, r)| (r.to_vec(), Vec::new()));
-                self.epoch_before
-                    .insert(key.to_vec(), before.into_iter().collect());
-            }
-            let partition = self.state.get_or_insert_with(key, Partition::default);
+            let mut best: Option<usize> = None;
             for &i in groups.rows(g) {
-                if beats(i, partition.present().next()) {
-                    partition.add(sorts.row(i).data(), row_of(i), 1);
-                    partition.keep_leading(1, false);
+                let leader = best.map(|b| (sorts.row(b).data(), row_of(b))).or(first);
+                if beats(i, leader) {
+                    best = Some(i);
                 }
+            }
+            let Some(best) = best else {
+                continue;
+            };
+            let winner = Partition::only(sorts.row(best).data(), row_of(best));
+            let before = std::mem::replace(
+                self.state.get_or_insert_with(key, Partition::default),
+                winner,
+            );
+            if !self.first_before.contains_key(*key) {
+                self.first_before.insert(key.to_vec(), before);
             }
         }
     }
@@ -317,11 +328,11 @@ impl<S: Shown> PartitionedOperator<S> {
         extras: &[ScalarValue],
         out: &mut Vec<StreamChunk>,
     ) -> Result<()> {
-        let changed: Vec<(Vec<u8>, Vec<ShownRow>)> = self.epoch_before.drain().collect();
+        let changed: Vec<(Vec<u8>, Partition)> = self.first_before.drain().collect();
         let mut ops = Vec::new();
         let mut rows: Vec<&[u8]> = Vec::new();
         for (key, before) in &changed {
-            let before = before.first().map(|(r, _)| r.as_slice());
+            let before = first_row(Some(before)).map(|(_, r)| r);
             let after = self
                 .state
                 .get(key)
