@@ -133,10 +133,9 @@ impl Partition {
     /// its first row: one entry in a vector of one (a vector grown by inserts holds
     /// room for four, 96 bytes more per partition, and q18 has millions).
     pub fn only(sort: &[u8], row: &[u8]) -> Self {
-        let mut one = Vec::with_capacity(1);
-        one.push(SmallEntry::new(sort, row, 1));
+        // `vec![x]` allocates exactly one slot.
         Partition {
-            rows: Rows::Small(one),
+            rows: Rows::Small(vec![SmallEntry::new(sort, row, 1)]),
         }
     }
 
