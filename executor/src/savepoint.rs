@@ -188,8 +188,6 @@ impl Runtime {
         for (job, meta) in metas {
             let mut state = Vec::new();
             for u in &meta.state {
-                let bytes = materialize_chain(&storage, u).await?;
-                task.advance(chain_bytes(u));
                 let key = format!(
                     "{}/{}/{}/kg-0-{}.arrow",
                     key_safe(name),
@@ -197,13 +195,9 @@ impl Runtime {
                     key_safe(&u.uid),
                     meta.max_parallelism.saturating_sub(1)
                 );
-                let file = StateFile {
-                    size: bytes.len() as u64,
-                    crc32: bytes.crc32(),
-                    path: key.clone(),
-                    epoch: meta.epoch,
-                };
-                target.put(&key, bytes).await?;
+                let w = materialize_chain(&storage, u, target, &key).await?;
+                task.advance(chain_bytes(u));
+                let file = StateFile::new(key, w, meta.epoch);
                 state.push(UidState {
                     uid: u.uid.clone(),
                     kind: u.kind,

@@ -24,6 +24,18 @@ pub struct StateFile {
     pub epoch: u64,
 }
 
+impl StateFile {
+    /// The entry for an object just written at `path`.
+    pub fn new(path: String, written: crate::object_writer::Written, epoch: u64) -> Self {
+        StateFile {
+            path,
+            size: written.size,
+            crc32: written.crc32,
+            epoch,
+        }
+    }
+}
+
 /// The state of one operator (uid): files to apply in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UidState {

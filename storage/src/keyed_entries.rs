@@ -68,8 +68,17 @@ impl KeyedEntries {
         b.finish()
     }
 
+    /// Batches a [`KeyedEntriesBuilder`] sealed (their schema is the keyed one).
+    pub(crate) fn from_sealed(batches: Vec<RecordBatch>) -> Self {
+        Self { batches }
+    }
+
     pub fn batches(&self) -> &[RecordBatch] {
         &self.batches
+    }
+
+    pub fn into_batches(self) -> Vec<RecordBatch> {
+        self.batches
     }
 
     pub fn len(&self) -> usize {
@@ -176,6 +185,12 @@ impl KeyedEntriesBuilder {
         self.rows = 0;
         self.key_bytes = 0;
         self.value_bytes = 0;
+    }
+
+    /// The batches sealed so far, handed over: a writer can stream them out while
+    /// the builder goes on.
+    pub fn take_sealed(&mut self) -> Vec<RecordBatch> {
+        std::mem::take(&mut self.done)
     }
 
     pub fn finish(mut self) -> KeyedEntries {

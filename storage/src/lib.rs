@@ -15,12 +15,16 @@
 //! - [`codec`]: Arrow IPC encoding of change batches used by the table log.
 //! - [`object_storage`]: `ObjectStorage`, checkpoints' home: a local folder or S3;
 //!   conditional writes (create-if-absent, replace-if-unchanged) where the store has them.
+//! - [`object_writer`]: `ObjectWriter`, an object written piece by piece (a multipart
+//!   upload once it is large), so a compacted base is never whole in memory.
 //! - [`leader_lease`]: the high-availability leader lease, one object renewed by
 //!   conditional writes.
 //! - [`cluster_log`]: the high-availability log: table log entries and catalog files
 //!   group-committed to create-only segments in the object store, fenced by epoch;
 //!   the standby's mirror of it.
 //! - [`state_snapshot`]: operator state as Arrow IPC files (deltas and bases).
+//! - [`keyed_merge`]: `KeyedMerge`, keyed files applied in order (last write wins) and
+//!   streamed out in key order, a batch at a time.
 //! - [`keyed_entries`]: `KeyedEntries`, keyed-state changes as the Arrow columns a
 //!   state file holds (built without an allocation per entry).
 //! - [`checkpoint_meta`]: a checkpoint's `_metadata` (state files, source positions,
@@ -28,6 +32,7 @@
 //! - [`savepoint_meta`]: a savepoint's `_metadata` (one canonical file per uid, source
 //!   positions, format version).
 //! - [`failpoint`]: test-only failure injection, inert unless `WEIR_FAILPOINTS=1`.
+//! - [`test_rng`]: the seeded pseudo-random source of the randomized tests.
 
 pub mod checkpoint_meta;
 pub mod cluster_log;
@@ -35,9 +40,11 @@ pub mod codec;
 pub mod failpoint;
 pub mod key_group;
 pub mod keyed_entries;
+pub mod keyed_merge;
 pub mod leader_lease;
 pub mod meta_store;
 pub mod object_storage;
+pub mod object_writer;
 pub mod rocksdb_backend;
 pub mod savepoint_meta;
 pub mod source_positions;
@@ -45,6 +52,7 @@ pub mod state_backend;
 pub mod state_snapshot;
 pub mod state_table;
 pub mod table_log;
+pub mod test_rng;
 
 pub use key_group::{KeyGroup, KeyGroupRange};
 pub use state_backend::{MemoryStateBackend, StateBackend, StateKey, WriteBatch};

@@ -6,6 +6,7 @@
 //! uploads fail or stall.
 
 use crate::failpoint;
+use crate::object_writer::ObjectWriter;
 use crate::state_snapshot::EncodedFile;
 use crate::{Result, StorageError};
 use bytes::Bytes;
@@ -44,7 +45,7 @@ impl std::fmt::Debug for ObjectStorage {
     }
 }
 
-fn os_err(e: object_store::Error) -> StorageError {
+pub(crate) fn os_err(e: object_store::Error) -> StorageError {
     StorageError::Io(std::io::Error::other(e.to_string()))
 }
 
@@ -116,7 +117,7 @@ impl ObjectStorage {
         &self.url
     }
 
-    fn path(&self, key: &str) -> ObjectPath {
+    pub(crate) fn path(&self, key: &str) -> ObjectPath {
         if self.prefix.is_empty() {
             ObjectPath::from(key)
         } else {
@@ -129,7 +130,7 @@ impl ObjectStorage {
         format!("{}/{}", self.url.trim_end_matches('/'), key)
     }
 
-    async fn failpoint(&self, name: &str) -> Result<()> {
+    pub(crate) async fn failpoint(&self, name: &str) -> Result<()> {
         match failpoint::get(name).as_deref() {
             Some("fail") => Err(StorageError::Io(std::io::Error::other(format!(
                 "failpoint {name}: injected failure"
@@ -143,6 +144,16 @@ impl ObjectStorage {
             }
             _ => Ok(()),
         }
+    }
+
+    pub(crate) fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// Writes an object piece by piece (see [`ObjectWriter`]): for files too large to
+    /// hold whole.
+    pub fn writer(&self, key: &str) -> ObjectWriter {
+        ObjectWriter::new(self.clone(), key)
     }
 
     /// Writes an object: `Bytes`, or an [`EncodedFile`] uploaded in its pieces.

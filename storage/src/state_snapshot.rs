@@ -11,6 +11,7 @@
 //! at any other: each actor keeps the key groups it owns.
 
 pub use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder, KeyedEntry};
+pub use crate::keyed_merge::{merge_keyed, KeyedMerge};
 use crate::Result;
 use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
@@ -175,15 +176,37 @@ pub fn encode_parts(parts: &[&DeltaData]) -> Result<EncodedFile> {
 
 /// The Arrow IPC stream of keyed batches, its body pieces the batches' own buffers.
 fn encode_keyed<'a>(batches: impl IntoIterator<Item = &'a RecordBatch>) -> Result<EncodedFile> {
-    let mut encoder = StreamEncoder::try_new(&crate::keyed_entries::keyed_schema())?;
-    let mut buffers = Vec::new();
+    let mut encoder = KeyedFileEncoder::new()?;
+    let mut chunks = Vec::new();
     for b in batches {
-        buffers.extend(encoder.encode(b)?);
+        chunks.extend(encoder.encode(b)?);
     }
-    buffers.extend(encoder.finish()?);
-    Ok(EncodedFile {
-        chunks: coalesced(buffers),
-    })
+    chunks.extend(encoder.finish()?);
+    Ok(EncodedFile { chunks })
+}
+
+/// A keyed state file encoded a batch at a time, for a writer that streams it out
+/// (a compaction, see [`crate::object_writer`]): the same bytes as [`encode_parts`].
+pub struct KeyedFileEncoder {
+    encoder: StreamEncoder,
+}
+
+impl KeyedFileEncoder {
+    pub fn new() -> Result<Self> {
+        Ok(KeyedFileEncoder {
+            encoder: StreamEncoder::try_new(&crate::keyed_entries::keyed_schema())?,
+        })
+    }
+
+    /// The file's next pieces: `batch` (after the schema, the first time).
+    pub fn encode(&mut self, batch: &RecordBatch) -> Result<Vec<Bytes>> {
+        Ok(coalesced(self.encoder.encode(batch)?))
+    }
+
+    /// The file's last pieces (the schema too, if no batch came).
+    pub fn finish(self) -> Result<Vec<Bytes>> {
+        Ok(coalesced(self.encoder.finish()?))
+    }
 }
 
 /// Pieces below this size (messages' metadata, padding, small columns) are copied
@@ -226,31 +249,6 @@ pub fn decode(kind: StateKind, bytes: bytes::Bytes) -> Result<DeltaData> {
             crate::codec::decode_batches_zero_copy(bytes)?,
         )?)),
     }
-}
-
-/// Applies keyed files in order (last write wins) and returns the live entries.
-/// The result is sorted by key group and key (so a file's key-group ranges are
-/// contiguous). A hash map plus one sort of the survivors costs far less than keeping
-/// every write ordered: compaction runs next to the dataflow, on the same cores.
-pub fn merge_keyed(files: &[KeyedEntries]) -> KeyedEntries {
-    // Borrowed from the files: only the survivors are copied, once, into columns.
-    let mut map: ahash::AHashMap<(u32, &[u8]), Option<&[u8]>> =
-        ahash::AHashMap::with_capacity(files.iter().map(KeyedEntries::len).max().unwrap_or(0));
-    for entries in files {
-        for (kg, k, v) in entries.iter() {
-            map.insert((kg, k), v);
-        }
-    }
-    let mut live: Vec<_> = map
-        .into_iter()
-        .filter_map(|((kg, k), v)| v.map(|v| (kg, k, v)))
-        .collect();
-    live.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-    let mut out = KeyedEntriesBuilder::default();
-    for (kg, k, v) in live {
-        out.push(kg, k, Some(v));
-    }
-    out.finish()
 }
 
 #[cfg(test)]

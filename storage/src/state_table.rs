@@ -552,13 +552,7 @@ mod tests {
             let mut t: StateTable<i64> = StateTable::new("agg", 16, backend.clone());
             let mut model = std::collections::BTreeMap::<Vec<u8>, i64>::new();
             let mut image = std::collections::BTreeMap::<Vec<u8>, i64>::new();
-            let mut seed = 0x2545_f491_4f6c_dd1du64;
-            let mut next = |n: u64| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                seed % n
-            };
+            let mut next = crate::test_rng::xorshift(0x2545_f491_4f6c_dd1du64);
             for step in 0..20_000 {
                 let key = vec![b'k', next(64) as u8];
                 match next(100) {

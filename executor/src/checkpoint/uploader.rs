@@ -6,8 +6,10 @@
 //! Incremental checkpoints are changelog-style: each checkpoint uploads one delta file
 //! per operator uid that changed, and the metadata references the chain
 //! `base, delta, delta, ...`. When the deltas outgrow the base (or the chain gets long)
-//! the chain is compacted into a new base, in this task, off the data path. With
-//! `incremental = false` every checkpoint rewrites a full base per uid.
+//! the chain is compacted into a new base, in this task, off the data path: a k-way
+//! merge streamed into a multipart upload a batch at a time (`write_merged_keyed`), so
+//! the new base is never whole in memory. With `incremental = false` every checkpoint
+//! rewrites a full base per uid.
 
 use super::config::CheckpointConfig;
 use super::restore::{metadata_key, JobStart};
@@ -21,7 +23,10 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 use weir_storage::checkpoint_meta::{self, CheckpointMetadata, StateFile, UidState};
 use weir_storage::object_storage::ObjectStorage;
-use weir_storage::state_snapshot::{self, DeltaData, EncodedFile, StateDelta, StateKind};
+use weir_storage::object_writer::{ObjectWriter, Written};
+use weir_storage::state_snapshot::{
+    self, DeltaData, EncodedFile, KeyedEntries, KeyedFileEncoder, KeyedMerge, StateDelta, StateKind,
+};
 
 pub enum WorkerMsg {
     Upload {
@@ -180,19 +185,17 @@ impl JobUploader {
     async fn put(
         &self,
         key: String,
-        bytes: EncodedFile,
+        file: EncodedFile,
         epoch: Epoch,
         written: &mut Vec<String>,
     ) -> weir_storage::Result<StateFile> {
-        let file = StateFile {
-            size: bytes.len() as u64,
-            crc32: bytes.crc32(),
-            path: key.clone(),
-            epoch,
-        };
         written.push(key.clone());
-        self.storage.put(&key, bytes).await?;
-        Ok(file)
+        let w = self
+            .storage
+            .writer(&key)
+            .write_all(file.into_chunks())
+            .await?;
+        Ok(StateFile::new(key, w, epoch))
     }
 
     async fn upload(
@@ -254,16 +257,16 @@ impl JobUploader {
                     || (u.files.len() > 1 && deltas > base.max(COMPACT_MIN_BYTES))
             };
             if needs {
-                let bytes = self.materialize(u).await?;
                 let key = format!(
                     "checkpoints/{}/shared/{}/{epoch:020}.base",
                     self.job,
                     key_safe(&uid)
                 );
-                uploaded += bytes.len() as u64;
-                let file = self.put(key, bytes, epoch, written).await?;
+                written.push(key.clone());
+                let w = materialize_chain(&self.storage, u, &self.storage, &key).await?;
+                uploaded += w.size;
                 let u = chain.get_mut(&uid).expect("uid in chain");
-                u.files = vec![file];
+                u.files = vec![StateFile::new(key, w, epoch)];
             }
         }
         let state: Vec<UidState> = chain.values().cloned().collect();
@@ -299,11 +302,6 @@ impl JobUploader {
         Ok(meta)
     }
 
-    /// Reads a uid's chain back and merges it into one base file.
-    async fn materialize(&self, u: &UidState) -> crate::Result<EncodedFile> {
-        materialize_chain(&self.storage, u).await
-    }
-
     /// Drops checkpoints beyond `num-retained`, then every file only they referenced.
     async fn collect_garbage(&mut self) {
         let keep = self.config.num_retained.max(1);
@@ -334,17 +332,57 @@ impl JobUploader {
     }
 }
 
-/// Reads a uid's chain back and merges it into one encoded file (a new base, or a
-/// savepoint's canonical file).
+/// Reads a uid's chain from `source` and writes it merged, as one file, at `key` in
+/// `target` (a new base, or a savepoint's canonical file).
 pub(crate) async fn materialize_chain(
-    storage: &ObjectStorage,
+    source: &ObjectStorage,
     u: &UidState,
-) -> crate::Result<EncodedFile> {
-    let datas = super::restore::read_chain(storage, u).await?;
-    let merged = tokio::task::block_in_place(|| merge_chain(u.kind, datas))?;
-    Ok(tokio::task::block_in_place(|| {
-        state_snapshot::encode(&merged)
-    })?)
+    target: &ObjectStorage,
+    key: &str,
+) -> crate::Result<Written> {
+    let datas = super::restore::read_chain(source, u).await?;
+    let writer = target.writer(key);
+    match u.kind {
+        StateKind::Keyed => {
+            let files: Vec<_> = datas.into_iter().map(DeltaData::into_keyed).collect();
+            write_merged_keyed(writer, &files).await
+        }
+        StateKind::Rows => {
+            let merged = tokio::task::block_in_place(|| merge_chain(u.kind, datas))?;
+            let file = tokio::task::block_in_place(|| state_snapshot::encode(&merged))?;
+            Ok(writer.write_all(file.into_chunks()).await?)
+        }
+    }
+}
+
+/// Streams the merge of keyed files into `writer` a batch at a time: the merged
+/// state is never whole in memory (it had been compaction's peak, a copy of the
+/// operator's state).
+async fn write_merged_keyed(
+    mut writer: ObjectWriter,
+    files: &[KeyedEntries],
+) -> crate::Result<Written> {
+    let streamed = async {
+        let mut merge = tokio::task::block_in_place(|| KeyedMerge::new(files));
+        let mut encoder = KeyedFileEncoder::new()?;
+        while let Some(batch) = tokio::task::block_in_place(|| merge.next()) {
+            for piece in encoder.encode(&batch)? {
+                writer.write(piece).await?;
+            }
+        }
+        for piece in encoder.finish()? {
+            writer.write(piece).await?;
+        }
+        Ok::<_, crate::ExecError>(())
+    }
+    .await;
+    match streamed {
+        Ok(()) => Ok(writer.finish().await?),
+        Err(e) => {
+            writer.abort().await;
+            Err(e)
+        }
+    }
 }
 
 /// Merges a chain of decoded files into one: last write wins for keyed state,
@@ -391,5 +429,93 @@ pub(crate) fn merge_chain(kind: StateKind, datas: Vec<DeltaData>) -> crate::Resu
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use weir_storage::object_storage::S3Settings;
+    use weir_storage::state_snapshot::KeyedEntry;
+
+    /// Checkpoints of a keyed state large enough that its chain is compacted (the
+    /// deltas outgrow the base) and that a base goes up as a multipart upload: after
+    /// every checkpoint, the chain its `_metadata` records reads back as the state
+    /// (every write applied in order).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn compacted_chains_read_back_as_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage =
+            ObjectStorage::open(dir.path().to_str().unwrap(), &S3Settings::default()).unwrap();
+        let start = JobStart {
+            chain: vec![],
+            retained: vec![],
+            carry: vec![],
+            plan_uids: vec!["u".into()],
+        };
+        let config = CheckpointConfig::default();
+        let uploader = JobUploader::new(1, "job", storage.clone(), config, 1, 128, start);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+        tokio::spawn(uploader.run(rx, move |d| {
+            let _ = done_tx.send(d);
+        }));
+        let mut next = weir_storage::test_rng::xorshift(0x9e37_79b9_7f4a_7c15u64);
+        let mut state: BTreeMap<(u32, Vec<u8>), Vec<u8>> = BTreeMap::new();
+        let (mut compactions, mut largest_base) = (0, 0);
+        for epoch in 1..=8u64 {
+            // Random keys: repeated within a delta, deletions of absent keys too.
+            let delta: Vec<KeyedEntry> = (0..100_000)
+                .map(|_| {
+                    let k = next(300_000);
+                    let value = (next(10) != 0).then(|| vec![k as u8; 64 + next(64) as usize]);
+                    ((k % 128) as u32, k.to_be_bytes().to_vec(), value)
+                })
+                .collect();
+            for (kg, key, value) in &delta {
+                match value {
+                    Some(v) => state.insert((*kg, key.clone()), v.clone()),
+                    None => state.remove(&(*kg, key.clone())),
+                };
+            }
+            let parts = vec![StateDelta {
+                uid: "u".into(),
+                data: DeltaData::Keyed(KeyedEntries::from_entries(delta)),
+            }];
+            tx.send(WorkerMsg::Upload {
+                epoch,
+                trigger_ms: 0,
+                started: Instant::now(),
+                deadline: Instant::now() + Duration::from_secs(120),
+                positions: BTreeMap::new(),
+                parts,
+            })
+            .unwrap();
+            let meta = done_rx.recv().await.unwrap().result.unwrap();
+            let chain = &meta.state[0];
+            let first = &chain.files[0];
+            if first.path.ends_with(".base") && first.epoch == epoch {
+                compactions += 1;
+                largest_base = largest_base.max(first.size);
+            }
+            let datas = super::super::restore::read_chain(&storage, chain)
+                .await
+                .unwrap();
+            let files: Vec<_> = datas.into_iter().map(DeltaData::into_keyed).collect();
+            let expected: Vec<KeyedEntry> = state
+                .iter()
+                .map(|((kg, k), v)| (*kg, k.clone(), Some(v.clone())))
+                .collect();
+            assert!(
+                state_snapshot::merge_keyed(&files).to_entries() == expected,
+                "epoch {epoch}: the chain reads back as the state"
+            );
+        }
+        assert!(compactions >= 2, "compacted {compactions} times");
+        assert!(
+            largest_base > 16 << 20,
+            "a base above a multipart part: {largest_base} bytes"
+        );
     }
 }

@@ -1159,13 +1159,7 @@ mod tests {
             ..StateRestore::fresh(128)
         };
         let mut join = HashJoinOperator::new(spec(), MemoryStateBackend::new(), tracked).unwrap();
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = weir_storage::test_rng::xorshift(0x2545_f491_4f6c_dd1du64);
         let mut left: Vec<(i64, Option<i64>)> = vec![];
         let mut right: Vec<(i64, Option<i64>)> = vec![];
         let mut seen = BTreeMap::new();

@@ -761,13 +761,7 @@ mod tests {
     /// checkpoint in the middle, against each window merged from its slides directly.
     #[test]
     fn windows_are_their_slides_merged_once_across_a_restore() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = weir_storage::test_rng::xorshift(0x9e37_79b9_7f4a_7c15u64);
         let tracked = StateRestore {
             track_changes: true,
             ..StateRestore::fresh(128)
