@@ -62,7 +62,7 @@ async fn checkpoints_round_trip_through_a_real_s3_endpoint() {
 
 /// A state file larger than a part (a compacted base) goes up as a multipart upload
 /// and reads back byte for byte with the size and CRC-32 the writer reported; an
-/// aborted upload leaves neither an object nor a pending upload.
+/// aborted or dropped upload leaves neither an object nor a pending upload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_state_files_go_up_as_multipart_uploads() {
     let endpoint = endpoint();
@@ -102,10 +102,34 @@ async fn large_state_files_go_up_as_multipart_uploads() {
     }
     aborted.abort().await;
     assert!(storage.get("aborted").await.unwrap().is_none());
-    let uploads = http(&endpoint, "GET", &format!("/{bucket}?uploads")).await;
+    // A writer dropped mid-upload (its checkpoint expired) aborts in the background.
+    let mut dropped = storage.writer("dropped");
+    for p in pieces.iter().take(20) {
+        dropped.write(p.clone()).await.unwrap();
+    }
+    let listing = format!("/{bucket}?uploads");
+    let uploads = http(&endpoint, "GET", &listing).await;
+    assert!(
+        uploads.contains("p/dropped"),
+        "the upload started: {uploads}"
+    );
+    drop(dropped);
+    let mut uploads = http(&endpoint, "GET", &listing).await;
+    for _ in 0..100 {
+        if !uploads.contains("p/dropped") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        uploads = http(&endpoint, "GET", &listing).await;
+    }
     assert!(uploads.starts_with("HTTP/1.1 200"), "{uploads}");
     assert!(
         !uploads.contains("p/aborted"),
         "a pending upload is left: {uploads}"
     );
+    assert!(
+        !uploads.contains("p/dropped"),
+        "a dropped upload is left: {uploads}"
+    );
+    assert!(storage.get("dropped").await.unwrap().is_none());
 }

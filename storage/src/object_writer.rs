@@ -7,13 +7,20 @@
 //! reach [`PART_BYTES`] the writer switches to a multipart upload (a staged file that
 //! is renamed at the end in a local folder), with at most [`PARTS_IN_FLIGHT`] parts in
 //! flight. The object appears only when [`ObjectWriter::finish`] completes.
+//!
+//! A started upload that does not complete (an error, or the writer dropped when a
+//! checkpoint expires) is aborted, so S3 keeps no pending upload and its parts: the
+//! writer drives `MultipartUpload` itself rather than through `WriteMultipart`, which
+//! drops an upload unaborted when a part fails.
 
 use crate::object_storage::{os_err, ObjectStorage};
-use crate::Result;
+use crate::{Result, StorageError};
 use bytes::Bytes;
-use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
+use object_store::{MultipartUpload, ObjectStoreExt, PutPayload};
+use tokio::task::JoinSet;
 
-/// Size of a multipart upload's parts (S3 wants at least 5 MiB for all but the last).
+/// Least size of a multipart upload's parts (S3 wants at least 5 MiB for all but the
+/// last). A part is whole pieces, so it can be larger.
 const PART_BYTES: usize = 16 << 20;
 /// Parts uploading at once: bounds the memory a slow store makes the writer hold.
 const PARTS_IN_FLIGHT: usize = 2;
@@ -28,10 +35,12 @@ pub struct Written {
 pub struct ObjectWriter {
     storage: ObjectStorage,
     key: String,
-    /// Pieces not yet handed to an upload: the whole object while it is small.
+    /// Pieces not yet sent: the whole object while it is small, then the next part.
     pending: Vec<Bytes>,
     pending_bytes: usize,
-    upload: Option<WriteMultipart>,
+    /// The multipart upload, once started; `None` again once completed or aborted.
+    upload: Option<Box<dyn MultipartUpload>>,
+    parts: JoinSet<object_store::Result<()>>,
     size: u64,
     crc: crc32fast::Hasher,
 }
@@ -44,6 +53,7 @@ impl ObjectWriter {
             pending: Vec::new(),
             pending_bytes: 0,
             upload: None,
+            parts: JoinSet::new(),
             size: 0,
             crc: crc32fast::Hasher::new(),
         }
@@ -53,64 +63,80 @@ impl ObjectWriter {
     pub async fn write(&mut self, piece: Bytes) -> Result<()> {
         self.size += piece.len() as u64;
         self.crc.update(&piece);
-        if let Some(upload) = &mut self.upload {
-            upload.put(piece);
-            return upload
-                .wait_for_capacity(PARTS_IN_FLIGHT)
-                .await
-                .map_err(os_err);
-        }
         self.pending_bytes += piece.len();
         self.pending.push(piece);
         if self.pending_bytes >= PART_BYTES {
-            self.start_upload().await?;
+            self.send_part().await?;
         }
         Ok(())
     }
 
-    async fn start_upload(&mut self) -> Result<()> {
-        self.storage.failpoint("object-store.put").await?;
-        let path = self.storage.path(&self.key);
-        let parts = self
-            .storage
-            .store()
-            .put_multipart(&path)
-            .await
-            .map_err(os_err)?;
-        let mut upload = WriteMultipart::new_with_chunk_size(parts, PART_BYTES);
-        for piece in std::mem::take(&mut self.pending) {
-            upload.put(piece);
+    /// Sends the pending pieces as the next part (starting the upload if need be),
+    /// then waits until fewer than [`PARTS_IN_FLIGHT`] parts are uploading.
+    async fn send_part(&mut self) -> Result<()> {
+        if self.upload.is_none() {
+            self.storage.failpoint("object-store.put").await?;
+            let path = self.storage.path(&self.key);
+            let upload = self.storage.store().put_multipart(&path).await;
+            self.upload = Some(upload.map_err(os_err)?);
         }
+        let part: PutPayload = std::mem::take(&mut self.pending).into_iter().collect();
         self.pending_bytes = 0;
-        upload
-            .wait_for_capacity(PARTS_IN_FLIGHT)
-            .await
-            .map_err(os_err)?;
-        self.upload = Some(upload);
+        let upload = self.upload.as_mut().expect("started above");
+        self.parts.spawn(upload.put_part(part));
+        while self.parts.len() >= PARTS_IN_FLIGHT {
+            self.join_part().await?;
+        }
         Ok(())
     }
 
-    /// Writes what is left and makes the object visible.
-    pub async fn finish(self) -> Result<Written> {
+    async fn join_part(&mut self) -> Result<()> {
+        match self.parts.join_next().await {
+            None => Ok(()),
+            Some(Ok(uploaded)) => uploaded.map_err(os_err),
+            Some(Err(e)) => Err(StorageError::Io(std::io::Error::other(e.to_string()))),
+        }
+    }
+
+    /// Writes what is left and makes the object visible; aborts on failure.
+    pub async fn finish(mut self) -> Result<Written> {
         let written = Written {
             size: self.size,
-            crc32: self.crc.finalize(),
+            crc32: self.crc.clone().finalize(),
         };
-        match self.upload {
-            Some(upload) => {
-                upload.finish().await.map_err(os_err)?;
-            }
-            None => {
-                let payload: PutPayload = self.pending.into_iter().collect();
-                self.storage.put(&self.key, payload).await?;
+        if self.upload.is_none() {
+            let payload: PutPayload = std::mem::take(&mut self.pending).into_iter().collect();
+            self.storage.put(&self.key, payload).await?;
+            return Ok(written);
+        }
+        match self.complete().await {
+            Ok(()) => Ok(written),
+            Err(e) => {
+                self.abort().await;
+                Err(e)
             }
         }
-        Ok(written)
+    }
+
+    async fn complete(&mut self) -> Result<()> {
+        if !self.pending.is_empty() {
+            self.send_part().await?;
+        }
+        while !self.parts.is_empty() {
+            self.join_part().await?;
+        }
+        let mut upload = self.upload.take().expect("a started upload");
+        if let Err(e) = upload.complete().await {
+            self.upload = Some(upload);
+            return Err(os_err(e));
+        }
+        Ok(())
     }
 
     /// Gives up: nothing becomes visible, and a started upload's parts are removed.
-    pub async fn abort(self) {
-        if let Some(upload) = self.upload {
+    pub async fn abort(mut self) {
+        self.parts.shutdown().await;
+        if let Some(mut upload) = self.upload.take() {
             if let Err(e) = upload.abort().await {
                 tracing::warn!(key = %self.key, error = %e, "aborting an upload failed");
             }
@@ -126,6 +152,22 @@ impl ObjectWriter {
             }
         }
         self.finish().await
+    }
+}
+
+impl Drop for ObjectWriter {
+    /// A writer dropped mid-upload (its checkpoint expired, its task was cancelled)
+    /// aborts the upload in the background.
+    fn drop(&mut self) {
+        let Some(mut upload) = self.upload.take() else {
+            return;
+        };
+        self.parts.abort_all();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = upload.abort().await;
+            });
+        }
     }
 }
 
