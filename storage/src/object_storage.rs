@@ -7,7 +7,6 @@
 
 use crate::failpoint;
 use crate::object_writer::ObjectWriter;
-use crate::state_snapshot::EncodedFile;
 use crate::{Result, StorageError};
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -156,7 +155,7 @@ impl ObjectStorage {
         ObjectWriter::new(self.clone(), key)
     }
 
-    /// Writes an object: `Bytes`, or an [`EncodedFile`] uploaded in its pieces.
+    /// Writes an object in one request (`Bytes`, or pieces collected into a payload).
     pub async fn put(&self, key: &str, payload: impl Into<PutPayload>) -> Result<()> {
         self.failpoint("object-store.put").await?;
         self.store
@@ -242,12 +241,6 @@ impl ObjectStorage {
             self.delete(&k).await?;
         }
         Ok(())
-    }
-}
-
-impl From<EncodedFile> for PutPayload {
-    fn from(file: EncodedFile) -> Self {
-        file.into_chunks().into_iter().collect()
     }
 }
 

@@ -233,8 +233,8 @@ impl JobUploader {
                 self.job,
                 key_safe(uid)
             );
-            uploaded += bytes.len() as u64;
             let file = self.put(key, bytes, epoch, written).await?;
+            uploaded += file.size;
             let entry = chain.entry(uid.to_string()).or_insert_with(|| UidState {
                 uid: uid.to_string(),
                 kind,
