@@ -8,6 +8,10 @@
 //! the file). Nothing is held per key of the base: compacting a chain or restoring it
 //! costs the sorted deltas and the batch being built, not a hash map of the whole state
 //! plus a second copy of it (what made compaction q18's peak of memory).
+//!
+//! The same merge, keeping deletions ([`KeyedMerge::keeping_deletions`]), writes each
+//! checkpoint's delta in key order in the first place, so a later compaction reads
+//! every file in place and sorts nothing.
 
 use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder};
 use arrow::array::RecordBatch;
@@ -33,16 +37,30 @@ pub struct KeyedMerge<'a> {
     /// `None` once every run is drained and the last batch sealed.
     builder: Option<KeyedEntriesBuilder>,
     sealed: VecDeque<RecordBatch>,
+    /// Emit a key whose last write deletes it (a delta's tombstone), not skip it.
+    keep_deletions: bool,
 }
 
 impl<'a> KeyedMerge<'a> {
-    /// Prepares the merge of `files` (oldest first); sorts the files not in key order.
+    /// Prepares the merge of `files` (oldest first) into the live entries (a base);
+    /// sorts the files not in key order.
     pub fn new(files: &'a [KeyedEntries]) -> Self {
+        Self::merging(files, false)
+    }
+
+    /// The merge of `files` into a delta: a key whose last write deletes it comes out
+    /// as a deletion, which the state it is applied to still needs.
+    pub fn keeping_deletions(files: &'a [KeyedEntries]) -> Self {
+        Self::merging(files, true)
+    }
+
+    fn merging(files: &'a [KeyedEntries], keep_deletions: bool) -> Self {
         let mut merge = KeyedMerge {
             runs: files.iter().map(run_of).collect(),
             heap: BinaryHeap::with_capacity(files.len()),
             builder: Some(KeyedEntriesBuilder::default()),
             sealed: VecDeque::new(),
+            keep_deletions,
         };
         for i in 0..merge.runs.len() {
             merge.advance(i);
@@ -59,8 +77,8 @@ impl<'a> KeyedMerge<'a> {
         }
     }
 
-    /// The next live entry in key order.
-    fn next_live(&mut self) -> Option<(u32, &'a [u8], &'a [u8])> {
+    /// The next key's last write, in key order (deletions skipped unless kept).
+    fn next_write(&mut self) -> Option<Entry<'a>> {
         loop {
             let Reverse((kg, key, Reverse(winner))) = self.heap.pop()?;
             let value = self.runs[winner].head.and_then(|(_, _, v)| v);
@@ -73,7 +91,7 @@ impl<'a> KeyedMerge<'a> {
                 self.heap.pop();
                 self.advance(older);
             }
-            if let Some(value) = value {
+            if value.is_some() || self.keep_deletions {
                 return Some((kg, key, value));
             }
         }
@@ -88,13 +106,13 @@ impl Iterator for KeyedMerge<'_> {
             if let Some(batch) = self.sealed.pop_front() {
                 return Some(batch);
             }
-            let Some((kg, key, value)) = self.next_live() else {
+            let Some((kg, key, value)) = self.next_write() else {
                 let last = self.builder.take()?.finish();
                 self.sealed.extend(last.into_batches());
                 continue;
             };
             let builder = self.builder.as_mut().expect("building until drained");
-            builder.push(kg, key, Some(value));
+            builder.push(kg, key, value);
             self.sealed.extend(builder.take_sealed());
         }
     }
@@ -177,8 +195,23 @@ mod tests {
                 })
                 .collect();
             writes.extend(deltas.iter().cloned());
+            let deltas: Vec<KeyedEntries> =
+                deltas.into_iter().map(KeyedEntries::from_entries).collect();
+            // The uploader writes a checkpoint's deltas as one file in key order,
+            // deletions kept: merged with the base it must read in place and agree.
+            let written =
+                KeyedEntries::from_sealed(KeyedMerge::keeping_deletions(&deltas).collect());
+            assert!(
+                in_key_order(&written),
+                "round {round}: a delta in key order"
+            );
+            assert_eq!(
+                merge_keyed(&[base.clone(), written]).to_entries(),
+                applied(&writes),
+                "round {round}: base + sorted delta"
+            );
             let mut files = vec![base.clone()];
-            files.extend(deltas.into_iter().map(KeyedEntries::from_entries));
+            files.extend(deltas);
             base = merge_keyed(&files);
             assert_eq!(base.to_entries(), applied(&writes), "round {round}");
             assert!(in_key_order(&base));
@@ -210,5 +243,11 @@ mod tests {
         );
         assert!(merge_keyed(&[]).is_empty());
         assert!(merge_keyed(&[KeyedEntries::from_entries([e(1, "a", None)])]).is_empty());
+        // A delta keeps the last write of each key, a deletion too.
+        let delta = KeyedEntries::from_sealed(KeyedMerge::keeping_deletions(&files[..2]).collect());
+        assert_eq!(
+            delta.to_entries(),
+            vec![e(1, "a", None), e(2, "b", Some("y"))]
+        );
     }
 }

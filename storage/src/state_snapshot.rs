@@ -49,6 +49,21 @@ impl DeltaData {
         }
     }
 
+    /// About the bytes its file would take (its columns' buffers), known before it
+    /// is encoded: whether a checkpoint compacts a chain is decided on it.
+    pub fn encoded_size(&self) -> usize {
+        let columns = |b: &RecordBatch| -> usize {
+            b.columns()
+                .iter()
+                .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
+                .sum()
+        };
+        match self {
+            DeltaData::Keyed(e) => e.batches().iter().map(columns).sum(),
+            DeltaData::Rows(r) => r.iter().map(|(ops, b)| ops.len() + columns(b)).sum(),
+        }
+    }
+
     /// The keyed entries (none if this is row data): a uid's files are all one kind.
     pub fn into_keyed(self) -> KeyedEntries {
         match self {
