@@ -117,7 +117,17 @@ pub fn from_checksummed_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Re
 
 /// Checks a state file read back against its handle.
 pub fn verify(file: &StateFile, bytes: &[u8]) -> Result<()> {
-    if bytes.len() as u64 != file.size || crc32fast::hash(bytes) != file.crc32 {
+    check(file, bytes.len(), crc32fast::hash(bytes))
+}
+
+/// [`verify`] of a memory-mapped file, its pages handed back as they are hashed (see
+/// [`crate::mapped_pages`]).
+pub fn verify_mapped(file: &StateFile, bytes: &bytes::Bytes) -> Result<()> {
+    check(file, bytes.len(), crate::mapped_pages::crc32(bytes))
+}
+
+fn check(file: &StateFile, len: usize, crc32: u32) -> Result<()> {
+    if len as u64 != file.size || crc32 != file.crc32 {
         return Err(StorageError::Corrupt(format!(
             "state file {} is damaged (size or checksum mismatch)",
             file.path

@@ -12,6 +12,7 @@
 use crate::{Result, StorageError};
 use arrow::array::{Array, BinaryArray, BinaryBuilder, RecordBatch, UInt32Array, UInt32Builder};
 use arrow::datatypes::{DataType, Field, Schema};
+use bytes::Bytes;
 use std::sync::{Arc, LazyLock};
 
 /// One keyed-state change, owned: `(key_group, key, Some(value) | None for a deletion)`.
@@ -41,6 +42,9 @@ pub fn keyed_schema() -> Arc<Schema> {
 #[derive(Debug, Clone, Default)]
 pub struct KeyedEntries {
     batches: Vec<RecordBatch>,
+    /// The memory-mapped file the batches were decoded from (zero-copy), kept alive
+    /// here: a merge hands its pages back as it reads (see [`crate::mapped_pages`]).
+    mapped_file: Option<Bytes>,
 }
 
 impl KeyedEntries {
@@ -57,7 +61,21 @@ impl KeyedEntries {
                 ));
             }
         }
-        Ok(Self { batches })
+        Ok(Self {
+            batches,
+            mapped_file: None,
+        })
+    }
+
+    /// Marks the batches as decoded from `file`, a memory-mapped state file.
+    pub fn in_mapped_file(mut self, file: Bytes) -> Self {
+        self.mapped_file = Some(file);
+        self
+    }
+
+    /// The memory-mapped file the batches point into, if any.
+    pub(crate) fn mapped_file(&self) -> Option<&Bytes> {
+        self.mapped_file.as_ref()
     }
 
     pub fn from_entries(entries: impl IntoIterator<Item = KeyedEntry>) -> Self {
@@ -70,7 +88,10 @@ impl KeyedEntries {
 
     /// Batches a [`KeyedEntriesBuilder`] sealed (their schema is the keyed one).
     pub(crate) fn from_sealed(batches: Vec<RecordBatch>) -> Self {
-        Self { batches }
+        Self {
+            batches,
+            mapped_file: None,
+        }
     }
 
     pub fn batches(&self) -> &[RecordBatch] {
@@ -91,13 +112,7 @@ impl KeyedEntries {
 
     /// Every entry, borrowed, in order.
     pub fn iter(&self) -> impl Iterator<Item = (u32, &[u8], Option<&[u8]>)> + '_ {
-        self.batches.iter().flat_map(|b| {
-            let (kg, key, value) = columns(b);
-            (0..b.num_rows()).map(move |i| {
-                let v = (!value.is_null(i)).then(|| value.value(i));
-                (kg.value(i), key.value(i), v)
-            })
-        })
+        self.batches.iter().flat_map(batch_entries)
     }
 
     /// Every entry, copied out.
@@ -106,6 +121,15 @@ impl KeyedEntries {
             .map(|(kg, k, v)| (kg, k.to_vec(), v.map(<[u8]>::to_vec)))
             .collect()
     }
+}
+
+/// The entries of one batch of a keyed file, borrowed, in order.
+pub(crate) fn batch_entries(b: &RecordBatch) -> impl Iterator<Item = (u32, &[u8], Option<&[u8]>)> {
+    let (kg, key, value) = columns(b);
+    (0..b.num_rows()).map(move |i| {
+        let v = (!value.is_null(i)).then(|| value.value(i));
+        (kg.value(i), key.value(i), v)
+    })
 }
 
 fn columns(b: &RecordBatch) -> (&UInt32Array, &BinaryArray, &BinaryArray) {
@@ -195,7 +219,7 @@ impl KeyedEntriesBuilder {
 
     pub fn finish(mut self) -> KeyedEntries {
         self.cut(false);
-        KeyedEntries { batches: self.done }
+        KeyedEntries::from_sealed(self.done)
     }
 }
 

@@ -13,7 +13,8 @@
 //! checkpoint's delta in key order in the first place, so a later compaction reads
 //! every file in place and sorts nothing.
 
-use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder};
+use crate::keyed_entries::{batch_entries, KeyedEntries, KeyedEntriesBuilder};
+use crate::mapped_pages;
 use arrow::array::RecordBatch;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -127,7 +128,7 @@ pub fn merge_keyed(files: &[KeyedEntries]) -> KeyedEntries {
 fn run_of(file: &KeyedEntries) -> Run<'_> {
     if in_key_order(file) {
         return Run {
-            rest: Box::new(file.iter()),
+            rest: Box::new(in_place(file)),
             head: None,
         };
     }
@@ -142,17 +143,36 @@ fn run_of(file: &KeyedEntries) -> Run<'_> {
     }
 }
 
-/// Strictly increasing keys: sorted, each key once.
-fn in_key_order(file: &KeyedEntries) -> bool {
-    let mut keys = file.iter().map(|(kg, key, _)| (kg, key));
-    let Some(mut prev) = keys.next() else {
-        return true;
-    };
-    keys.all(|k| {
-        let ordered = k > prev;
-        prev = k;
-        ordered
+/// A file's entries read in place, front to back. A mapped file's pages are handed
+/// back to the kernel a batch behind the reader (an entry still borrowed from that
+/// batch only faults its page in again), so the merge's resident set does not grow by
+/// the files it reads.
+fn in_place(file: &KeyedEntries) -> impl Iterator<Item = Entry<'_>> + Send + '_ {
+    let batches = file.batches();
+    batches.iter().enumerate().flat_map(move |(i, b)| {
+        if let (Some(mapped), Some(done)) = (file.mapped_file(), i.checked_sub(1)) {
+            mapped_pages::release(&batches[done], mapped);
+        }
+        batch_entries(b)
     })
+}
+
+/// Strictly increasing keys: sorted, each key once. A mapped file's pages are handed
+/// back as it is checked (the merge reads them again).
+fn in_key_order(file: &KeyedEntries) -> bool {
+    let mut prev: Option<(u32, &[u8])> = None;
+    for b in file.batches() {
+        for (kg, key, _) in batch_entries(b) {
+            if prev.is_some_and(|p| (kg, key) <= p) {
+                return false;
+            }
+            prev = Some((kg, key));
+        }
+        if let Some(mapped) = file.mapped_file() {
+            mapped_pages::release(b, mapped);
+        }
+    }
+    true
 }
 
 #[cfg(test)]

@@ -25,6 +25,8 @@
 //! - [`state_snapshot`]: operator state as Arrow IPC files (deltas and bases).
 //! - [`keyed_merge`]: `KeyedMerge`, keyed files applied in order (last write wins) and
 //!   streamed out in key order, a batch at a time.
+//! - [`mapped_pages`]: a mapped state file's pages handed back to the kernel once a
+//!   merge has read them.
 //! - [`keyed_entries`]: `KeyedEntries`, keyed-state changes as the Arrow columns a
 //!   state file holds (built without an allocation per entry).
 //! - [`checkpoint_meta`]: a checkpoint's `_metadata` (state files, source positions,
@@ -42,6 +44,7 @@ pub mod key_group;
 pub mod keyed_entries;
 pub mod keyed_merge;
 pub mod leader_lease;
+pub mod mapped_pages;
 pub mod meta_store;
 pub mod object_storage;
 pub mod object_writer;

@@ -194,6 +194,11 @@ impl ObjectStorage {
         }
     }
 
+    /// Whether `bytes`, returned by [`ObjectStorage::get`], is a memory map of a file.
+    pub fn is_mapped(&self, bytes: &Bytes) -> bool {
+        self.local_root.is_some() && !bytes.is_empty()
+    }
+
     /// Moves `from` to `to`, replacing `to`: an atomic rename in a local folder, a copy
     /// and a delete on S3. `Ok(false)` when `from` does not exist.
     pub async fn rename(&self, from: &str, to: &str) -> Result<bool> {

@@ -239,6 +239,19 @@ fn coalesced(buffers: Vec<Buffer>) -> Vec<Bytes> {
     chunks
 }
 
+/// [`decode`] of a memory-mapped file (see [`crate::mapped_pages`]): the pages the
+/// decoder touched (each batch's header, and the kernel's window around it) are
+/// handed back, and keyed entries remember the file, so that a merge hands back the
+/// pages it reads too.
+pub fn decode_mapped(kind: StateKind, file: Bytes) -> Result<DeltaData> {
+    let data = decode(kind, file.clone())?;
+    crate::mapped_pages::release_all(&file);
+    Ok(match data {
+        DeltaData::Keyed(e) => DeltaData::Keyed(e.in_mapped_file(file)),
+        rows => rows,
+    })
+}
+
 /// Decodes a state file. Row batches keep pointing into `bytes` (no copy).
 pub fn decode(kind: StateKind, bytes: bytes::Bytes) -> Result<DeltaData> {
     if bytes.is_empty() {

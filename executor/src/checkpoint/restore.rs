@@ -82,8 +82,15 @@ pub(crate) async fn read_chain(
         let bytes = storage.get(&f.path).await?.ok_or_else(|| {
             crate::ExecError::Internal(format!("state file {} is missing", f.path))
         })?;
-        checkpoint_meta::verify(f, &bytes)?;
-        datas.push(state_snapshot::decode(u.kind, bytes)?);
+        // A mapped local file is checked and decoded without staying resident.
+        let data = if storage.is_mapped(&bytes) {
+            checkpoint_meta::verify_mapped(f, &bytes)?;
+            state_snapshot::decode_mapped(u.kind, bytes)?
+        } else {
+            checkpoint_meta::verify(f, &bytes)?;
+            state_snapshot::decode(u.kind, bytes)?
+        };
+        datas.push(data);
     }
     Ok(datas)
 }
