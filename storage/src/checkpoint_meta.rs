@@ -122,8 +122,12 @@ pub fn verify(file: &StateFile, bytes: &[u8]) -> Result<()> {
 
 /// [`verify`] of a memory-mapped file, its pages handed back as they are hashed (see
 /// [`crate::mapped_pages`]).
-pub fn verify_mapped(file: &StateFile, bytes: &bytes::Bytes) -> Result<()> {
-    check(file, bytes.len(), crate::mapped_pages::crc32(bytes))
+pub fn verify_mapped(file: &StateFile, mapped: &crate::mapped_pages::MappedFile) -> Result<()> {
+    check(
+        file,
+        mapped.bytes().len(),
+        crate::mapped_pages::crc32(mapped),
+    )
 }
 
 fn check(file: &StateFile, len: usize, crc32: u32) -> Result<()> {

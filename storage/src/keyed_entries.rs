@@ -9,10 +9,10 @@
 //! into a column buffer ([`KeyedEntriesBuilder::push_with`]), and a decoded file's
 //! entries keep pointing into the file's bytes.
 
+use crate::mapped_pages::MappedFile;
 use crate::{Result, StorageError};
 use arrow::array::{Array, BinaryArray, BinaryBuilder, RecordBatch, UInt32Array, UInt32Builder};
 use arrow::datatypes::{DataType, Field, Schema};
-use bytes::Bytes;
 use std::sync::{Arc, LazyLock};
 
 /// One keyed-state change, owned: `(key_group, key, Some(value) | None for a deletion)`.
@@ -44,7 +44,7 @@ pub struct KeyedEntries {
     batches: Vec<RecordBatch>,
     /// The memory-mapped file the batches were decoded from (zero-copy), kept alive
     /// here: a merge hands its pages back as it reads (see [`crate::mapped_pages`]).
-    mapped_file: Option<Bytes>,
+    mapped_file: Option<MappedFile>,
 }
 
 impl KeyedEntries {
@@ -67,14 +67,14 @@ impl KeyedEntries {
         })
     }
 
-    /// Marks the batches as decoded from `file`, a memory-mapped state file.
-    pub fn in_mapped_file(mut self, file: Bytes) -> Self {
+    /// Marks the batches as decoded from `file`.
+    pub(crate) fn in_mapped_file(mut self, file: MappedFile) -> Self {
         self.mapped_file = Some(file);
         self
     }
 
     /// The memory-mapped file the batches point into, if any.
-    pub(crate) fn mapped_file(&self) -> Option<&Bytes> {
+    pub(crate) fn mapped_file(&self) -> Option<&MappedFile> {
         self.mapped_file.as_ref()
     }
 

@@ -2,10 +2,11 @@
 //! deletes) and streamed out as the live entries in (key group, key) order, one
 //! column batch at a time.
 //!
-//! It is a k-way merge of one sorted run per file. A base is written by this merge,
-//! so it is already in key order and is read in place; a delta is in the hash order
-//! its state table kept, so its entries are sorted first (40 bytes each, borrowed from
-//! the file). Nothing is held per key of the base: compacting a chain or restoring it
+//! It is a k-way merge of one sorted run per file. A file written by this merge (a
+//! base, or a delta since deltas are written by it too) is in key order and is read
+//! in place; a file in another order (a checkpoint's changes in the hash order their
+//! state table kept, a delta of an older version) has its entries sorted first (40
+//! bytes each, borrowed from the file). Nothing is held per key of the base: compacting a chain or restoring it
 //! costs the sorted deltas and the batch being built, not a hash map of the whole state
 //! plus a second copy of it (what made compaction q18's peak of memory).
 //!

@@ -1,22 +1,48 @@
 //! Handing a mapped state file's pages back to the kernel once they are read.
 //!
 //! A local checkpoint file is read through a memory map (see
-//! [`crate::object_storage::ObjectStorage::get`]). A merge reads its files once, front
+//! [`crate::object_storage::ObjectStorage::get_object`]). A merge reads its files once, front
 //! to back, and every page it touches stays in the process's resident set until the
 //! map is dropped: q18's compaction of two deltas held 1.4 GB of file-backed RSS beside
 //! the operator's state. `MADV_DONTNEED` on a read-only shared file mapping only
 //! unmaps the pages: the file's data stays in the page cache, and reading the range
 //! again faults the same bytes back in. It is applied only to addresses inside a live
-//! map of a file: on anonymous memory it would zero the data.
+//! map of a file, a [`MappedFile`] (which only this module makes, and only
+//! `ObjectStorage::get_object` asks for): on anonymous memory it would zero the data.
 
 use arrow::array::{Array, RecordBatch};
 use bytes::Bytes;
 
-/// The pages of `batch` that lie inside `file`, a memory-mapped file whose `Bytes`
-/// keep the map alive, are unmapped from the process (see the module doc). Buffers
-/// outside `file` (copied while decoding, say) are left alone.
-pub fn release(batch: &RecordBatch, file: &Bytes) {
-    let file_range = file.as_ptr() as usize..file.as_ptr() as usize + file.len();
+/// A whole local file mapped read-only into memory. Only this module makes one, from
+/// a real map: the page hand-back below is sound only on such memory, so the type,
+/// not a caller's promise, says where it may happen.
+#[derive(Debug, Clone)]
+pub struct MappedFile(Bytes);
+
+impl MappedFile {
+    /// Maps `file`, which must not be empty (an empty map is an error).
+    pub(crate) fn map(file: &std::fs::File) -> std::io::Result<MappedFile> {
+        // SAFETY: checkpoint files are never written again once complete (see
+        // `ObjectStorage::get`); deleting one keeps its data until the map is dropped.
+        let map = unsafe { memmap2::Mmap::map(file)? };
+        Ok(MappedFile(Bytes::from_owner(map)))
+    }
+
+    /// The file's bytes (they keep the map alive).
+    pub fn bytes(&self) -> &Bytes {
+        &self.0
+    }
+
+    fn range(&self) -> std::ops::Range<usize> {
+        let start = self.0.as_ptr() as usize;
+        start..start + self.0.len()
+    }
+}
+
+/// The pages of `batch` that lie inside `file` are unmapped from the process (see the
+/// module doc). Buffers outside `file` (copied while decoding, say) are left alone.
+pub(crate) fn release(batch: &RecordBatch, file: &MappedFile) {
+    let file_range = file.range();
     let mut lo = usize::MAX;
     let mut hi = 0;
     for column in batch.columns() {
@@ -39,19 +65,19 @@ pub fn release(batch: &RecordBatch, file: &Bytes) {
     }
 }
 
-/// Every page of `file` (a memory-mapped file) is unmapped from the process: what
-/// reads it next faults back in only what it touches.
-pub fn release_all(file: &Bytes) {
-    let start = file.as_ptr() as usize;
-    unmap(start, start + file.len());
+/// Every page of `file` is unmapped from the process: what reads it next faults back
+/// in only what it touches.
+pub(crate) fn release_all(file: &MappedFile) {
+    let range = file.range();
+    unmap(range.start, range.end);
 }
 
-/// The CRC-32 of `file` (a memory-mapped file), its pages handed back as they are
-/// hashed: checking a file before reading it does not make all of it resident.
-pub fn crc32(file: &Bytes) -> u32 {
+/// The CRC-32 of `file`, its pages handed back as they are hashed: checking a file
+/// before reading it does not make all of it resident.
+pub(crate) fn crc32(file: &MappedFile) -> u32 {
     const CHUNK: usize = 4 << 20;
     let mut hasher = crc32fast::Hasher::new();
-    for chunk in file.chunks(CHUNK) {
+    for chunk in file.bytes().chunks(CHUNK) {
         hasher.update(chunk);
         let start = chunk.as_ptr() as usize;
         unmap(start, start + chunk.len());
@@ -71,8 +97,8 @@ fn unmap(lo: usize, hi: usize) {
     let start = lo.div_ceil(page) * page;
     let end = hi / page * page;
     if start < end {
-        // SAFETY: [start, end) lies inside a read-only shared map of a file that a
-        // caller's `Bytes` keeps alive; MADV_DONTNEED there drops page-table entries
+        // SAFETY: callers pass a range inside a `MappedFile` they borrow, so [start,
+        // end) lies inside a live read-only shared map of a file; MADV_DONTNEED there drops page-table entries
         // only, and later reads fault the file's unchanged bytes back in.
         unsafe {
             libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
@@ -87,7 +113,6 @@ fn unmap(_lo: usize, _hi: usize) {}
 mod tests {
     use crate::keyed_merge::merge_keyed;
     use crate::state_snapshot::{self, DeltaData, KeyedEntries};
-    use bytes::Bytes;
     use std::io::Write;
 
     /// The resident KiB of the mapping that starts at `addr` (`/proc/self/smaps`).
@@ -100,10 +125,8 @@ mod tests {
         rss.split_whitespace().nth(1).unwrap().parse().unwrap()
     }
 
-    fn map(path: &std::path::Path) -> Bytes {
-        let file = std::fs::File::open(path).unwrap();
-        // SAFETY: the test's file is not written again.
-        Bytes::from_owner(unsafe { memmap2::Mmap::map(&file).unwrap() })
+    fn map(path: &std::path::Path) -> super::MappedFile {
+        super::MappedFile::map(&std::fs::File::open(path).unwrap()).unwrap()
     }
 
     /// Hashing a mapped file gives its CRC and leaves little of it resident. A merge
@@ -129,19 +152,20 @@ mod tests {
 
         let marked = map(tmp.path());
         assert_eq!(super::crc32(&marked), crc32fast::hash(&encoded.to_bytes()));
-        let hashed = resident_kib(marked.as_ptr());
+        let hashed = resident_kib(marked.bytes().as_ptr());
         let data = state_snapshot::decode_mapped(state_snapshot::StateKind::Keyed, marked.clone())
             .unwrap()
             .into_keyed();
         assert!(merge_keyed(&[data]).to_entries() == entries.to_entries());
-        let released = resident_kib(marked.as_ptr());
+        let released = resident_kib(marked.bytes().as_ptr());
 
         let unmarked = map(tmp.path());
-        let data = state_snapshot::decode(state_snapshot::StateKind::Keyed, unmarked.clone())
-            .unwrap()
-            .into_keyed();
+        let data =
+            state_snapshot::decode(state_snapshot::StateKind::Keyed, unmarked.bytes().clone())
+                .unwrap()
+                .into_keyed();
         assert!(merge_keyed(&[data]).to_entries() == entries.to_entries());
-        let kept = resident_kib(unmarked.as_ptr());
+        let kept = resident_kib(unmarked.bytes().as_ptr());
 
         assert!(
             released < file_kib / 3,

@@ -6,6 +6,7 @@
 //! uploads fail or stall.
 
 use crate::failpoint;
+use crate::mapped_pages::MappedFile;
 use crate::object_writer::ObjectWriter;
 use crate::{Result, StorageError};
 use bytes::Bytes;
@@ -172,15 +173,20 @@ impl ObjectStorage {
     /// recovery time). Checkpoint files are immutable once written, and deleting a
     /// mapped file keeps its data until the mapping is dropped.
     pub async fn get(&self, key: &str) -> Result<Option<Bytes>> {
+        Ok(self.get_object(key).await?.map(StoredObject::into_bytes))
+    }
+
+    /// [`ObjectStorage::get`], saying whether the bytes are a map of a local file
+    /// (whose pages a reader may hand back, see [`crate::mapped_pages`]).
+    pub async fn get_object(&self, key: &str) -> Result<Option<StoredObject>> {
         self.failpoint("object-store.get").await?;
         if let Some(root) = &self.local_root {
             let path = root.join(key);
             return tokio::task::spawn_blocking(move || match std::fs::File::open(&path) {
-                Ok(file) if file.metadata()?.len() == 0 => Ok(Some(Bytes::new())),
-                // SAFETY: the file is never written again (see above).
-                Ok(file) => Ok(Some(Bytes::from_owner(unsafe {
-                    memmap2::Mmap::map(&file)?
-                }))),
+                Ok(file) if file.metadata()?.len() == 0 => {
+                    Ok(Some(StoredObject::Fetched(Bytes::new())))
+                }
+                Ok(file) => Ok(Some(StoredObject::Mapped(MappedFile::map(&file)?))),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(e.into()),
             })
@@ -188,15 +194,12 @@ impl ObjectStorage {
             .map_err(|e| StorageError::Io(std::io::Error::other(e.to_string())))?;
         }
         match self.store.get(&self.path(key)).await {
-            Ok(r) => Ok(Some(r.bytes().await.map_err(os_err)?)),
+            Ok(r) => Ok(Some(StoredObject::Fetched(
+                r.bytes().await.map_err(os_err)?,
+            ))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(os_err(e)),
         }
-    }
-
-    /// Whether `bytes`, returned by [`ObjectStorage::get`], is a memory map of a file.
-    pub fn is_mapped(&self, bytes: &Bytes) -> bool {
-        self.local_root.is_some() && !bytes.is_empty()
     }
 
     /// Moves `from` to `to`, replacing `to`: an atomic rename in a local folder, a copy
@@ -266,6 +269,28 @@ mod tests {
         assert_eq!(s.list("a").await.unwrap(), vec![("a/b/c".to_string(), 5)]);
         s.delete_prefix("a").await.unwrap();
         assert!(s.list("a").await.unwrap().is_empty());
+    }
+}
+
+/// An object read whole: a map of a local file, or bytes fetched into memory.
+pub enum StoredObject {
+    Mapped(MappedFile),
+    Fetched(Bytes),
+}
+
+impl StoredObject {
+    pub fn bytes(&self) -> &Bytes {
+        match self {
+            StoredObject::Mapped(m) => m.bytes(),
+            StoredObject::Fetched(b) => b,
+        }
+    }
+
+    pub fn into_bytes(self) -> Bytes {
+        match self {
+            StoredObject::Mapped(m) => m.bytes().clone(),
+            StoredObject::Fetched(b) => b,
+        }
     }
 }
 

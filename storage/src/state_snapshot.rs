@@ -12,6 +12,7 @@
 
 pub use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder, KeyedEntry};
 pub use crate::keyed_merge::{merge_keyed, KeyedMerge};
+use crate::mapped_pages::MappedFile;
 use crate::Result;
 use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
@@ -243,8 +244,8 @@ fn coalesced(buffers: Vec<Buffer>) -> Vec<Bytes> {
 /// decoder touched (each batch's header, and the kernel's window around it) are
 /// handed back, and keyed entries remember the file, so that a merge hands back the
 /// pages it reads too.
-pub fn decode_mapped(kind: StateKind, file: Bytes) -> Result<DeltaData> {
-    let data = decode(kind, file.clone())?;
+pub fn decode_mapped(kind: StateKind, file: MappedFile) -> Result<DeltaData> {
+    let data = decode(kind, file.bytes().clone())?;
     crate::mapped_pages::release_all(&file);
     Ok(match data {
         DeltaData::Keyed(e) => DeltaData::Keyed(e.in_mapped_file(file)),

@@ -9,7 +9,7 @@ use crate::metrics::metrics;
 use crate::progress::{ProgressBoard, Task, Unit};
 use std::collections::HashMap;
 use weir_storage::checkpoint_meta::{self, CheckpointMetadata, UidState};
-use weir_storage::object_storage::ObjectStorage;
+use weir_storage::object_storage::{ObjectStorage, StoredObject};
 use weir_storage::state_snapshot::{self, DeltaData, KeyedEntries, RowChange, StateKind};
 
 /// What a job starts from: its restored chain and retained checkpoints (empty for a
@@ -79,16 +79,19 @@ pub(crate) async fn read_chain(
 ) -> crate::Result<Vec<DeltaData>> {
     let mut datas = Vec::with_capacity(u.files.len());
     for f in &u.files {
-        let bytes = storage.get(&f.path).await?.ok_or_else(|| {
+        let object = storage.get_object(&f.path).await?.ok_or_else(|| {
             crate::ExecError::Internal(format!("state file {} is missing", f.path))
         })?;
         // A mapped local file is checked and decoded without staying resident.
-        let data = if storage.is_mapped(&bytes) {
-            checkpoint_meta::verify_mapped(f, &bytes)?;
-            state_snapshot::decode_mapped(u.kind, bytes)?
-        } else {
-            checkpoint_meta::verify(f, &bytes)?;
-            state_snapshot::decode(u.kind, bytes)?
+        let data = match object {
+            StoredObject::Mapped(mapped) => {
+                checkpoint_meta::verify_mapped(f, &mapped)?;
+                state_snapshot::decode_mapped(u.kind, mapped)?
+            }
+            StoredObject::Fetched(bytes) => {
+                checkpoint_meta::verify(f, &bytes)?;
+                state_snapshot::decode(u.kind, bytes)?
+            }
         };
         datas.push(data);
     }

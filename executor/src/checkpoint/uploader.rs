@@ -7,9 +7,12 @@
 //! per operator uid that changed, and the metadata references the chain
 //! `base, delta, delta, ...`. When the deltas outgrow the base (or the chain gets long)
 //! the chain is compacted into a new base, in this task, off the data path: a k-way
-//! merge streamed into a multipart upload a batch at a time (`write_merged_keyed`), so
-//! the new base is never whole in memory. With `incremental = false` every checkpoint
-//! rewrites a full base per uid.
+//! merge streamed into a multipart upload a batch at a time (`write_keyed`), so
+//! the new base is never whole in memory. Each keyed delta is written by the same
+//! merge (keeping deletions), in key order, so a compaction reads every file in place
+//! and sorts nothing; a uid that compacts merges this checkpoint's changes straight
+//! into the new base (no delta that no `_metadata` would reference). With
+//! `incremental = false` every checkpoint rewrites a full base per uid.
 
 use super::config::CheckpointConfig;
 use super::restore::{metadata_key, JobStart};
@@ -251,6 +254,13 @@ impl JobUploader {
                 kind,
                 files: vec![],
             });
+            if u.kind != kind {
+                // Merging would read one kind as the other and drop it: fail loudly.
+                return Err(crate::ExecError::Internal(format!(
+                    "uid {uid} changed its state kind"
+                )));
+            }
+            // An upper bound of the delta's size: its file holds each key once.
             let new_bytes: u64 = parts.iter().map(|p| p.encoded_size() as u64).sum();
             let file = if !is_inflight_uid(&uid) && self.needs_base(u, new_bytes) {
                 // The chain and this checkpoint's changes merged straight into a new
