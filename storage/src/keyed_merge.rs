@@ -6,9 +6,10 @@
 //! base, or a delta since deltas are written by it too) is in key order and is read
 //! in place; a file in another order (a checkpoint's changes in the hash order their
 //! state table kept, a delta of an older version) has its entries sorted first (40
-//! bytes each, borrowed from the file). Nothing is held per key of the base: compacting a chain or restoring it
-//! costs the sorted deltas and the batch being built, not a hash map of the whole state
-//! plus a second copy of it (what made compaction q18's peak of memory).
+//! bytes each, borrowed from the file). Nothing is held per key of the base:
+//! compacting a chain or restoring it costs the batch being built (and the sorted
+//! entries of a file not in key order), not a hash map of the whole state plus a
+//! second copy of it (what made compaction q18's peak of memory).
 //!
 //! The same merge, keeping deletions ([`KeyedMerge::keeping_deletions`]), writes each
 //! checkpoint's delta in key order in the first place, so a later compaction reads

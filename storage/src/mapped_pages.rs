@@ -1,10 +1,10 @@
 //! Handing a mapped state file's pages back to the kernel once they are read.
 //!
 //! A local checkpoint file is read through a memory map (see
-//! [`crate::object_storage::ObjectStorage::get_object`]). A merge reads its files once, front
-//! to back, and every page it touches stays in the process's resident set until the
-//! map is dropped: q18's compaction of two deltas held 1.4 GB of file-backed RSS beside
-//! the operator's state. `MADV_DONTNEED` on a read-only shared file mapping only
+//! [`crate::object_storage::ObjectStorage::get_object`]). A merge reads its files once,
+//! front to back, and every page it touches stays in the process's resident set until
+//! the map is dropped: q18's compaction of two deltas held 1.4 GB of file-backed RSS
+//! beside the operator's state. `MADV_DONTNEED` on a read-only shared file mapping only
 //! unmaps the pages: the file's data stays in the page cache, and reading the range
 //! again faults the same bytes back in. It is applied only to addresses inside a live
 //! map of a file, a [`MappedFile`] (which only this module makes, and only
@@ -98,8 +98,9 @@ fn unmap(lo: usize, hi: usize) {
     let end = hi / page * page;
     if start < end {
         // SAFETY: callers pass a range inside a `MappedFile` they borrow, so [start,
-        // end) lies inside a live read-only shared map of a file; MADV_DONTNEED there drops page-table entries
-        // only, and later reads fault the file's unchanged bytes back in.
+        // end) lies inside a live read-only shared map of a file; MADV_DONTNEED there
+        // drops page-table entries only, and later reads fault the file's unchanged
+        // bytes back in.
         unsafe {
             libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
         }

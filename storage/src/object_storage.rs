@@ -279,13 +279,6 @@ pub enum StoredObject {
 }
 
 impl StoredObject {
-    pub fn bytes(&self) -> &Bytes {
-        match self {
-            StoredObject::Mapped(m) => m.bytes(),
-            StoredObject::Fetched(b) => b,
-        }
-    }
-
     pub fn into_bytes(self) -> Bytes {
         match self {
             StoredObject::Mapped(m) => m.bytes().clone(),

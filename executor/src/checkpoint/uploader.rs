@@ -381,8 +381,7 @@ async fn write_merged(
         }
         StateKind::Rows => {
             let merged = tokio::task::block_in_place(|| merge_chain(kind, datas))?;
-            let file = tokio::task::block_in_place(|| state_snapshot::encode(&merged))?;
-            Ok(writer.write_all(file.into_chunks()).await?)
+            write_rows(writer, &[&merged]).await
         }
     }
 }
@@ -403,11 +402,14 @@ async fn write_delta(
             let files: Vec<_> = parts.iter().map(|d| (*d).clone().into_keyed()).collect();
             write_keyed(writer, || KeyedMerge::keeping_deletions(&files)).await
         }
-        StateKind::Rows => {
-            let file = tokio::task::block_in_place(|| state_snapshot::encode_parts(parts))?;
-            Ok(writer.write_all(file.into_chunks()).await?)
-        }
+        StateKind::Rows => write_rows(writer, parts).await,
     }
+}
+
+/// Writes row changes (in order) as one file.
+async fn write_rows(writer: ObjectWriter, parts: &[&DeltaData]) -> crate::Result<Written> {
+    let file = tokio::task::block_in_place(|| state_snapshot::encode_parts(parts))?;
+    Ok(writer.write_all(file.into_chunks()).await?)
 }
 
 /// Streams a merge of keyed files into `writer` a batch at a time: the merged
