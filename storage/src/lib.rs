@@ -59,7 +59,7 @@ pub mod test_rng;
 
 pub use key_group::{KeyGroup, KeyGroupRange};
 pub use state_backend::{MemoryStateBackend, StateBackend, StateKey, WriteBatch};
-pub use state_table::{StateTable, Visit};
+pub use state_table::{Replaced, StateTable, Visit};
 pub use table_log::{LogOffset, LogSync, TableLog};
 
 /// Errors of the storage layer. I/O and corruption are kept apart because recovery

@@ -41,6 +41,16 @@ pub enum Visit {
     Removed,
 }
 
+/// What [`StateTable::replace_with`] replaced.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Replaced<V> {
+    /// The value before (`None`: the key was absent).
+    pub before: Option<V>,
+    /// The key's first change since the last flush: `before` is what it held then,
+    /// the image an operator diffs its barrier's output against.
+    pub first_since_flush: bool,
+}
+
 /// One key: its value, or `None` for a removal that a flush or the next checkpoint
 /// still has to record (a tombstone), and where its change stands.
 struct Slot<V> {
@@ -240,6 +250,44 @@ impl<V: StateValue> StateTable<V> {
         };
         Self::mark_dirty(slot, h, &mut self.dirty);
         slot.value.as_mut().expect("a value was just set")
+    }
+
+    /// Offers `key` a new value in one lookup: `choose` sees the current value and
+    /// returns its replacement, or `None` to leave the key as it is (not marked
+    /// dirty). A Top-1 compares a chunk's best row with its partition's and writes
+    /// the winner this way, where a read and a write had cost two lookups.
+    pub fn replace_with(
+        &mut self,
+        key: &[u8],
+        choose: impl FnOnce(Option<&V>) -> Option<V>,
+    ) -> Option<Replaced<V>> {
+        let h = self.hash(key);
+        let hasher = &self.hasher;
+        let slot = match self
+            .slots
+            .entry(h, |s| &*s.key == key, |s| hasher.hash_one(&*s.key))
+        {
+            Entry::Occupied(e) => {
+                let slot = e.into_mut();
+                let new = choose(slot.value.as_ref())?;
+                self.live += usize::from(slot.value.is_none());
+                let replaced = Replaced {
+                    before: slot.value.replace(new),
+                    first_since_flush: !slot.dirty,
+                };
+                Self::mark_dirty(slot, h, &mut self.dirty);
+                return Some(replaced);
+            }
+            Entry::Vacant(e) => e,
+        };
+        let new = choose(None)?;
+        self.live += 1;
+        let inserted = slot.insert(Slot::new(key.into(), new)).into_mut();
+        Self::mark_dirty(inserted, h, &mut self.dirty);
+        Some(Replaced {
+            before: None,
+            first_since_flush: true,
+        })
     }
 
     /// Removes the key. One that nothing outside the table knows (born since the last
@@ -443,6 +491,35 @@ mod tests {
         );
         assert!(t.take_checkpoint_delta().is_empty());
         assert_eq!(backend.len(), 0, "an in-heap backend keeps no second copy");
+    }
+
+    #[test]
+    fn replace_with_reports_the_image_of_the_first_change_since_a_flush() {
+        let mut t: StateTable<i64> = StateTable::new("top", 16, MemoryStateBackend::new());
+        let larger = |n: i64| move |v: Option<&i64>| v.is_none_or(|v| n > *v).then_some(n);
+        let replaced = |before, first_since_flush| {
+            Some(Replaced {
+                before,
+                first_since_flush,
+            })
+        };
+        assert_eq!(t.replace_with(b"k", larger(5)), replaced(None, true));
+        assert_eq!(t.replace_with(b"k", larger(7)), replaced(Some(5), false));
+        assert_eq!(t.replace_with(b"k", larger(6)), None, "kept: not a change");
+        assert_eq!(t.replace_with(b"absent", |_| None), None);
+        assert_eq!(t.get(b"absent"), None, "declined: nothing inserted");
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.flush().unwrap(), 1);
+        assert_eq!(t.replace_with(b"k", larger(6)), None);
+        assert_eq!(t.flush().unwrap(), 0, "a declined offer dirties nothing");
+        assert_eq!(t.replace_with(b"k", larger(9)), replaced(Some(7), true));
+        t.flush().unwrap();
+        assert_eq!(delta(&mut t), vec![(b"k".to_vec(), Some(9i64.encode()))]);
+        // A tombstone the image still needs comes back to life.
+        t.remove(b"k");
+        assert_eq!(t.len(), 0);
+        assert_eq!(t.replace_with(b"k", larger(1)), replaced(None, false));
+        assert_eq!((t.len(), t.get(b"k")), (1, Some(&1)));
     }
 
     #[test]

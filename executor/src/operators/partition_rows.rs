@@ -159,7 +159,12 @@ pub struct PartitionedOperator<S: Shown> {
     epoch_before: HashMap<Vec<u8>, Vec<ShownRow>>,
     /// The Top-1 path's `epoch_before`: each changed partition as it was before its
     /// first change, moved out of the state (its row is retracted at the barrier).
-    first_before: HashMap<Vec<u8>, Partition>,
+    /// A list, not a map: the state table says which change is a key's first since
+    /// the last barrier, so each key is here once without a lookup.
+    first_before: Vec<(Vec<u8>, Option<Partition>)>,
+    /// The Top-1 path restored with its output not checkpointed: the next barrier
+    /// emits every partition's first row, and retracts nothing.
+    first_reemit: bool,
     /// [`Shown::first_row_only`] over an append-only input: the extra columns' values.
     first_only: Option<Vec<ScalarValue>>,
 }
@@ -200,17 +205,15 @@ impl<S: Shown> PartitionedOperator<S> {
             state.load(restore.key_groups.start, restore.key_groups.end)?;
         }
         let first_only = shown.first_row_only().filter(|_| layout.append_only_input);
-        let (mut epoch_before, mut first_before) = (HashMap::new(), HashMap::new());
-        if restore.restored && restore.reemit {
+        let reemit = restore.restored && restore.reemit;
+        let mut epoch_before = HashMap::new();
+        if reemit && first_only.is_none() {
             for k in state.keys() {
-                if first_only.is_some() {
-                    first_before.insert(k.to_vec(), Partition::default());
-                } else {
-                    epoch_before.insert(k.to_vec(), Vec::new());
-                }
+                epoch_before.insert(k.to_vec(), Vec::new());
             }
         }
         Ok(Self {
+            first_reemit: reemit && first_only.is_some(),
             first_only,
             layout,
             shown,
@@ -220,7 +223,7 @@ impl<S: Shown> PartitionedOperator<S> {
             extra_converter,
             state,
             epoch_before,
-            first_before,
+            first_before: Vec::new(),
         })
     }
 
@@ -294,29 +297,19 @@ impl<S: Shown> PartitionedOperator<S> {
         rows: Option<&Rows>,
     ) {
         let row_of = |i: usize| -> &[u8] { rows.map(|r| r.row(i).data()).unwrap_or_default() };
+        let entry = |i: usize| (sorts.row(i).data(), row_of(i));
         for (g, key) in keys.iter().enumerate() {
-            let beats = |i: usize, f: Option<(&[u8], &[u8])>| {
-                f.is_none_or(|f| (sorts.row(i).data(), row_of(i)) < f)
-            };
-            // One lookup of the first row for the whole group, one write of its winner.
-            let first = first_row(self.state.get(key));
-            let mut best: Option<usize> = None;
-            for &i in groups.rows(g) {
-                let leader = best.map(|b| (sorts.row(b).data(), row_of(b))).or(first);
-                if beats(i, leader) {
-                    best = Some(i);
-                }
-            }
+            // One lookup for the whole group: its best row against the partition's.
+            let best = groups.rows(g).iter().copied().min_by_key(|&i| entry(i));
             let Some(best) = best else {
                 continue;
             };
-            let winner = Partition::only(sorts.row(best).data(), row_of(best));
-            let before = std::mem::replace(
-                self.state.get_or_insert_with(key, Partition::default),
-                winner,
-            );
-            if !self.first_before.contains_key(*key) {
-                self.first_before.insert(key.to_vec(), before);
+            let replaced = self.state.replace_with(key, |partition| {
+                let beats = first_row(partition).is_none_or(|first| entry(best) < first);
+                beats.then(|| Partition::only(sorts.row(best).data(), row_of(best)))
+            });
+            if let Some(replaced) = replaced.filter(|r| r.first_since_flush) {
+                self.first_before.push((key.to_vec(), replaced.before));
             }
         }
     }
@@ -328,16 +321,23 @@ impl<S: Shown> PartitionedOperator<S> {
         extras: &[ScalarValue],
         out: &mut Vec<StreamChunk>,
     ) -> Result<()> {
-        let changed: Vec<(Vec<u8>, Partition)> = self.first_before.drain().collect();
+        // Taken and given back: its allocation serves the next epoch.
+        let mut changed = std::mem::take(&mut self.first_before);
         let mut ops = Vec::new();
         let mut rows: Vec<&[u8]> = Vec::new();
-        for (key, before) in &changed {
-            let before = first_row(Some(before)).map(|(_, r)| r);
-            let after = self
-                .state
-                .get(key)
-                .and_then(|p| p.present().next())
-                .map(|(_, r)| r);
+        let reemit = std::mem::take(&mut self.first_reemit);
+        if reemit {
+            // Nothing downstream saw the restored rows: every first row is new to it.
+            for key in self.state.keys() {
+                if let Some((_, row)) = first_row(self.state.get(key)) {
+                    ops.push(Op::Insert);
+                    rows.push(row);
+                }
+            }
+        }
+        for (key, before) in changed.iter().filter(|_| !reemit) {
+            let before = first_row(before.as_ref()).map(|(_, r)| r);
+            let after = first_row(self.state.get(key)).map(|(_, r)| r);
             if before == after {
                 continue;
             }
@@ -361,6 +361,8 @@ impl<S: Shown> PartitionedOperator<S> {
                 columns,
             )?);
         }
+        changed.clear();
+        self.first_before = changed;
         self.state.flush()?;
         Ok(())
     }

@@ -164,10 +164,23 @@ mod tests {
     use arrow::array::{AsArray, Int64Array, RecordBatch};
     use arrow::compute::SortOptions;
     use arrow::datatypes::{Field, Int64Type, Schema, UInt64Type};
+    use weir_storage::state_snapshot::DeltaData;
     use weir_storage::MemoryStateBackend;
 
     /// `ROW_NUMBER() OVER (PARTITION BY k ORDER BY t DESC) = 1` over rows `(k, t, v)`.
     fn top_one(append_only_input: bool) -> TopNOperator {
+        top_one_on(
+            append_only_input,
+            MemoryStateBackend::new(),
+            StateRestore::fresh(128),
+        )
+    }
+
+    fn top_one_on(
+        append_only_input: bool,
+        backend: Arc<dyn StateBackend>,
+        restore: StateRestore,
+    ) -> TopNOperator {
         let int = |n: &str| Field::new(n, DataType::Int64, true);
         let layout = PartitionLayout {
             uid: "v.topn.test".into(),
@@ -194,7 +207,7 @@ mod tests {
             limit: 1,
             ranking: Some(Ranking::RowNumber),
         };
-        top_n_operator(spec, MemoryStateBackend::new(), StateRestore::fresh(128)).unwrap()
+        top_n_operator(spec, backend, restore).unwrap()
     }
 
     fn chunk(rows: &[(i64, i64, i64)]) -> StreamChunk {
@@ -239,11 +252,11 @@ mod tests {
         epochs
     }
 
-    #[test]
-    fn top_one_over_inserts_emits_what_the_general_top_n_does() {
-        // Times mostly rising per key, some older and some tied (broken by the row).
-        let mut x: i64 = 7;
-        let input: Vec<Vec<(i64, i64, i64)>> = (0..20)
+    /// Epochs of rows (k, t, v): times mostly rising per key, some older and some
+    /// tied (broken by the row).
+    fn epochs(seed: i64, count: i64) -> Vec<Vec<(i64, i64, i64)>> {
+        let mut x = seed;
+        (0..count)
             .map(|e| {
                 (0..50)
                     .map(|i| {
@@ -252,7 +265,55 @@ mod tests {
                     })
                     .collect()
             })
-            .collect();
+            .collect()
+    }
+
+    /// The operator restored from its own checkpoint, its view's rows to be emitted
+    /// again (`reemit`: they were not checkpointed).
+    fn restored_to_reemit(op: &mut TopNOperator, append_only_input: bool) -> TopNOperator {
+        let backend = MemoryStateBackend::new();
+        for delta in op.snapshot(1).unwrap() {
+            let DeltaData::Keyed(entries) = delta.data else {
+                panic!("keyed state")
+            };
+            backend
+                .write(weir_storage::WriteBatch::restoring(&delta.uid, &entries))
+                .unwrap();
+        }
+        let restore = StateRestore {
+            restored: true,
+            reemit: true,
+            track_changes: true,
+            ..StateRestore::fresh(128)
+        };
+        top_one_on(append_only_input, backend, restore)
+    }
+
+    #[test]
+    fn top_one_restored_to_reemit_emits_what_the_general_top_n_does() {
+        let tracked = StateRestore {
+            track_changes: true,
+            ..StateRestore::fresh(128)
+        };
+        let (before, after) = (epochs(11, 6), epochs(23, 6));
+        let mut outputs = Vec::new();
+        for append_only in [true, false] {
+            let mut op = top_one_on(append_only, MemoryStateBackend::new(), tracked);
+            run(&mut op, &before);
+            let mut restored = restored_to_reemit(&mut op, append_only);
+            assert_eq!(restored.follows_first_rows(), append_only);
+            outputs.push(run(&mut restored, &after));
+        }
+        assert_eq!(outputs[0], outputs[1]);
+        let first = &outputs[0][0];
+        assert!(first.iter().all(|r| r[0] == 1), "nothing seen is retracted");
+        assert_eq!(first.len(), 13, "every key's first row, once");
+        assert!(outputs[0][1..].iter().any(|e| e.iter().any(|r| r[0] < 0)));
+    }
+
+    #[test]
+    fn top_one_over_inserts_emits_what_the_general_top_n_does() {
+        let input = epochs(7, 20);
         let fast = run(&mut top_one(true), &input);
         assert!(
             top_one(true).follows_first_rows(),
