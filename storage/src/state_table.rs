@@ -152,6 +152,16 @@ impl<V: StateValue> StateTable<V> {
             .ok()
     }
 
+    /// The slot of `key` (hash `h`), or where it goes.
+    fn entry<'t>(
+        slots: &'t mut HashTable<Slot<V>>,
+        hasher: &ahash::RandomState,
+        h: u64,
+        key: &[u8],
+    ) -> Entry<'t, Slot<V>> {
+        slots.entry(h, |s| &*s.key == key, |s| hasher.hash_one(&*s.key))
+    }
+
     /// Marks a slot changed since the last flush.
     fn mark_dirty(slot: &mut Slot<V>, h: u64, dirty: &mut Vec<u64>) {
         if !slot.dirty {
@@ -229,11 +239,7 @@ impl<V: StateValue> StateTable<V> {
     /// Mutable access; marks the key dirty. Inserts `default()` when absent.
     pub fn get_or_insert_with(&mut self, key: &[u8], default: impl FnOnce() -> V) -> &mut V {
         let h = self.hash(key);
-        let hasher = &self.hasher;
-        let slot = match self
-            .slots
-            .entry(h, |s| &*s.key == key, |s| hasher.hash_one(&*s.key))
-        {
+        let slot = match Self::entry(&mut self.slots, &self.hasher, h, key) {
             Entry::Occupied(e) => {
                 let slot = e.into_mut();
                 if slot.value.is_none() {
@@ -262,11 +268,7 @@ impl<V: StateValue> StateTable<V> {
         choose: impl FnOnce(Option<&V>) -> Option<V>,
     ) -> Option<Replaced<V>> {
         let h = self.hash(key);
-        let hasher = &self.hasher;
-        let slot = match self
-            .slots
-            .entry(h, |s| &*s.key == key, |s| hasher.hash_one(&*s.key))
-        {
+        let vacant = match Self::entry(&mut self.slots, &self.hasher, h, key) {
             Entry::Occupied(e) => {
                 let slot = e.into_mut();
                 let new = choose(slot.value.as_ref())?;
@@ -282,7 +284,7 @@ impl<V: StateValue> StateTable<V> {
         };
         let new = choose(None)?;
         self.live += 1;
-        let inserted = slot.insert(Slot::new(key.into(), new)).into_mut();
+        let inserted = vacant.insert(Slot::new(key.into(), new)).into_mut();
         Self::mark_dirty(inserted, h, &mut self.dirty);
         Some(Replaced {
             before: None,

@@ -1194,19 +1194,7 @@ mod tests {
             if epoch == 20 {
                 // A checkpoint (the first: everything) restored into a new backend and
                 // loaded by a new operator, as deploy does after a restart.
-                let backend = MemoryStateBackend::new();
-                for delta in join.snapshot(epoch).unwrap() {
-                    let DeltaData::Keyed(entries) = delta.data else {
-                        panic!("a join's state is keyed")
-                    };
-                    assert!(
-                        entries.iter().all(|(_, _, v)| v.is_some()),
-                        "a first checkpoint has no tombstones"
-                    );
-                    backend
-                        .write(weir_storage::WriteBatch::restoring(&delta.uid, &entries))
-                        .unwrap();
-                }
+                let backend = crate::operators::restored_backend(join.snapshot(epoch).unwrap());
                 let restore = StateRestore {
                     restored: true,
                     ..tracked

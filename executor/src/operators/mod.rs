@@ -35,3 +35,27 @@ pub mod session_agg;
 pub mod slide_windows;
 pub mod spec;
 pub mod top_n;
+
+/// A new backend holding an operator's first checkpoint, loaded as deploy loads one
+/// after a restart (the operators' restore tests).
+#[cfg(test)]
+pub(crate) fn restored_backend(
+    deltas: Vec<weir_storage::state_snapshot::StateDelta>,
+) -> std::sync::Arc<weir_storage::MemoryStateBackend> {
+    use weir_storage::state_snapshot::DeltaData;
+    use weir_storage::StateBackend as _;
+    let backend = weir_storage::MemoryStateBackend::new();
+    for delta in deltas {
+        let DeltaData::Keyed(entries) = delta.data else {
+            panic!("keyed state")
+        };
+        assert!(
+            entries.iter().all(|(_, _, v)| v.is_some()),
+            "a first checkpoint has no tombstones"
+        );
+        backend
+            .write(weir_storage::WriteBatch::restoring(&delta.uid, &entries))
+            .unwrap();
+    }
+    backend
+}

@@ -325,9 +325,10 @@ impl<S: Shown> PartitionedOperator<S> {
         let mut changed = std::mem::take(&mut self.first_before);
         let mut ops = Vec::new();
         let mut rows: Vec<&[u8]> = Vec::new();
-        let reemit = std::mem::take(&mut self.first_reemit);
-        if reemit {
-            // Nothing downstream saw the restored rows: every first row is new to it.
+        if std::mem::take(&mut self.first_reemit) {
+            // Nothing downstream saw the restored rows (nor the images of this epoch's
+            // changes): every first row is new to it.
+            changed.clear();
             for key in self.state.keys() {
                 if let Some((_, row)) = first_row(self.state.get(key)) {
                     ops.push(Op::Insert);
@@ -335,7 +336,7 @@ impl<S: Shown> PartitionedOperator<S> {
                 }
             }
         }
-        for (key, before) in changed.iter().filter(|_| !reemit) {
+        for (key, before) in &changed {
             let before = first_row(before.as_ref()).map(|(_, r)| r);
             let after = first_row(self.state.get(key)).map(|(_, r)| r);
             if before == after {

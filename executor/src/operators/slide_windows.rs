@@ -736,19 +736,7 @@ mod tests {
     }
 
     fn restored(op: &mut SlideWindowsOperator) -> SlideWindowsOperator {
-        let backend = MemoryStateBackend::new();
-        for delta in op.snapshot(1).unwrap() {
-            let DeltaData::Keyed(entries) = delta.data else {
-                panic!("keyed state")
-            };
-            assert!(
-                entries.iter().all(|(_, _, v)| v.is_some()),
-                "a first checkpoint has no tombstones"
-            );
-            backend
-                .write(weir_storage::WriteBatch::restoring(&delta.uid, &entries))
-                .unwrap();
-        }
+        let backend = crate::operators::restored_backend(op.snapshot(1).unwrap());
         let restore = StateRestore {
             restored: true,
             track_changes: true,

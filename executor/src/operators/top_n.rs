@@ -164,7 +164,6 @@ mod tests {
     use arrow::array::{AsArray, Int64Array, RecordBatch};
     use arrow::compute::SortOptions;
     use arrow::datatypes::{Field, Int64Type, Schema, UInt64Type};
-    use weir_storage::state_snapshot::DeltaData;
     use weir_storage::MemoryStateBackend;
 
     /// `ROW_NUMBER() OVER (PARTITION BY k ORDER BY t DESC) = 1` over rows `(k, t, v)`.
@@ -271,15 +270,7 @@ mod tests {
     /// The operator restored from its own checkpoint, its view's rows to be emitted
     /// again (`reemit`: they were not checkpointed).
     fn restored_to_reemit(op: &mut TopNOperator, append_only_input: bool) -> TopNOperator {
-        let backend = MemoryStateBackend::new();
-        for delta in op.snapshot(1).unwrap() {
-            let DeltaData::Keyed(entries) = delta.data else {
-                panic!("keyed state")
-            };
-            backend
-                .write(weir_storage::WriteBatch::restoring(&delta.uid, &entries))
-                .unwrap();
-        }
+        let backend = crate::operators::restored_backend(op.snapshot(1).unwrap());
         let restore = StateRestore {
             restored: true,
             reemit: true,
