@@ -657,6 +657,8 @@ struct DistinctColumn {
 pub struct Aggregates {
     calls: Vec<CallRuntime>,
     distinct: Vec<DistinctColumn>,
+    /// New groups' distinct sets are stored apart ([`DistinctValues::stored_apart`]).
+    sets_apart: bool,
 }
 
 impl Aggregates {
@@ -683,7 +685,28 @@ impl Aggregates {
             .cloned()
             .map(CallRuntime::new)
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { calls, distinct })
+        Ok(Self {
+            calls,
+            distinct,
+            sets_apart: false,
+        })
+    }
+
+    /// New groups' distinct sets keep their values apart from the group's value, one
+    /// stored entry each, their changes tracked for checkpoints (an aggregation that
+    /// checkpoints and stores those entries itself).
+    pub fn store_sets_apart(&mut self) {
+        self.sets_apart = true;
+    }
+
+    /// Whether a group's states end with distinct sets.
+    pub fn has_distinct_sets(&self) -> bool {
+        !self.distinct.is_empty()
+    }
+
+    /// Where a group's distinct sets start among its states.
+    pub fn first_set(&self) -> usize {
+        self.calls.len()
     }
 
     /// A group's states before any row.
@@ -692,10 +715,15 @@ impl Aggregates {
             .calls
             .iter()
             .map(|c| AccState::new(&c.call).expect("checked in new"));
-        let sets = self
-            .distinct
-            .iter()
-            .map(|d| AccState::Distinct(Box::new(DistinctValues::new(d.members.len()))));
+        let sets = self.distinct.iter().map(|d| {
+            let m = d.members.len();
+            let set = if self.sets_apart {
+                DistinctValues::stored_apart(m)
+            } else {
+                DistinctValues::new(m)
+            };
+            AccState::Distinct(Box::new(set))
+        });
         calls.chain(sets).collect()
     }
 
@@ -878,6 +906,12 @@ pub fn encode_states(rows: i64, states: &[AccState], buf: &mut Vec<u8>) {
                     buf.extend_from_slice(&c.to_le_bytes());
                 }
             }
+            // Its values are stored apart, one entry each (the aggregation's
+            // `.distinct` state): the group's value keeps only the set's shape.
+            AccState::Distinct(set) if set.is_stored_apart() => {
+                buf.push(5);
+                buf.extend_from_slice(&(set.members() as u32).to_le_bytes());
+            }
             AccState::Distinct(set) => {
                 buf.push(4);
                 set.encode_into(buf);
@@ -915,6 +949,7 @@ pub fn decode_states(bytes: &[u8]) -> Option<(i64, Vec<AccState>)> {
                 AccState::Extreme(m)
             }
             4 => AccState::Distinct(Box::new(DistinctValues::decode(&mut r)?)),
+            5 => AccState::Distinct(Box::new(DistinctValues::stored_apart(r.u32()? as usize))),
             _ => return None,
         });
     }

@@ -11,6 +11,7 @@ use crate::exchange::{Dispatcher, ExchangeKind, PriorityLane};
 use crate::graph::{FragmentInput, SinkSpec, StreamGraph};
 use crate::hub::{RelationHub, Subscription};
 use crate::operator::Operator;
+use crate::operators::distinct_entries;
 use crate::operators::materialize::MaterializeOperator;
 use crate::operators::spec::{BuildContext, StateRestore};
 use crate::runtime::{RelationRuntime, Runtime, ViewSpec, WriteState};
@@ -138,13 +139,21 @@ fn same_plan(
     meta: &weir_storage::checkpoint_meta::CheckpointMetadata,
     graph: &StreamGraph,
 ) -> bool {
-    let want = plan_uids(graph);
-    if meta.plan_uids.is_empty() {
-        want.iter().all(|u| meta.state.iter().any(|s| s.uid == *u))
+    let mut had = if meta.plan_uids.is_empty() {
+        meta.state.iter().map(|s| s.uid.clone()).collect()
     } else {
-        let mut had = meta.plan_uids.clone();
-        had.sort();
-        had == want
+        meta.plan_uids.clone()
+    };
+    had.sort();
+    // An aggregation's distinct values got a uid of their own later; a checkpoint
+    // from before holds them in its groups (see `distinct_entries`).
+    let want = plan_uids(graph)
+        .into_iter()
+        .filter(|u| had.contains(u) || !distinct_entries::is_entries_of_one_of(u, &had));
+    if meta.plan_uids.is_empty() {
+        want.into_iter().all(|u| had.contains(&u))
+    } else {
+        want.eq(had.iter().cloned())
     }
 }
 

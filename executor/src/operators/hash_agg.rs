@@ -17,6 +17,7 @@ use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
+use crate::operators::distinct_entries::{self, DistinctEntries};
 use crate::operators::spec::{BuildContext, StateRestore, StreamSpec, WatermarkFlow};
 use ahash::AHashMap as HashMap;
 use arrow::datatypes::{DataType, SchemaRef};
@@ -47,6 +48,12 @@ pub struct HashAggSpec {
 }
 
 impl HashAggSpec {
+    fn has_distinct_sets(&self) -> bool {
+        self.calls
+            .iter()
+            .any(|c| c.kind == crate::aggregate::AggKind::CountDistinct && c.arg.is_some())
+    }
+
     /// The layout of this aggregation's state: group key types, then each call's
     /// accumulator with its argument type. Two specs with equal text read each
     /// other's state.
@@ -67,7 +74,7 @@ const EMIT_SLICE: usize = 8192;
 
 pub struct GroupState {
     rows: i64,
-    accs: Vec<AccState>,
+    pub(crate) accs: Vec<AccState>,
 }
 
 impl StateValue for GroupState {
@@ -93,6 +100,9 @@ pub struct HashAggOperator {
     aggs: Aggregates,
     key_converter: RowConverter,
     state: StateTable<GroupState>,
+    /// Where the groups' distinct sets are stored, one entry per value (`None`: the
+    /// aggregation has none, or never checkpoints and stores each set whole).
+    distinct: Option<DistinctEntries>,
     /// Output last emitted for each group changed in this epoch (None: no row emitted).
     epoch_before: HashMap<Vec<u8>, Option<Vec<ScalarValue>>>,
     global_emitted: bool,
@@ -133,8 +143,15 @@ impl StreamSpec for HashAggSpec {
         Some(&mut self.uid)
     }
 
+    /// The groups, and the values of their `count(DISTINCT)` sets, one entry each.
     fn state_layouts(&self) -> Vec<(String, String)> {
-        vec![(self.uid.clone(), self.state_schema())]
+        let schema = self.state_schema();
+        let mut layouts = vec![(self.uid.clone(), schema.clone())];
+        if self.has_distinct_sets() {
+            let entries = format!("distinct values of {schema}");
+            layouts.push((distinct_entries::uid_of(&self.uid), entries));
+        }
+        layouts
     }
 
     /// `min` / `max` over an append-only input keep one value per group; the output
@@ -200,7 +217,12 @@ impl HashAggOperator {
             reemit,
             track_changes,
         } = restore;
-        let aggs = Aggregates::new(&spec.calls)?;
+        let mut aggs = Aggregates::new(&spec.calls)?;
+        let mut distinct = (track_changes && aggs.has_distinct_sets())
+            .then(|| DistinctEntries::new(&spec.uid, max_parallelism, aggs.first_set()));
+        if distinct.is_some() {
+            aggs.store_sets_apart();
+        }
         let key_converter = RowConverter::new(
             spec.group_types
                 .iter()
@@ -208,11 +230,15 @@ impl HashAggOperator {
                 .collect(),
         )?;
         let mut state: StateTable<GroupState> =
-            StateTable::new(&spec.uid, max_parallelism, backend);
+            StateTable::new(&spec.uid, max_parallelism, backend.clone());
         state.set_track_changes(track_changes);
         if restored {
             state.load(key_groups.start, key_groups.end)?;
             state.try_for_each_unstored(|g| aggs.upgrade(&mut g.accs))?;
+            if let Some(d) = &mut distinct {
+                let kg = (key_groups.start, key_groups.end);
+                d.load(&*backend, kg, &mut state, || empty_group(&aggs))?;
+            }
         }
         let mut epoch_before = HashMap::new();
         if restored && reemit {
@@ -225,6 +251,7 @@ impl HashAggOperator {
             aggs,
             key_converter,
             state,
+            distinct,
             epoch_before,
             // A restored global aggregate already emitted its row (unless it re-emits).
             global_emitted: restored && !reemit,
@@ -349,10 +376,17 @@ impl Operator for HashAggOperator {
             }
             let aggs = &self.aggs;
             let group = self.state.get_or_insert_with(key, || empty_group(aggs));
+            let was_clean = self
+                .distinct
+                .as_ref()
+                .is_some_and(|d| !d.has_changes(&group.accs));
             for &i in groups.rows(g) {
                 let sign = chunk.ops[i].sign();
                 group.rows += sign;
                 prepared.update(&mut group.accs, i, sign)?;
+            }
+            if let Some(d) = &mut self.distinct {
+                d.note_changes(key, was_clean, &group.accs);
             }
         }
         Ok(())
@@ -367,10 +401,17 @@ impl Operator for HashAggOperator {
     }
 
     fn snapshot(&mut self, _epoch: Epoch) -> Result<Vec<StateDelta>> {
-        Ok(vec![StateDelta {
+        let mut deltas = vec![StateDelta {
             uid: self.spec.uid.clone(),
             data: DeltaData::Keyed(self.state.take_checkpoint_delta()),
-        }])
+        }];
+        if let Some(d) = &mut self.distinct {
+            deltas.push(StateDelta {
+                uid: d.uid().to_string(),
+                data: DeltaData::Keyed(d.take_delta(&mut self.state)),
+            });
+        }
+        Ok(deltas)
     }
 }
 
@@ -390,6 +431,11 @@ impl HashAggOperator {
                     .collect()
             }
         };
+        if let Some(d) = &mut self.distinct {
+            for (key, g) in &closed {
+                d.retire(key, &g.accs);
+            }
+        }
         // In slices: the end of input closes every window at once, and one row of
         // ScalarValues per group for all of them at once held more than the state did.
         let mut closed = closed.into_iter().filter(|(_, g)| g.rows > 0).peekable();
@@ -452,6 +498,14 @@ impl HashAggOperator {
         ))
     }
 
+    /// Drops a group, and the values its distinct sets stored.
+    fn remove_group(&mut self, key: &[u8]) {
+        let removed = self.state.remove(key);
+        if let (Some(d), Some(g)) = (&mut self.distinct, removed) {
+            d.retire(key, &g.accs);
+        }
+    }
+
     /// `clean_by_watermark`: drops the groups below the watermark seen (their last
     /// output stands) and treats later rows for them as late.
     fn clean_below_watermark(&mut self) -> Result<()> {
@@ -460,7 +514,7 @@ impl HashAggOperator {
         };
         let keys = self.keys_below(col, &below)?;
         for key in &keys {
-            self.state.remove(key);
+            self.remove_group(key);
         }
         crate::metrics::metrics()
             .state_keys_cleaned
@@ -499,7 +553,7 @@ impl HashAggOperator {
                 _ => None,
             };
             if !self.is_global() && after.is_none() {
-                self.state.remove(&key);
+                self.remove_group(&key);
             }
             if before == after {
                 continue;
@@ -531,8 +585,10 @@ impl HashAggOperator {
 mod tests {
     use super::*;
     use crate::aggregate::AggKind;
-    use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
+    use arrow::array::{AsArray, Int64Array, RecordBatch, TimestampMillisecondArray};
+    use arrow::datatypes::Int64Type;
     use arrow::datatypes::{Field, Schema, TimeUnit};
+    use std::collections::BTreeMap;
     use weir_storage::MemoryStateBackend;
 
     #[test]
@@ -605,5 +661,295 @@ mod tests {
             3,
             "NULL is never below"
         );
+    }
+
+    /// count(*), count(DISTINCT v), count(DISTINCT v) FILTER (WHERE f) and
+    /// count(DISTINCT w) per g, over input columns (g, v, w, f).
+    fn distinct_agg(backend: Arc<dyn StateBackend>, restore: StateRestore) -> HashAggOperator {
+        let count = |kind, arg: Option<usize>, filter| AggCall {
+            kind,
+            arg,
+            arg_type: arg.map(|_| DataType::Int64),
+            filter,
+            output_type: DataType::Int64,
+            order: vec![],
+            delimiter: None,
+            append_only: false,
+        };
+        let int = |n: &str| Field::new(n, DataType::Int64, true);
+        let spec = HashAggSpec {
+            uid: "v.hashagg.distinct".into(),
+            group_types: vec![DataType::Int64],
+            calls: vec![
+                count(AggKind::CountStar, None, None),
+                count(AggKind::CountDistinct, Some(1), None),
+                count(AggKind::CountDistinct, Some(1), Some(3)),
+                count(AggKind::CountDistinct, Some(2), None),
+            ],
+            output_schema: Arc::new(Schema::new(
+                ["g", "n", "dv", "dv_f", "dw"].map(int).to_vec(),
+            )),
+            emit_on_window_close: false,
+            clean_by_watermark: false,
+        };
+        HashAggOperator::new(spec, backend, restore).unwrap()
+    }
+
+    type Row = (i64, i64, i64, bool);
+
+    /// Epochs of signed rows: inserts, and deletes of rows inserted before (groups
+    /// empty out and come back, values leave and return).
+    fn distinct_script(epochs: usize) -> Vec<Vec<(Op, Row)>> {
+        let mut x = 17i64;
+        let mut live: Vec<Row> = Vec::new();
+        (0..epochs)
+            .map(|e| {
+                // Every fourth epoch empties a group, which gets no row that epoch.
+                let gone = (e % 4 == 3).then_some((e as i64 / 4) % 4);
+                let emptied = live.iter().filter(|r| Some(r.0) == gone);
+                let mut rows: Vec<(Op, Row)> = emptied.map(|r| (Op::Delete, *r)).collect();
+                live.retain(|r| !rows.iter().any(|(_, d)| d == r));
+                rows.extend((0..40).map(|_| {
+                    x = (x * 1_103_515_245 + 12_345) % 2_147_483_648;
+                    if x % 5 < 2 && !live.is_empty() {
+                        let gone = live.swap_remove((x / 5) as usize % live.len());
+                        (Op::Delete, gone)
+                    } else {
+                        let g = if Some(x % 4) == gone {
+                            (x + 1) % 4
+                        } else {
+                            x % 4
+                        };
+                        let row = (g, (x / 4) % 30, (x / 120) % 7, x % 3 == 0);
+                        live.push(row);
+                        (Op::Insert, row)
+                    }
+                }));
+                rows
+            })
+            .collect()
+    }
+
+    fn signed_chunk(rows: &[(Op, Row)]) -> StreamChunk {
+        let int = |f: fn(&Row) -> i64| {
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, r)| f(r))))
+                as arrow::array::ArrayRef
+        };
+        let flags = arrow::array::BooleanArray::from_iter(rows.iter().map(|(_, r)| Some(r.3)));
+        let schema = Schema::new(vec![
+            Field::new("g", DataType::Int64, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new("w", DataType::Int64, true),
+            Field::new("f", DataType::Boolean, true),
+        ]);
+        let batch = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![int(|r| r.0), int(|r| r.1), int(|r| r.2), Arc::new(flags)],
+        )
+        .unwrap();
+        StreamChunk::new(rows.iter().map(|(op, _)| *op).collect(), batch)
+    }
+
+    /// One epoch: the rows, then a barrier; the output as sorted (sign, g, counts...).
+    fn epoch(op: &mut HashAggOperator, rows: &[(Op, Row)], e: u64) -> Vec<[i64; 6]> {
+        let mut out = Vec::new();
+        op.process_chunk(signed_chunk(rows), &mut out).unwrap();
+        op.on_barrier(&Barrier::plain(e), &mut out).unwrap();
+        let mut seen = Vec::new();
+        for c in &out {
+            let cols = c.columns();
+            for i in 0..c.len() {
+                let int = |j: usize| cols[j].as_primitive::<Int64Type>().value(i);
+                seen.push([c.ops[i].sign(), int(0), int(1), int(2), int(3), int(4)]);
+            }
+        }
+        seen.sort();
+        seen
+    }
+
+    /// Checkpoints applied in order, as the uploader's chain of deltas merges them.
+    /// One uid's entries: (key group, key) -> value.
+    type Entries = BTreeMap<(u32, Vec<u8>), Vec<u8>>;
+
+    #[derive(Default)]
+    struct Checkpoints(BTreeMap<String, Entries>);
+
+    impl Checkpoints {
+        fn take(&mut self, op: &mut HashAggOperator) -> Vec<(String, usize)> {
+            let mut sizes = Vec::new();
+            for delta in op.snapshot(0).unwrap() {
+                let DeltaData::Keyed(entries) = delta.data else {
+                    panic!("keyed state")
+                };
+                let uid = self.0.entry(delta.uid.clone()).or_default();
+                for (kg, key, value) in entries.iter() {
+                    match value {
+                        Some(v) => uid.insert((kg, key.to_vec()), v.to_vec()),
+                        None => uid.remove(&(kg, key.to_vec())),
+                    };
+                }
+                sizes.push((delta.uid, entries.len()));
+            }
+            sizes
+        }
+
+        /// The operator restored on the key groups `kg` of 128.
+        fn restore(&self, kg: std::ops::Range<u32>) -> HashAggOperator {
+            let backend = MemoryStateBackend::new();
+            let mut batch = weir_storage::WriteBatch::default();
+            for (uid, entries) in &self.0 {
+                for ((g, key), value) in entries {
+                    let key = weir_storage::StateKey {
+                        uid: uid.as_str().into(),
+                        key_group: weir_storage::KeyGroup(*g),
+                        key: key.clone(),
+                    };
+                    batch.put(key, value.clone());
+                }
+            }
+            weir_storage::StateBackend::write(&*backend, batch).unwrap();
+            let restore = StateRestore {
+                restored: true,
+                track_changes: true,
+                key_groups: weir_storage::KeyGroupRange {
+                    start: kg.start,
+                    end: kg.end,
+                },
+                ..StateRestore::fresh(128)
+            };
+            distinct_agg(backend, restore)
+        }
+    }
+
+    fn tracked() -> StateRestore {
+        StateRestore {
+            track_changes: true,
+            ..StateRestore::fresh(128)
+        }
+    }
+
+    /// Every group of `whole` is in exactly one of `parts`, with equal states.
+    fn assert_same_groups(whole: &HashAggOperator, parts: &[&HashAggOperator], when: &str) {
+        let held: usize = parts.iter().map(|p| p.state.len()).sum();
+        assert_eq!(held, whole.state.len(), "{when}: groups");
+        for key in whole.state.keys() {
+            let want = &whole.state.get(key).unwrap().accs;
+            let got = parts.iter().find_map(|p| p.state.get(key));
+            assert_eq!(got.map(|g| &g.accs), Some(want), "{when}: group {key:?}");
+        }
+    }
+
+    /// A run restarted from its checkpoints every few epochs (once split across two
+    /// actors by key group) emits what a run never stopped does, and holds the same
+    /// sets; each checkpoint carries the values that changed, not whole sets.
+    #[test]
+    fn distinct_values_restored_from_their_changes_agree_with_a_run_never_stopped() {
+        let script = distinct_script(30);
+        let mut reference = distinct_agg(MemoryStateBackend::new(), tracked());
+        let mut op = distinct_agg(MemoryStateBackend::new(), tracked());
+        let mut checkpoints = Checkpoints::default();
+        let mut tombstones_seen = false;
+        for (e, rows) in script.iter().enumerate() {
+            let e = e as u64 + 1;
+            assert_eq!(
+                epoch(&mut op, rows, e),
+                epoch(&mut reference, rows, e),
+                "epoch {e}"
+            );
+            if e.is_multiple_of(3) {
+                let before: BTreeMap<_, _> = checkpoints
+                    .0
+                    .get("v.hashagg.distinct.distinct")
+                    .cloned()
+                    .unwrap_or_default();
+                checkpoints.take(&mut op);
+                let after = &checkpoints.0["v.hashagg.distinct.distinct"];
+                tombstones_seen |= before.keys().any(|k| !after.contains_key(k));
+                op = checkpoints.restore(0..128);
+                assert_same_groups(&reference, &[&op], &format!("restored after epoch {e}"));
+            }
+            if e == 15 {
+                let (a, b) = (checkpoints.restore(0..64), checkpoints.restore(64..128));
+                assert!(
+                    !a.state.is_empty() && !b.state.is_empty(),
+                    "both actors hold groups"
+                );
+                assert_same_groups(&reference, &[&a, &b], "split in two");
+            }
+        }
+        assert!(
+            tombstones_seen,
+            "values and groups went away between checkpoints"
+        );
+        // One new value per set in group 1: two entries, and a group value that holds
+        // no set.
+        checkpoints.take(&mut op);
+        let row = (Op::Insert, (1, 999, 999, false));
+        epoch(&mut op, &[row], 100);
+        let sizes = checkpoints.take(&mut op);
+        assert_eq!(
+            sizes,
+            vec![
+                ("v.hashagg.distinct".to_string(), 1),
+                ("v.hashagg.distinct.distinct".to_string(), 2)
+            ]
+        );
+        let group = checkpoints.0["v.hashagg.distinct"]
+            .values()
+            .map(Vec::len)
+            .max()
+            .unwrap();
+        assert!(group < 100, "a group's value holds no set: {group} bytes");
+    }
+
+    /// State of an earlier version, whose groups held their sets whole, restores; the
+    /// first checkpoint after stores every value apart, and later restores agree.
+    #[test]
+    fn sets_stored_whole_by_an_earlier_version_are_stored_apart() {
+        let script = distinct_script(12);
+        let mut reference = distinct_agg(MemoryStateBackend::new(), tracked());
+        let mut old = distinct_agg(MemoryStateBackend::new(), tracked());
+        old.aggs = Aggregates::new(&old.spec.calls).unwrap();
+        old.distinct = None;
+        for (e, rows) in script[..6].iter().enumerate() {
+            let e = e as u64 + 1;
+            assert_eq!(epoch(&mut old, rows, e), epoch(&mut reference, rows, e));
+        }
+        let mut checkpoints = Checkpoints::default();
+        assert_eq!(
+            checkpoints.take(&mut old).len(),
+            1,
+            "no distinct entries then"
+        );
+        let mut op = checkpoints.restore(0..128);
+        assert_same_groups(&reference, &[&op], "upgraded");
+        assert!(
+            epoch(&mut op, &[], 7).is_empty(),
+            "a restore that does not re-emit"
+        );
+        let sizes = checkpoints.take(&mut op);
+        let values: usize = reference
+            .state
+            .keys()
+            .map(|k| {
+                let accs = &reference.state.get(k).unwrap().accs;
+                accs.iter()
+                    .map(|a| match a {
+                        AccState::Distinct(s) => s.len(),
+                        _ => 0,
+                    })
+                    .sum::<usize>()
+            })
+            .sum();
+        assert_eq!(sizes[0].1, reference.state.len(), "every group rewritten");
+        assert_eq!(sizes[1].1, values, "every value stored apart");
+        op = checkpoints.restore(0..128);
+        for (e, rows) in script[6..].iter().enumerate() {
+            let e = e as u64 + 8;
+            assert_eq!(epoch(&mut op, rows, e), epoch(&mut reference, rows, e));
+            checkpoints.take(&mut op);
+            op = checkpoints.restore(0..128);
+        }
+        assert_same_groups(&reference, &[&op], "at the end");
     }
 }

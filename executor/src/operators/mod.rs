@@ -8,6 +8,8 @@
 //! - [`project`]: evaluates scalar expressions (DataFusion physical expressions).
 //! - [`expand`]: several projections of each row in one pass (HOP windows).
 //! - [`hash_agg`]: keyed aggregation with retraction, emitting changes at barriers.
+//! - [`distinct_entries`]: an aggregation's `count(DISTINCT)` values stored one entry
+//!   each, apart from its groups.
 //! - [`hash_join`]: symmetric hash join (inner, outer, semi, anti) with retraction.
 //! - [`session_agg`]: aggregation over SESSION windows of an append-only input.
 //! - [`slide_windows`]: a sliced HOP window's closed slides merged into its windows.
@@ -21,6 +23,7 @@
 //!
 //! Test them through the SQL suites in `sql-tests/` and the unit tests in each file.
 
+pub mod distinct_entries;
 pub mod expand;
 pub mod filter;
 pub mod hash_agg;
