@@ -33,6 +33,9 @@ const FLAGS: usize = 1;
 const CHANGED: u8 = 1;
 /// The last checkpoint holds this value's entry: removing it needs a tombstone.
 const IN_IMAGE: u8 = 2;
+/// [`DistinctValues::take_changes`] scans the whole set when at least one entry in
+/// this many changed.
+const SCAN_WHEN_CHANGED: usize = 4;
 
 /// Entries hash their value bytes with one process-wide random state: the table keeps
 /// no hashes and needs the same function whenever it grows.
@@ -213,21 +216,32 @@ impl DistinctValues {
     /// the checkpoint being taken. A set stored apart calls this at each checkpoint.
     pub fn take_changes(&mut self, mut emit: impl FnMut(&[u8], Option<&[u8]>)) {
         let at = self.split();
-        for h in std::mem::take(&mut self.changed) {
+        let changed = std::mem::take(&mut self.changed);
+        // When a good part of the set changed, one pass over it costs less than a
+        // lookup per change (each a hash and a miss in a table of millions).
+        if changed.len() * SCAN_WHEN_CHANGED >= self.entries.len() {
+            let mut gone = 0;
+            self.entries.retain(|e| {
+                if e[0] & CHANGED == 0 {
+                    return true;
+                }
+                let kept = take_change(&mut e[..], at, &mut emit);
+                gone += usize::from(!kept);
+                kept
+            });
+            self.tombstones -= gone;
+            return;
+        }
+        for h in changed {
             let found = self
                 .entries
                 .find_entry(h, |e| e[0] & CHANGED != 0 && hash_of(&e[at..]) == h);
             let Ok(mut e) = found else {
                 continue; // removed since it changed
             };
-            let bytes = e.get_mut();
-            bytes[0] = (bytes[0] & !CHANGED) | IN_IMAGE;
-            if all_zero(&bytes[FLAGS..at]) {
-                emit(&bytes[at..], None);
+            if !take_change(e.get_mut(), at, &mut emit) {
                 e.remove();
                 self.tombstones -= 1;
-            } else {
-                emit(&bytes[at..], Some(&bytes[FLAGS..at]));
             }
         }
     }
@@ -313,6 +327,20 @@ impl DistinctValues {
     }
 }
 
+/// A changed entry handed to a checkpoint's `emit`, its value with its counts or a
+/// deletion, and marked as held by that checkpoint. `false`: a tombstone, whose
+/// deletion is now recorded, to be dropped.
+fn take_change(e: &mut [u8], at: usize, emit: &mut impl FnMut(&[u8], Option<&[u8]>)) -> bool {
+    e[0] = (e[0] & !CHANGED) | IN_IMAGE;
+    if all_zero(&e[FLAGS..at]) {
+        emit(&e[at..], None);
+        false
+    } else {
+        emit(&e[at..], Some(&e[FLAGS..at]));
+        true
+    }
+}
+
 /// Call `member`'s count in an entry's counts.
 fn count(counts: &[u8], member: usize) -> i64 {
     let b = &counts[member * COUNT..(member + 1) * COUNT];
@@ -381,12 +409,10 @@ mod tests {
         }
     }
 
-    /// A set stored apart, checkpointed every few hundred changes: the entries its
-    /// changes leave in a store, read back into a new set, give the same set; a value
-    /// born and gone between two checkpoints leaves nothing in either; a set stored
-    /// whole and turned apart hands over every value.
-    #[test]
-    fn changes_taken_at_checkpoints_rebuild_the_set() {
+    /// A set stored apart under random changes, checkpointed every `every` of them
+    /// into a store: the entries its changes leave there, read back into a new set,
+    /// give the same set each time. Returns the set and the deletions seen.
+    fn checkpointed_every(every: usize) -> (DistinctValues, usize) {
         let mut set = DistinctValues::stored_apart(2);
         let mut stored: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         let mut state = 11u64;
@@ -403,40 +429,54 @@ mod tests {
                 |m| if mask & (1 << m) != 0 { sign } else { 0 },
                 |_, _| {},
             );
-            if step % 700 == 0 {
-                let mut handed = Vec::new();
-                set.take_changes(|v, counts| handed.push((v.to_vec(), counts.map(<[u8]>::to_vec))));
-                for (v, counts) in handed {
-                    match counts {
-                        Some(c) => {
-                            stored.insert(v, c);
-                        }
-                        None => {
-                            deletes += 1;
-                            assert!(
-                                stored.remove(&v).is_some(),
-                                "a tombstone for a stored value"
-                            );
-                        }
+            if step % every != 0 {
+                continue;
+            }
+            let mut handed = Vec::new();
+            set.take_changes(|v, counts| handed.push((v.to_vec(), counts.map(<[u8]>::to_vec))));
+            for (v, counts) in handed {
+                match counts {
+                    Some(c) => {
+                        stored.insert(v, c);
+                    }
+                    None => {
+                        deletes += 1;
+                        assert!(
+                            stored.remove(&v).is_some(),
+                            "a tombstone for a stored value"
+                        );
                     }
                 }
-                assert!(!set.has_changes());
-                let mut back = DistinctValues::stored_apart(2);
-                for (v, c) in &stored {
-                    assert!(back.load_stored(v, c));
-                }
-                assert_eq!(back, set, "step {step}");
-                assert_eq!(
-                    (back.present(0), back.present(1)),
-                    (set.present(0), set.present(1))
-                );
-                let mut held = Vec::new();
-                set.for_each_stored(|v| held.push(v.to_vec()));
-                held.sort();
-                assert_eq!(held, stored.keys().cloned().collect::<Vec<_>>());
             }
+            assert!(!set.has_changes());
+            let mut back = DistinctValues::stored_apart(2);
+            for (v, c) in &stored {
+                assert!(back.load_stored(v, c));
+            }
+            assert_eq!(back, set, "every {every}, step {step}");
+            assert_eq!(
+                (back.present(0), back.present(1)),
+                (set.present(0), set.present(1))
+            );
+            let mut held = Vec::new();
+            set.for_each_stored(|v| held.push(v.to_vec()));
+            held.sort();
+            assert_eq!(held, stored.keys().cloned().collect::<Vec<_>>());
         }
-        assert!(deletes > 0, "values left and came back");
+        (set, deletes)
+    }
+
+    /// Checkpoints of a few changes (each looked up) and of many (the set scanned)
+    /// rebuild the set; a value born and gone between two checkpoints leaves nothing;
+    /// a set stored whole and turned apart hands over every value.
+    #[test]
+    fn changes_taken_at_checkpoints_rebuild_the_set() {
+        // 200 values: 7 changes are looked up one by one, 700 make a scan.
+        for every in [7, 700] {
+            let (_, deletes) = checkpointed_every(every);
+            assert!(deletes > 0, "values left and came back");
+        }
+        let (mut set, _) = checkpointed_every(700);
         // Born and gone between two checkpoints: no entry, no tombstone.
         set.take_changes(|_, _| {});
         set.add(b"fresh", |_| 1, |_, _| {});
