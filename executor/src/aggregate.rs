@@ -699,6 +699,12 @@ impl Aggregates {
         self.sets_apart = true;
     }
 
+    /// Whether a distinct column's input only ever inserts: its set then keeps a mark
+    /// per call, not a count (`mark_append_only` sets every call's flag alike).
+    fn only_inserts(&self, d: &DistinctColumn) -> bool {
+        self.calls[d.members[0]].call.append_only
+    }
+
     /// Whether a group's states end with distinct sets.
     pub fn has_distinct_sets(&self) -> bool {
         !self.distinct.is_empty()
@@ -717,11 +723,14 @@ impl Aggregates {
             .map(|c| AccState::new(&c.call).expect("checked in new"));
         let sets = self.distinct.iter().map(|d| {
             let m = d.members.len();
-            let set = if self.sets_apart {
+            let mut set = if self.sets_apart {
                 DistinctValues::stored_apart(m)
             } else {
                 DistinctValues::new(m)
             };
+            if self.only_inserts(d) {
+                set.keep_marks();
+            }
             AccState::Distinct(Box::new(set))
         });
         calls.chain(sets).collect()
@@ -767,9 +776,18 @@ impl Aggregates {
 
     /// Brings states stored by an earlier version to this layout: there, each
     /// `count(DISTINCT)` call kept its own multiset and no set followed the calls.
+    /// A restored set still empty (its values stored apart, loaded next) takes this
+    /// plan's form: marks for an input that only inserts.
     pub fn upgrade(&self, accs: &mut Vec<AccState>) -> Result<()> {
         let n = self.calls.len();
         if accs.len() == n + self.distinct.len() {
+            for (d, acc) in self.distinct.iter().zip(&mut accs[n..]) {
+                if let AccState::Distinct(set) = acc {
+                    if self.only_inserts(d) && set.is_empty() {
+                        set.keep_marks();
+                    }
+                }
+            }
             return Ok(());
         }
         if accs.len() != n {

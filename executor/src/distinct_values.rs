@@ -8,7 +8,8 @@
 //! and each row looked its value up eight times. Flink keeps one map per distinct
 //! column with a count per filter; so does this. A count needs membership only, not
 //! order, so the set is a hash table whose entries are one allocation each: a flag
-//! byte, the calls' counts, then the value's row encoding. Each call's result is kept
+//! byte, the calls' counts (or, over an input that only inserts, one bit per call),
+//! then the value's row encoding. Each call's result is kept
 //! as a count that changes when a value becomes present for it (its count rises above
 //! zero) or absent, so an output costs no scan.
 //!
@@ -48,7 +49,8 @@ fn hash_of(value: &[u8]) -> u64 {
 pub struct DistinctValues {
     /// Calls sharing the set: the counts each entry starts with.
     members: usize,
-    /// A flag byte, `members` little-endian i64 counts, then the value's row encoding.
+    /// A flag byte, `members` little-endian i64 counts (or `marks`: a bit each), then
+    /// the value's row encoding.
     entries: HashTable<Box<[u8]>>,
     /// Stored apart, one entry per value: changes are tracked for checkpoints.
     apart: bool,
@@ -57,15 +59,33 @@ pub struct DistinctValues {
     changed: Vec<u64>,
     /// Entries held only as tombstones (all counts zero).
     tombstones: usize,
+    /// An entry keeps, per call, one bit (present or not) instead of a count: the
+    /// set of an append-only input, where a value once present stays present (q15's
+    /// two sets of millions of values are a third of the size). What a checkpoint
+    /// stores is the same either way: a count per call (1 for a mark). Like `min` /
+    /// `max` over such an input, it cannot take a retraction: one clears the mark.
+    marks: bool,
 }
 
 impl PartialEq for DistinctValues {
     fn eq(&self, other: &Self) -> bool {
+        // A mark holds presence only: against one, counts compare as present or not.
+        let marks = self.marks || other.marks;
+        let same = |a: &[u8], b: &[u8]| {
+            (0..self.members).all(|m| {
+                let (x, y) = (get(self.marks, a, m), get(other.marks, b, m));
+                if marks {
+                    (x > 0) == (y > 0)
+                } else {
+                    x == y
+                }
+            })
+        };
         self.members == other.members
             && self.len() == other.len()
             && self
                 .iter()
-                .all(|(v, counts)| other.find(v).is_some_and(|c| c == counts))
+                .all(|(v, counts)| other.find(v).is_some_and(|c| same(counts, c)))
     }
 }
 
@@ -78,7 +98,17 @@ impl DistinctValues {
             apart: false,
             changed: Vec::new(),
             tombstones: 0,
+            marks: false,
         }
+    }
+
+    /// The set keeps a mark per call instead of a count (see `marks`): for an input
+    /// that only ever inserts. Only an empty set can switch; `false` otherwise.
+    pub fn keep_marks(&mut self) -> bool {
+        if self.entries.is_empty() {
+            self.marks = true;
+        }
+        self.marks
     }
 
     /// A set stored apart, one entry per value, its changes tracked for checkpoints.
@@ -87,6 +117,11 @@ impl DistinctValues {
             apart: true,
             ..Self::new(members)
         }
+    }
+
+    /// Whether entries keep a mark per call, not a count.
+    pub fn keeps_marks(&self) -> bool {
+        self.marks
     }
 
     pub fn is_stored_apart(&self) -> bool {
@@ -113,7 +148,12 @@ impl DistinctValues {
 
     /// Where the value starts in an entry.
     fn split(&self) -> usize {
-        FLAGS + self.members * COUNT
+        FLAGS
+            + if self.marks {
+                self.members.div_ceil(8)
+            } else {
+                self.members * COUNT
+            }
     }
 
     /// A held value's counts.
@@ -144,7 +184,7 @@ impl DistinctValues {
         delta: impl Fn(usize) -> i64,
         mut changed: impl FnMut(usize, i64),
     ) {
-        let (members, at) = (self.members, self.split());
+        let (members, at, marks) = (self.members, self.split(), self.marks);
         if (0..members).all(|m| delta(m) == 0) {
             return;
         }
@@ -169,9 +209,9 @@ impl DistinctValues {
         let counts = &mut bytes[FLAGS..at];
         let was_tombstone = !is_new && all_zero(counts);
         for m in 0..members {
-            let before = count(counts, m);
+            let before = get(marks, counts, m);
             let after = before + delta(m);
-            counts[m * COUNT..(m + 1) * COUNT].copy_from_slice(&after.to_le_bytes());
+            put(marks, counts, m, after);
             if (before > 0) != (after > 0) {
                 changed(m, if after > 0 { 1 } else { -1 });
             }
@@ -194,19 +234,22 @@ impl DistinctValues {
     /// results must then be counted again ([`Self::present`]).
     pub fn merge(&mut self, other: &DistinctValues) {
         for (value, counts) in other.iter() {
-            self.add(value, |m| count(counts, m), |_, _| {});
+            self.add(value, |m| get(other.marks, counts, m), |_, _| {});
         }
     }
 
     /// Values present for call `member` (count above zero).
     pub fn present(&self, member: usize) -> i64 {
-        self.iter().filter(|(_, c)| count(c, member) > 0).count() as i64
+        let marks = self.marks;
+        self.iter()
+            .filter(|(_, c)| get(marks, c, member) > 0)
+            .count() as i64
     }
 
     /// Sets `value`'s count for call `member` (a stored multiset being read into the
     /// set: no change is reported).
     pub fn set(&mut self, value: &[u8], member: usize, n: i64) {
-        let before = self.find(value).map_or(0, |c| count(c, member));
+        let before = self.find(value).map_or(0, |c| get(self.marks, c, member));
         let delta = |m| if m == member { n - before } else { 0 };
         self.add(value, delta, |_, _| {});
     }
@@ -215,7 +258,18 @@ impl DistinctValues {
     /// `None` when its entry is to be deleted, and marks what it handed as held by
     /// the checkpoint being taken. A set stored apart calls this at each checkpoint.
     pub fn take_changes(&mut self, mut emit: impl FnMut(&[u8], Option<&[u8]>)) {
-        let at = self.split();
+        let (at, members, marks) = (self.split(), self.members, self.marks);
+        let mut scratch = Vec::new();
+        let mut take = |e: &mut [u8]| {
+            take_change(e, at, |value, region| match region {
+                Some(r) if marks => {
+                    scratch.clear();
+                    (0..members).for_each(|m| scratch.extend(get(true, r, m).to_le_bytes()));
+                    emit(value, Some(&scratch))
+                }
+                _ => emit(value, region),
+            })
+        };
         let changed = std::mem::take(&mut self.changed);
         // When a good part of the set changed, one pass over it costs less than a
         // lookup per change (each a hash and a miss in a table of millions).
@@ -225,7 +279,7 @@ impl DistinctValues {
                 if e[0] & CHANGED == 0 {
                     return true;
                 }
-                let kept = take_change(&mut e[..], at, &mut emit);
+                let kept = take(&mut e[..]);
                 gone += usize::from(!kept);
                 kept
             });
@@ -239,7 +293,7 @@ impl DistinctValues {
             let Ok(mut e) = found else {
                 continue; // removed since it changed
             };
-            if !take_change(e.get_mut(), at, &mut emit) {
+            if !take(e.get_mut()) {
                 e.remove();
                 self.tombstones -= 1;
             }
@@ -259,11 +313,14 @@ impl DistinctValues {
     /// not fit this set.
     pub fn load_stored(&mut self, value: &[u8], counts: &[u8]) -> bool {
         let at = self.split();
-        if counts.len() != at - FLAGS || all_zero(counts) {
+        if counts.len() != self.members * COUNT || all_zero(counts) {
             return false;
         }
-        let mut bytes = vec![IN_IMAGE; at + value.len()].into_boxed_slice();
-        bytes[FLAGS..at].copy_from_slice(counts);
+        let mut bytes = vec![0; at + value.len()].into_boxed_slice();
+        bytes[0] = IN_IMAGE;
+        for m in 0..self.members {
+            put(self.marks, &mut bytes[FLAGS..at], m, count(counts, m));
+        }
         bytes[at..].copy_from_slice(value);
         let h = hash_of(value);
         match self
@@ -299,8 +356,13 @@ impl DistinctValues {
         buf.extend_from_slice(&(self.len() as u32).to_le_bytes());
         let at = self.split();
         for e in self.entries.iter().filter(|e| !all_zero(&e[FLAGS..at])) {
-            buf.extend_from_slice(&((e.len() - FLAGS) as u32).to_le_bytes());
-            buf.extend_from_slice(&e[FLAGS..]);
+            let value = &e[at..];
+            let len = self.members * COUNT + value.len();
+            buf.extend_from_slice(&(len as u32).to_le_bytes());
+            for m in 0..self.members {
+                buf.extend_from_slice(&get(self.marks, &e[FLAGS..at], m).to_le_bytes());
+            }
+            buf.extend_from_slice(value);
         }
     }
 
@@ -330,7 +392,7 @@ impl DistinctValues {
 /// A changed entry handed to a checkpoint's `emit`, its value with its counts or a
 /// deletion, and marked as held by that checkpoint. `false`: a tombstone, whose
 /// deletion is now recorded, to be dropped.
-fn take_change(e: &mut [u8], at: usize, emit: &mut impl FnMut(&[u8], Option<&[u8]>)) -> bool {
+fn take_change(e: &mut [u8], at: usize, mut emit: impl FnMut(&[u8], Option<&[u8]>)) -> bool {
     e[0] = (e[0] & !CHANGED) | IN_IMAGE;
     if all_zero(&e[FLAGS..at]) {
         emit(&e[at..], None);
@@ -341,7 +403,30 @@ fn take_change(e: &mut [u8], at: usize, emit: &mut impl FnMut(&[u8], Option<&[u8
     }
 }
 
-/// Call `member`'s count in an entry's counts.
+/// Call `member`'s count in an entry's counts (a mark counts 1).
+fn get(marks: bool, counts: &[u8], member: usize) -> i64 {
+    if marks {
+        i64::from((counts[member / 8] >> (member % 8)) & 1)
+    } else {
+        count(counts, member)
+    }
+}
+
+/// Sets call `member`'s count to `n` (a mark: set when `n` is above zero).
+fn put(marks: bool, counts: &mut [u8], member: usize, n: i64) {
+    if marks {
+        let bit = 1 << (member % 8);
+        if n > 0 {
+            counts[member / 8] |= bit;
+        } else {
+            counts[member / 8] &= !bit;
+        }
+    } else {
+        counts[member * COUNT..(member + 1) * COUNT].copy_from_slice(&n.to_le_bytes());
+    }
+}
+
+/// Call `member`'s count in counts as stored: little-endian i64s.
 fn count(counts: &[u8], member: usize) -> i64 {
     let b = &counts[member * COUNT..(member + 1) * COUNT];
     i64::from_le_bytes(b.try_into().expect("8 bytes"))
@@ -412,8 +497,11 @@ mod tests {
     /// A set stored apart under random changes, checkpointed every `every` of them
     /// into a store: the entries its changes leave there, read back into a new set,
     /// give the same set each time. Returns the set and the deletions seen.
-    fn checkpointed_every(every: usize) -> (DistinctValues, usize) {
+    fn checkpointed_every(every: usize, marks: bool) -> (DistinctValues, usize) {
         let mut set = DistinctValues::stored_apart(2);
+        if marks {
+            set.keep_marks();
+        }
         let mut stored: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         let mut state = 11u64;
         let mut deletes = 0;
@@ -450,6 +538,9 @@ mod tests {
             }
             assert!(!set.has_changes());
             let mut back = DistinctValues::stored_apart(2);
+            if marks {
+                back.keep_marks();
+            }
             for (v, c) in &stored {
                 assert!(back.load_stored(v, c));
             }
@@ -472,11 +563,11 @@ mod tests {
     #[test]
     fn changes_taken_at_checkpoints_rebuild_the_set() {
         // 200 values: 7 changes are looked up one by one, 700 make a scan.
-        for every in [7, 700] {
-            let (_, deletes) = checkpointed_every(every);
+        for (every, marks) in [(7, false), (700, false), (7, true), (700, true)] {
+            let (_, deletes) = checkpointed_every(every, marks);
             assert!(deletes > 0, "values left and came back");
         }
-        let (mut set, _) = checkpointed_every(700);
+        let (mut set, _) = checkpointed_every(700, false);
         // Born and gone between two checkpoints: no entry, no tombstone.
         set.take_changes(|_, _| {});
         set.add(b"fresh", |_| 1, |_, _| {});
@@ -492,6 +583,37 @@ mod tests {
         whole.take_changes(|v, c| handed.push((v.to_vec(), c.is_some())));
         handed.sort();
         assert_eq!(handed, vec![(b"a".to_vec(), true), (b"b".to_vec(), true)]);
+    }
+
+    /// Over inserts only, a set of marks reports what one of counts does, stores the
+    /// same counts (1 for each mark) and reads them back; a non-empty set of counts
+    /// does not switch.
+    #[test]
+    fn marks_agree_with_counts_over_inserts() {
+        let (mut counts, mut marks) = (DistinctValues::new(3), DistinctValues::new(3));
+        assert!(marks.keep_marks());
+        let (mut present_c, mut present_m) = ([0i64; 3], [0i64; 3]);
+        let mut state = 5u64;
+        for _ in 0..5_000 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let value = ((state >> 33) % 500).to_le_bytes();
+            let mask = (state >> 40) % 8;
+            let delta = |m: usize| i64::from(mask & (1 << m) != 0);
+            counts.add(&value, delta, |m, d| present_c[m] += d);
+            marks.add(&value, delta, |m, d| present_m[m] += d);
+        }
+        assert_eq!(present_c, present_m);
+        assert!(marks == counts, "the same values present for each call");
+        for m in 0..3 {
+            assert_eq!(marks.present(m), counts.present(m));
+        }
+        let mut whole = Vec::new();
+        marks.encode_into(&mut whole);
+        let back = DistinctValues::decode(&mut crate::bytes::Reader(&whole)).unwrap();
+        assert!(back == marks, "stored whole as counts");
+        assert!(!counts.keep_marks(), "a set with values keeps its counts");
     }
 
     #[test]

@@ -664,8 +664,13 @@ mod tests {
     }
 
     /// count(*), count(DISTINCT v), count(DISTINCT v) FILTER (WHERE f) and
-    /// count(DISTINCT w) per g, over input columns (g, v, w, f).
-    fn distinct_agg(backend: Arc<dyn StateBackend>, restore: StateRestore) -> HashAggOperator {
+    /// count(DISTINCT w) per g, over input columns (g, v, w, f); `only_inserts`: the
+    /// input is append-only (the sets keep marks).
+    fn distinct_agg(
+        backend: Arc<dyn StateBackend>,
+        restore: StateRestore,
+        only_inserts: bool,
+    ) -> HashAggOperator {
         let count = |kind, arg: Option<usize>, filter| AggCall {
             kind,
             arg,
@@ -674,7 +679,7 @@ mod tests {
             output_type: DataType::Int64,
             order: vec![],
             delimiter: None,
-            append_only: false,
+            append_only: only_inserts,
         };
         let int = |n: &str| Field::new(n, DataType::Int64, true);
         let spec = HashAggSpec {
@@ -697,21 +702,21 @@ mod tests {
 
     type Row = (i64, i64, i64, bool);
 
-    /// Epochs of signed rows: inserts, and deletes of rows inserted before (groups
-    /// empty out and come back, values leave and return).
-    fn distinct_script(epochs: usize) -> Vec<Vec<(Op, Row)>> {
+    /// Epochs of signed rows: inserts, and (`deletes`) deletes of rows inserted
+    /// before (groups empty out and come back, values leave and return).
+    fn distinct_script(epochs: usize, deletes: bool) -> Vec<Vec<(Op, Row)>> {
         let mut x = 17i64;
         let mut live: Vec<Row> = Vec::new();
         (0..epochs)
             .map(|e| {
                 // Every fourth epoch empties a group, which gets no row that epoch.
-                let gone = (e % 4 == 3).then_some((e as i64 / 4) % 4);
+                let gone = (deletes && e % 4 == 3).then_some((e as i64 / 4) % 4);
                 let emptied = live.iter().filter(|r| Some(r.0) == gone);
                 let mut rows: Vec<(Op, Row)> = emptied.map(|r| (Op::Delete, *r)).collect();
                 live.retain(|r| !rows.iter().any(|(_, d)| d == r));
                 rows.extend((0..40).map(|_| {
                     x = (x * 1_103_515_245 + 12_345) % 2_147_483_648;
-                    if x % 5 < 2 && !live.is_empty() {
+                    if deletes && x % 5 < 2 && !live.is_empty() {
                         let gone = live.swap_remove((x / 5) as usize % live.len());
                         (Op::Delete, gone)
                     } else {
@@ -772,7 +777,7 @@ mod tests {
     type Entries = BTreeMap<(u32, Vec<u8>), Vec<u8>>;
 
     #[derive(Default)]
-    struct Checkpoints(BTreeMap<String, Entries>);
+    struct Checkpoints(BTreeMap<String, Entries>, bool);
 
     impl Checkpoints {
         fn take(&mut self, op: &mut HashAggOperator) -> Vec<(String, usize)> {
@@ -817,7 +822,7 @@ mod tests {
                 },
                 ..StateRestore::fresh(128)
             };
-            distinct_agg(backend, restore)
+            distinct_agg(backend, restore, self.1)
         }
     }
 
@@ -826,6 +831,16 @@ mod tests {
             track_changes: true,
             ..StateRestore::fresh(128)
         }
+    }
+
+    /// Whether every distinct set of every group keeps marks (or every one counts).
+    fn sets_keep_marks(op: &HashAggOperator, marks: bool) -> bool {
+        op.state.keys().all(|k| {
+            op.state.get(k).unwrap().accs.iter().all(|a| match a {
+                AccState::Distinct(s) => s.keeps_marks() == marks,
+                _ => true,
+            })
+        })
     }
 
     /// Every group of `whole` is in exactly one of `parts`, with equal states.
@@ -844,10 +859,16 @@ mod tests {
     /// sets; each checkpoint carries the values that changed, not whole sets.
     #[test]
     fn distinct_values_restored_from_their_changes_agree_with_a_run_never_stopped() {
-        let script = distinct_script(30);
-        let mut reference = distinct_agg(MemoryStateBackend::new(), tracked());
-        let mut op = distinct_agg(MemoryStateBackend::new(), tracked());
-        let mut checkpoints = Checkpoints::default();
+        restarts_agree(false);
+        restarts_agree(true);
+    }
+
+    /// See above; `only_inserts`: over an append-only input, the sets' marks.
+    fn restarts_agree(only_inserts: bool) {
+        let script = distinct_script(30, !only_inserts);
+        let mut reference = distinct_agg(MemoryStateBackend::new(), tracked(), only_inserts);
+        let mut op = distinct_agg(MemoryStateBackend::new(), tracked(), only_inserts);
+        let mut checkpoints = Checkpoints(BTreeMap::new(), only_inserts);
         let mut tombstones_seen = false;
         for (e, rows) in script.iter().enumerate() {
             let e = e as u64 + 1;
@@ -867,6 +888,9 @@ mod tests {
                 tombstones_seen |= before.keys().any(|k| !after.contains_key(k));
                 op = checkpoints.restore(0..128);
                 assert_same_groups(&reference, &[&op], &format!("restored after epoch {e}"));
+                assert!(
+                    sets_keep_marks(&op, only_inserts) && sets_keep_marks(&reference, only_inserts)
+                );
             }
             if e == 15 {
                 let (a, b) = (checkpoints.restore(0..64), checkpoints.restore(64..128));
@@ -877,8 +901,8 @@ mod tests {
                 assert_same_groups(&reference, &[&a, &b], "split in two");
             }
         }
-        assert!(
-            tombstones_seen,
+        assert_eq!(
+            tombstones_seen, !only_inserts,
             "values and groups went away between checkpoints"
         );
         // One new value per set in group 1: two entries, and a group value that holds
@@ -906,9 +930,9 @@ mod tests {
     /// first checkpoint after stores every value apart, and later restores agree.
     #[test]
     fn sets_stored_whole_by_an_earlier_version_are_stored_apart() {
-        let script = distinct_script(12);
-        let mut reference = distinct_agg(MemoryStateBackend::new(), tracked());
-        let mut old = distinct_agg(MemoryStateBackend::new(), tracked());
+        let script = distinct_script(12, true);
+        let mut reference = distinct_agg(MemoryStateBackend::new(), tracked(), false);
+        let mut old = distinct_agg(MemoryStateBackend::new(), tracked(), false);
         old.aggs = Aggregates::new(&old.spec.calls).unwrap();
         old.distinct = None;
         for (e, rows) in script[..6].iter().enumerate() {
