@@ -657,8 +657,6 @@ struct DistinctColumn {
 pub struct Aggregates {
     calls: Vec<CallRuntime>,
     distinct: Vec<DistinctColumn>,
-    /// New groups' distinct sets are stored apart ([`DistinctValues::stored_apart`]).
-    sets_apart: bool,
 }
 
 impl Aggregates {
@@ -685,18 +683,7 @@ impl Aggregates {
             .cloned()
             .map(CallRuntime::new)
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
-            calls,
-            distinct,
-            sets_apart: false,
-        })
-    }
-
-    /// New groups' distinct sets keep their values apart from the group's value, one
-    /// stored entry each, their changes tracked for checkpoints (an aggregation that
-    /// checkpoints and stores those entries itself).
-    pub fn store_sets_apart(&mut self) {
-        self.sets_apart = true;
+        Ok(Self { calls, distinct })
     }
 
     /// Whether a distinct column's input only ever inserts: its set then keeps a mark
@@ -723,11 +710,7 @@ impl Aggregates {
             .map(|c| AccState::new(&c.call).expect("checked in new"));
         let sets = self.distinct.iter().map(|d| {
             let m = d.members.len();
-            let mut set = if self.sets_apart {
-                DistinctValues::stored_apart(m)
-            } else {
-                DistinctValues::new(m)
-            };
+            let mut set = DistinctValues::new(m);
             if self.only_inserts(d) {
                 set.keep_marks();
             }

@@ -217,12 +217,9 @@ impl HashAggOperator {
             reemit,
             track_changes,
         } = restore;
-        let mut aggs = Aggregates::new(&spec.calls)?;
+        let aggs = Aggregates::new(&spec.calls)?;
         let mut distinct = (track_changes && aggs.has_distinct_sets())
             .then(|| DistinctEntries::new(&spec.uid, max_parallelism, aggs.first_set()));
-        if distinct.is_some() {
-            aggs.store_sets_apart();
-        }
         let key_converter = RowConverter::new(
             spec.group_types
                 .iter()
@@ -237,7 +234,7 @@ impl HashAggOperator {
             state.try_for_each_unstored(|g| aggs.upgrade(&mut g.accs))?;
             if let Some(d) = &mut distinct {
                 let kg = (key_groups.start, key_groups.end);
-                d.load(&*backend, kg, &mut state, || empty_group(&aggs))?;
+                d.load(&*backend, kg, &mut state)?;
             }
         }
         let mut epoch_before = HashMap::new();
@@ -386,7 +383,7 @@ impl Operator for HashAggOperator {
                 prepared.update(&mut group.accs, i, sign)?;
             }
             if let Some(d) = &mut self.distinct {
-                d.note_changes(key, was_clean, &group.accs);
+                d.note_changes(key, was_clean, &mut group.accs);
             }
         }
         Ok(())
@@ -670,6 +667,7 @@ mod tests {
         backend: Arc<dyn StateBackend>,
         restore: StateRestore,
         only_inserts: bool,
+        apart_at: usize,
     ) -> HashAggOperator {
         let count = |kind, arg: Option<usize>, filter| AggCall {
             kind,
@@ -697,7 +695,11 @@ mod tests {
             emit_on_window_close: false,
             clean_by_watermark: false,
         };
-        HashAggOperator::new(spec, backend, restore).unwrap()
+        let mut op = HashAggOperator::new(spec, backend, restore).unwrap();
+        if let Some(d) = &mut op.distinct {
+            d.set_apart_at(apart_at);
+        }
+        op
     }
 
     type Row = (i64, i64, i64, bool);
@@ -777,7 +779,7 @@ mod tests {
     type Entries = BTreeMap<(u32, Vec<u8>), Vec<u8>>;
 
     #[derive(Default)]
-    struct Checkpoints(BTreeMap<String, Entries>, bool);
+    struct Checkpoints(BTreeMap<String, Entries>, bool, usize);
 
     impl Checkpoints {
         fn take(&mut self, op: &mut HashAggOperator) -> Vec<(String, usize)> {
@@ -822,7 +824,7 @@ mod tests {
                 },
                 ..StateRestore::fresh(128)
             };
-            distinct_agg(backend, restore, self.1)
+            distinct_agg(backend, restore, self.1, self.2)
         }
     }
 
@@ -843,6 +845,20 @@ mod tests {
         })
     }
 
+    /// How many distinct sets are stored whole and how many apart.
+    fn set_forms(op: &HashAggOperator) -> (usize, usize) {
+        let sets = op.state.keys().flat_map(|k| {
+            let accs = &op.state.get(k).unwrap().accs;
+            accs.iter().filter_map(|a| match a {
+                AccState::Distinct(s) => Some(s.is_stored_apart()),
+                _ => None,
+            })
+        });
+        sets.fold((0, 0), |(w, a), apart| {
+            (w + usize::from(!apart), a + usize::from(apart))
+        })
+    }
+
     /// Every group of `whole` is in exactly one of `parts`, with equal states.
     fn assert_same_groups(whole: &HashAggOperator, parts: &[&HashAggOperator], when: &str) {
         let held: usize = parts.iter().map(|p| p.state.len()).sum();
@@ -859,16 +875,19 @@ mod tests {
     /// sets; each checkpoint carries the values that changed, not whole sets.
     #[test]
     fn distinct_values_restored_from_their_changes_agree_with_a_run_never_stopped() {
-        restarts_agree(false);
-        restarts_agree(true);
+        restarts_agree(false, 0);
+        restarts_agree(true, 0);
+        // Sets of `v` grow past 10 values and move apart; sets of `w` (7) stay whole.
+        restarts_agree(false, 10);
     }
 
-    /// See above; `only_inserts`: over an append-only input, the sets' marks.
-    fn restarts_agree(only_inserts: bool) {
+    /// See above; `only_inserts`: over an append-only input, the sets' marks;
+    /// `apart_at`: sets larger than this are stored apart.
+    fn restarts_agree(only_inserts: bool, apart_at: usize) {
         let script = distinct_script(30, !only_inserts);
-        let mut reference = distinct_agg(MemoryStateBackend::new(), tracked(), only_inserts);
-        let mut op = distinct_agg(MemoryStateBackend::new(), tracked(), only_inserts);
-        let mut checkpoints = Checkpoints(BTreeMap::new(), only_inserts);
+        let agg = || distinct_agg(MemoryStateBackend::new(), tracked(), only_inserts, apart_at);
+        let (mut reference, mut op) = (agg(), agg());
+        let mut checkpoints = Checkpoints(BTreeMap::new(), only_inserts, apart_at);
         let mut tombstones_seen = false;
         for (e, rows) in script.iter().enumerate() {
             let e = e as u64 + 1;
@@ -905,6 +924,15 @@ mod tests {
             tombstones_seen, !only_inserts,
             "values and groups went away between checkpoints"
         );
+        let (whole, apart) = set_forms(&op);
+        assert_eq!(
+            (whole > 0, apart > 0),
+            (apart_at > 0, true),
+            "sets whole / apart"
+        );
+        if apart_at > 0 {
+            return;
+        }
         // One new value per set in group 1: two entries, and a group value that holds
         // no set.
         checkpoints.take(&mut op);
@@ -926,54 +954,36 @@ mod tests {
         assert!(group < 100, "a group's value holds no set: {group} bytes");
     }
 
-    /// State of an earlier version, whose groups held their sets whole, restores; the
-    /// first checkpoint after stores every value apart, and later restores agree.
+    /// State of an earlier version, whose groups held their sets whole, restores;
+    /// the sets move apart when rows next change them, and later restores agree.
     #[test]
     fn sets_stored_whole_by_an_earlier_version_are_stored_apart() {
         let script = distinct_script(12, true);
-        let mut reference = distinct_agg(MemoryStateBackend::new(), tracked(), false);
-        let mut old = distinct_agg(MemoryStateBackend::new(), tracked(), false);
-        old.aggs = Aggregates::new(&old.spec.calls).unwrap();
+        let mut reference = distinct_agg(MemoryStateBackend::new(), tracked(), false, 0);
+        let mut old = distinct_agg(MemoryStateBackend::new(), tracked(), false, 0);
         old.distinct = None;
         for (e, rows) in script[..6].iter().enumerate() {
             let e = e as u64 + 1;
             assert_eq!(epoch(&mut old, rows, e), epoch(&mut reference, rows, e));
         }
-        let mut checkpoints = Checkpoints::default();
-        assert_eq!(
-            checkpoints.take(&mut old).len(),
-            1,
-            "no distinct entries then"
-        );
+        let mut checkpoints = Checkpoints(BTreeMap::new(), false, 0);
+        let sizes = checkpoints.take(&mut old);
+        assert_eq!(sizes.len(), 1, "no distinct entries then");
         let mut op = checkpoints.restore(0..128);
         assert_same_groups(&reference, &[&op], "upgraded");
-        assert!(
-            epoch(&mut op, &[], 7).is_empty(),
-            "a restore that does not re-emit"
-        );
-        let sizes = checkpoints.take(&mut op);
-        let values: usize = reference
-            .state
-            .keys()
-            .map(|k| {
-                let accs = &reference.state.get(k).unwrap().accs;
-                accs.iter()
-                    .map(|a| match a {
-                        AccState::Distinct(s) => s.len(),
-                        _ => 0,
-                    })
-                    .sum::<usize>()
-            })
-            .sum();
-        assert_eq!(sizes[0].1, reference.state.len(), "every group rewritten");
-        assert_eq!(sizes[1].1, values, "every value stored apart");
-        op = checkpoints.restore(0..128);
+        assert_eq!(set_forms(&op).1, 0, "restored whole");
         for (e, rows) in script[6..].iter().enumerate() {
-            let e = e as u64 + 8;
+            let e = e as u64 + 7;
             assert_eq!(epoch(&mut op, rows, e), epoch(&mut reference, rows, e));
             checkpoints.take(&mut op);
             op = checkpoints.restore(0..128);
         }
         assert_same_groups(&reference, &[&op], "at the end");
+        assert_eq!(
+            set_forms(&op).0,
+            0,
+            "every set changed since, and moved apart"
+        );
+        assert!(!checkpoints.0["v.hashagg.distinct.distinct"].is_empty());
     }
 }
