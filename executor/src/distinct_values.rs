@@ -9,20 +9,21 @@
 //! column with a count per filter; so does this. A count needs membership only, not
 //! order, so the set is a hash table whose entries are one allocation each: a flag
 //! byte, the calls' counts (or, over an input that only inserts, one bit per call),
-//! then the value's row encoding. Each call's result is kept
-//! as a count that changes when a value becomes present for it (its count rises above
-//! zero) or absent, so an output costs no scan.
+//! then the value's row encoding. Each call's result is kept as a count that changes
+//! when a value becomes present for it (its count rises above zero) or absent, so an
+//! output costs no scan.
 //!
 //! A set is stored whole inside its group's value ([`DistinctValues::encode_into`]),
-//! or, in an aggregation that checkpoints, **apart**: one stored entry per value, like
-//! Flink's map state, so that a checkpoint carries only the values that changed since
-//! the last one ([`DistinctValues::take_changes`]). Stored whole, q15's one group
-//! re-encoded every distinct bidder and auction at every checkpoint: at 100M events
-//! its checkpoints took 1–6 s, growing with the state, and their encoded copies
-//! doubled the memory. Apart, an entry whose counts all fall to zero while the last
-//! checkpoint holds it stays as a tombstone (counts zero, not present for any call)
-//! until the next checkpoint records its removal.
+//! or, once large in an aggregation that checkpoints, **apart**: one stored entry per
+//! value, like Flink's map state, so that a checkpoint carries only the values that
+//! changed since the last one ([`DistinctValues::take_changes`];
+//! `operators::distinct_entries` decides and stores). Stored whole, q15's one group
+//! re-encoded every distinct bidder and auction at every checkpoint, and at 100M
+//! events its encoded copies nearly doubled the memory. Apart, an entry whose counts
+//! all fall to zero while the last checkpoint holds it stays as a tombstone (counts
+//! zero, not present for any call) until the next checkpoint records its removal.
 
+use crate::bytes::put_signed_varint;
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 use std::sync::OnceLock;
@@ -254,20 +255,23 @@ impl DistinctValues {
         self.add(value, delta, |_, _| {});
     }
 
-    /// Hands every value changed since the last call to `emit`, with its counts, or
-    /// `None` when its entry is to be deleted, and marks what it handed as held by
+    /// Hands every value changed since the last call to `emit`, with its counts (as
+    /// stored: a zigzag varint per call, a mark counting 1), or `None` when its entry
+    /// is to be deleted, and marks what it handed as held by
     /// the checkpoint being taken. A set stored apart calls this at each checkpoint.
     pub fn take_changes(&mut self, mut emit: impl FnMut(&[u8], Option<&[u8]>)) {
         let (at, members, marks) = (self.split(), self.members, self.marks);
         let mut scratch = Vec::new();
         let mut take = |e: &mut [u8]| {
             take_change(e, at, |value, region| match region {
-                Some(r) if marks => {
+                Some(r) => {
                     scratch.clear();
-                    (0..members).for_each(|m| scratch.extend(get(true, r, m).to_le_bytes()));
+                    for m in 0..members {
+                        put_signed_varint(&mut scratch, get(marks, r, m));
+                    }
                     emit(value, Some(&scratch))
                 }
-                _ => emit(value, region),
+                None => emit(value, None),
             })
         };
         let changed = std::mem::take(&mut self.changed);
@@ -313,14 +317,23 @@ impl DistinctValues {
     /// not fit this set.
     pub fn load_stored(&mut self, value: &[u8], counts: &[u8]) -> bool {
         let at = self.split();
-        if counts.len() != self.members * COUNT || all_zero(counts) {
-            return false;
-        }
         let mut bytes = vec![0; at + value.len()].into_boxed_slice();
         bytes[0] = IN_IMAGE;
+        let mut stored = crate::bytes::Reader(counts);
+        let mut any = false;
         for m in 0..self.members {
-            put(self.marks, &mut bytes[FLAGS..at], m, count(counts, m));
+            let Some(n) = stored.signed_varint() else {
+                return false;
+            };
+            any |= n != 0;
+            put(self.marks, &mut bytes[FLAGS..at], m, n);
         }
+        if !stored.is_empty() || !any {
+            return false;
+        }
+        // Marks keep no count below zero (a retraction ahead of its insert, stored by
+        // a set of counts): such a value is held as the stored tombstone it now is.
+        let tombstone = all_zero(&bytes[FLAGS..at]);
         bytes[at..].copy_from_slice(value);
         let h = hash_of(value);
         match self
@@ -330,6 +343,7 @@ impl DistinctValues {
             Entry::Occupied(_) => return false,
             Entry::Vacant(e) => e.insert(bytes),
         };
+        self.tombstones += usize::from(tombstone);
         true
     }
 
@@ -614,6 +628,19 @@ mod tests {
         let back = DistinctValues::decode(&mut crate::bytes::Reader(&whole)).unwrap();
         assert!(back == marks, "stored whole as counts");
         assert!(!counts.keep_marks(), "a set with values keeps its counts");
+        // A count below zero, stored by a set of counts, is a stored tombstone here.
+        let mut read = DistinctValues::stored_apart(2);
+        read.keep_marks();
+        let mut stored = Vec::new();
+        put_signed_varint(&mut stored, -1);
+        put_signed_varint(&mut stored, 0);
+        assert!(read.load_stored(b"x", &stored));
+        assert_eq!((read.len(), read.present(0)), (0, 0));
+        read.add(b"x", |m| i64::from(m == 0), |_, _| {});
+        assert_eq!((read.len(), read.present(0)), (1, 1));
+        let mut stored_back = Vec::new();
+        read.for_each_stored(|v| stored_back.push(v.to_vec()));
+        assert_eq!(stored_back, vec![b"x".to_vec()]);
     }
 
     #[test]

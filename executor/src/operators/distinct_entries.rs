@@ -3,27 +3,29 @@
 //!
 //! Flink keeps a `count(DISTINCT)`'s values as map state, one entry per value, so a
 //! checkpoint writes what changed. Stored inside the group's value, q15's one group
-//! re-encoded every distinct bidder and auction at every checkpoint (1–6 s each at
-//! 100M events, growing with the state). Here a checkpoint writes the values whose
-//! counts changed (see [`DistinctValues::take_changes`]) and a tombstone for each
-//! stored value of a group that went away.
+//! re-encoded every distinct bidder and auction at every checkpoint, and at 100M
+//! events the encoded copies nearly doubled its memory. Here a checkpoint writes the
+//! values whose counts changed (see [`DistinctValues::take_changes`]) and a deletion
+//! for each stored value of a group that went away.
 //!
 //! A set moves apart once it holds more than [`APART_AT`] values; a smaller one stays
 //! inside its group's value. Apart, each stored value repeats the group key and a
 //! checkpoint sorts and merges one entry per changed value: for q16's ten thousand
 //! groups of a few hundred values each, that cost 20–30% of its speed and more
 //! memory than writing each changed group whole, while q15's one set of millions of
-//! values needed 44% less memory apart.
+//! values needed 45% less memory apart (docs/nexmark.md).
 //!
 //! An entry's key is the group's key (length-prefixed), the set's index and the
 //! value's row encoding; its key group is the group's, so an actor that loads a group
-//! loads its values too at any parallelism. Its value is the set's counts.
+//! loads its values too at any parallelism. Its value is the calls' counts, a zigzag
+//! varint each (one byte for a mark).
 //!
 //! Only checkpoints carry these entries: a backend that keeps flushed state (RocksDB)
 //! gets the groups' values at each flush but not their sets' entries. It is read only
 //! after a restore, which first writes the checkpoint's entries of every uid into it.
 
 use crate::aggregate::AccState;
+use crate::bytes::{put_varint, Reader};
 use crate::distinct_values::DistinctValues;
 use crate::error::{ExecError, Result};
 use crate::operators::hash_agg::GroupState;
@@ -190,8 +192,8 @@ fn sets(first: usize, accs: &[AccState]) -> impl Iterator<Item = (usize, &Distin
         })
 }
 
-/// An entry's key: the group key's length (u32, little-endian), the group key, the
-/// set's index (u16) and the value.
+/// An entry's key: the group key's length (a varint), the group key, the set's index
+/// (a varint) and the value. Every stored value repeats it, so it is kept short.
 fn entry_key(group: &[u8], set: usize, value: &[u8]) -> Vec<u8> {
     let mut key = Vec::new();
     write_entry_key(&mut key, group, set, value);
@@ -200,19 +202,19 @@ fn entry_key(group: &[u8], set: usize, value: &[u8]) -> Vec<u8> {
 
 fn write_entry_key(out: &mut Vec<u8>, group: &[u8], set: usize, value: &[u8]) {
     out.clear();
-    out.extend_from_slice(&(group.len() as u32).to_le_bytes());
+    put_varint(out, group.len() as u64);
     out.extend_from_slice(group);
-    out.extend_from_slice(&(set as u16).to_le_bytes());
+    put_varint(out, set as u64);
     out.extend_from_slice(value);
 }
 
 /// (group key, set index, value) of an entry's key.
 fn parse_entry_key(key: &[u8]) -> Option<(&[u8], usize, &[u8])> {
-    let len = u32::from_le_bytes(key.get(..4)?.try_into().ok()?) as usize;
-    let group = key.get(4..4 + len)?;
-    let rest = &key[4 + len..];
-    let set = u16::from_le_bytes(rest.get(..2)?.try_into().ok()?) as usize;
-    Some((group, set, &rest[2..]))
+    let mut r = Reader(key);
+    let len = usize::try_from(r.varint()?).ok()?;
+    let group = r.take(len)?;
+    let set = usize::try_from(r.varint()?).ok()?;
+    Some((group, set, r.0))
 }
 
 #[cfg(test)]
@@ -230,6 +232,10 @@ mod tests {
             assert_eq!(parse_entry_key(&key), Some((group, set, value)));
         }
         assert_eq!(parse_entry_key(&[9, 0, 0, 0, 1]), None, "a short key");
+        let long = vec![7u8; 300];
+        let key = entry_key(&long, 2, b"v");
+        assert_eq!(key.len(), 2 + 300 + 1 + 1, "varint lengths");
+        assert_eq!(parse_entry_key(&key), Some((&long[..], 2, &b"v"[..])));
         let uids = vec!["v.hashagg.1".to_string()];
         assert!(is_entries_of_one_of(&uid_of("v.hashagg.1"), &uids));
         assert!(!is_entries_of_one_of(&uid_of("v.hashagg.2"), &uids));
