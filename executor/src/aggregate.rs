@@ -643,6 +643,13 @@ pub fn accumulators_layout(calls: &[AggCall]) -> String {
         .join(", ")
 }
 
+/// The input column whose set of values call `c` reads, if it is a `count(DISTINCT)`.
+pub fn distinct_set_column(c: &AggCall) -> Option<usize> {
+    (c.kind == AggKind::CountDistinct)
+        .then_some(c.arg)
+        .flatten()
+}
+
 /// The `count(DISTINCT)` calls over one input column, which share one set of values.
 struct DistinctColumn {
     arg: usize,
@@ -667,7 +674,7 @@ impl Aggregates {
         }
         let mut distinct: Vec<DistinctColumn> = Vec::new();
         for (j, c) in calls.iter().enumerate() {
-            let (AggKind::CountDistinct, Some(arg)) = (c.kind, c.arg) else {
+            let Some(arg) = distinct_set_column(c) else {
                 continue;
             };
             match distinct.iter_mut().find(|d| d.arg == arg) {

@@ -51,7 +51,7 @@ impl HashAggSpec {
     fn has_distinct_sets(&self) -> bool {
         self.calls
             .iter()
-            .any(|c| c.kind == crate::aggregate::AggKind::CountDistinct && c.arg.is_some())
+            .any(|c| crate::aggregate::distinct_set_column(c).is_some())
     }
 
     /// The layout of this aggregation's state: group key types, then each call's
