@@ -125,14 +125,22 @@ impl KeyedEntries {
 
 /// The entries of one batch of a keyed file, borrowed, in order.
 pub(crate) fn batch_entries(b: &RecordBatch) -> impl Iterator<Item = (u32, &[u8], Option<&[u8]>)> {
-    let (kg, key, value) = columns(b);
-    (0..b.num_rows()).map(move |i| {
-        let v = (!value.is_null(i)).then(|| value.value(i));
-        (kg.value(i), key.value(i), v)
-    })
+    let cols = columns(b);
+    (0..b.num_rows()).map(move |i| entry_at(cols, i))
 }
 
-fn columns(b: &RecordBatch) -> (&UInt32Array, &BinaryArray, &BinaryArray) {
+/// Borrowed columns of one batch of a keyed file: key group, key, value.
+pub(crate) type Columns<'a> = (&'a UInt32Array, &'a BinaryArray, &'a BinaryArray);
+
+/// Entry `row` of a batch's columns, borrowed.
+pub(crate) fn entry_at(cols: Columns<'_>, row: usize) -> (u32, &[u8], Option<&[u8]>) {
+    let (kg, key, value) = cols;
+    let v = (!value.is_null(row)).then(|| value.value(row));
+    (kg.value(row), key.value(row), v)
+}
+
+/// A keyed file batch's columns: key group, key, value.
+pub(crate) fn columns(b: &RecordBatch) -> Columns<'_> {
     let col = |i: usize| b.column(i).as_any();
     (
         col(0).downcast_ref().expect("checked keyed schema"),
