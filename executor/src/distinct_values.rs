@@ -24,8 +24,7 @@
 //! zero, not present for any call) until the next checkpoint records its removal.
 
 use crate::bytes::put_signed_varint;
-use hashbrown::hash_table::Entry;
-use hashbrown::HashTable;
+use crate::packed_set::PackedSet;
 use std::sync::OnceLock;
 
 const COUNT: usize = std::mem::size_of::<i64>();
@@ -51,8 +50,8 @@ pub struct DistinctValues {
     /// Calls sharing the set: the counts each entry starts with.
     members: usize,
     /// A flag byte, `members` little-endian i64 counts (or `marks`: a bit each), then
-    /// the value's row encoding.
-    entries: HashTable<Box<[u8]>>,
+    /// the value's row encoding; packed in pages (q15's sets hold millions).
+    entries: PackedSet,
     /// Stored apart, one entry per value: changes are tracked for checkpoints.
     apart: bool,
     /// Hashes of the entries flagged `CHANGED`, once each per checkpoint (an entry
@@ -95,7 +94,7 @@ impl DistinctValues {
     pub fn new(members: usize) -> Self {
         Self {
             members,
-            entries: HashTable::new(),
+            entries: PackedSet::default(),
             apart: false,
             changed: Vec::new(),
             tombstones: 0,
@@ -162,7 +161,7 @@ impl DistinctValues {
         let at = self.split();
         self.entries
             .find(hash_of(value), |e| &e[at..] == value)
-            .map(|e| &e[FLAGS..at])
+            .map(|h| &self.entries.get(h)[FLAGS..at])
             .filter(|counts| !all_zero(counts))
     }
 
@@ -190,19 +189,17 @@ impl DistinctValues {
             return;
         }
         let h = hash_of(value);
-        let (mut entry, is_new) =
-            match self
-                .entries
-                .entry(h, |e| &e[at..] == value, |e| hash_of(&e[at..]))
-            {
-                Entry::Occupied(e) => (e, false),
-                Entry::Vacant(e) => {
-                    let mut bytes = vec![0; at + value.len()].into_boxed_slice();
-                    bytes[at..].copy_from_slice(value);
-                    (e.insert(bytes), true)
-                }
-            };
-        let bytes = entry.get_mut();
+        let (handle, is_new) = match self.entries.find(h, |e| &e[at..] == value) {
+            Some(handle) => (handle, false),
+            None => {
+                let fill = |e: &mut [u8]| e[at..].copy_from_slice(value);
+                let handle = self
+                    .entries
+                    .insert_with(h, at + value.len(), fill, |e| hash_of(&e[at..]));
+                (handle, true)
+            }
+        };
+        let bytes = self.entries.get_mut(handle);
         if self.apart && bytes[0] & CHANGED == 0 {
             bytes[0] |= CHANGED;
             self.changed.push(h);
@@ -220,7 +217,7 @@ impl DistinctValues {
         let is_tombstone = all_zero(counts);
         if is_tombstone && bytes[0] & IN_IMAGE == 0 {
             // Nothing stored has the value: it leaves no trace.
-            entry.remove();
+            self.entries.remove(h, handle);
             self.tombstones -= usize::from(was_tombstone);
             return;
         }
@@ -283,7 +280,7 @@ impl DistinctValues {
                 if e[0] & CHANGED == 0 {
                     return true;
                 }
-                let kept = take(&mut e[..]);
+                let kept = take(e);
                 gone += usize::from(!kept);
                 kept
             });
@@ -293,12 +290,12 @@ impl DistinctValues {
         for h in changed {
             let found = self
                 .entries
-                .find_entry(h, |e| e[0] & CHANGED != 0 && hash_of(&e[at..]) == h);
-            let Ok(mut e) = found else {
+                .find(h, |e| e[0] & CHANGED != 0 && hash_of(&e[at..]) == h);
+            let Some(handle) = found else {
                 continue; // removed since it changed
             };
-            if !take(e.get_mut()) {
-                e.remove();
+            if !take(self.entries.get_mut(handle)) {
+                self.entries.remove(h, handle);
                 self.tombstones -= 1;
             }
         }
@@ -317,7 +314,7 @@ impl DistinctValues {
     /// not fit this set.
     pub fn load_stored(&mut self, value: &[u8], counts: &[u8]) -> bool {
         let at = self.split();
-        let mut bytes = vec![0; at + value.len()].into_boxed_slice();
+        let mut bytes = vec![0; at + value.len()];
         bytes[0] = IN_IMAGE;
         let mut stored = crate::bytes::Reader(counts);
         let mut any = false;
@@ -336,13 +333,10 @@ impl DistinctValues {
         let tombstone = all_zero(&bytes[FLAGS..at]);
         bytes[at..].copy_from_slice(value);
         let h = hash_of(value);
-        match self
-            .entries
-            .entry(h, |e| &e[at..] == value, |e| hash_of(&e[at..]))
-        {
-            Entry::Occupied(_) => return false,
-            Entry::Vacant(e) => e.insert(bytes),
-        };
+        if self.entries.find(h, |e| &e[at..] == value).is_some() {
+            return false;
+        }
+        self.entries.insert(h, &bytes, |e| hash_of(&e[at..]));
         self.tombstones += usize::from(tombstone);
         true
     }
@@ -356,10 +350,11 @@ impl DistinctValues {
         }
         self.apart = true;
         let at = self.split();
-        for e in self.entries.iter_mut() {
+        let changed = &mut self.changed;
+        self.entries.for_each_mut(|e| {
             e[0] = CHANGED;
-            self.changed.push(hash_of(&e[at..]));
-        }
+            changed.push(hash_of(&e[at..]));
+        });
         true
     }
 
@@ -387,17 +382,17 @@ impl DistinctValues {
         let mut set = DistinctValues::new(members);
         let at = set.split();
         set.entries.reserve(len as usize, |e| hash_of(&e[at..]));
+        let mut e = Vec::new();
         for _ in 0..len {
             let stored = r.prefixed()?;
             if stored.len() < at - FLAGS || all_zero(&stored[..at - FLAGS]) {
                 return None;
             }
-            let mut e = Vec::with_capacity(FLAGS + stored.len());
+            e.clear();
             e.push(0);
             e.extend_from_slice(&stored);
             let h = hash_of(&e[at..]);
-            set.entries
-                .insert_unique(h, e.into_boxed_slice(), |e| hash_of(&e[at..]));
+            set.entries.insert(h, &e, |e| hash_of(&e[at..]));
         }
         Some(set)
     }

@@ -25,7 +25,8 @@
 //! - [`metrics`]: Prometheus metrics with Flink's names.
 //! - [`aggregate`] and [`operators`]: the operators; [`bytes`]: reading their encoded state;
 //!   [`value_counts`]: the multisets aggregates keep (small ones as sorted vectors);
-//!   [`distinct_values`]: the value sets `count(DISTINCT)` calls over a column share.
+//!   [`distinct_values`]: the value sets `count(DISTINCT)` calls over a column share,
+//!   their entries packed in pages ([`packed_set`]).
 //! - [`sinks`]: the last operator of a sink job, one connector per file.
 //! - [`jobs`]: the job registry: status, restarts and failures that outlive a
 //!   deployment, connectors' bad records.
@@ -66,6 +67,7 @@ pub mod jobs;
 pub mod metrics;
 pub(crate) mod operator;
 pub mod operators;
+pub mod packed_set;
 pub mod progress;
 pub(crate) mod row_below;
 pub(crate) mod row_groups;
