@@ -362,12 +362,14 @@ fn print_checkpoints(completed: &[weir_executor::checkpoint::stats::CheckpointRe
         .unwrap_or(0);
     for r in completed {
         println!(
-            "checkpoint {} {}: after_first_s={:.1} duration_ms={} alignment_ms={}",
+            "checkpoint {} {}: after_first_s={:.1} duration_ms={} alignment_ms={} upload_ms={} uploaded_mb={}",
             r.job_name,
             r.id,
             (r.trigger_time_ms - first) as f64 / 1000.0,
             r.duration_ms.unwrap_or(0),
-            r.alignment_ms
+            r.alignment_ms,
+            r.upload_ms.unwrap_or(0),
+            r.incremental_size >> 20
         );
     }
     let stats = |mut v: Vec<u64>| {

@@ -223,6 +223,7 @@ pub async fn show_checkpoints(db: &Database) -> SqlResult<Output> {
             "incremental_size",
             "path",
             "failure",
+            "upload_ms",
         ])
         .map(|c| (c, c))
         .collect();

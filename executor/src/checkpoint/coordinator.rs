@@ -301,6 +301,7 @@ impl CheckpointCoordinator {
                 trigger_time_ms: trigger_ms,
                 duration_ms: None,
                 alignment_ms: 0,
+                upload_ms: None,
                 full_size: 0,
                 incremental_size: 0,
                 path: self
@@ -459,6 +460,7 @@ impl CheckpointCoordinator {
                 self.history.lock().update(done.job, done.epoch, |r| {
                     r.status = CheckpointStatus::Completed;
                     r.duration_ms = Some(done.duration_ms);
+                    r.upload_ms = Some(done.upload_ms);
                     r.full_size = meta.full_size;
                     r.incremental_size = meta.incremental_size;
                 });

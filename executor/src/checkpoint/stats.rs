@@ -29,6 +29,10 @@ pub struct CheckpointRecord {
     pub trigger_time_ms: i64,
     pub duration_ms: Option<u64>,
     pub alignment_ms: u64,
+    /// From the last actor's acknowledgement to completion: writing the state files
+    /// (Flink's asynchronous part). The rest of `duration_ms` is barriers reaching
+    /// the actors and their snapshots.
+    pub upload_ms: Option<u64>,
     pub full_size: u64,
     pub incremental_size: u64,
     pub path: String,

@@ -48,6 +48,8 @@ pub struct UploadDone {
     pub job: u64,
     pub epoch: Epoch,
     pub duration_ms: u64,
+    /// Of which writing the files: from the upload's start to its end.
+    pub upload_ms: u64,
     pub result: std::result::Result<CheckpointMetadata, String>,
     /// Positions of every retained checkpoint after this one.
     pub retained: Vec<(Epoch, BTreeMap<String, u64>)>,
@@ -143,6 +145,7 @@ impl JobUploader {
                     positions,
                     parts,
                 } => {
+                    let upload_started = std::time::Instant::now();
                     let mut deltas = std::mem::take(&mut self.carry);
                     deltas.extend(parts);
                     let mut written = Vec::new();
@@ -173,6 +176,7 @@ impl JobUploader {
                         job: self.job,
                         epoch,
                         duration_ms: started.elapsed().as_millis() as u64,
+                        upload_ms: upload_started.elapsed().as_millis() as u64,
                         result,
                         retained: self
                             .retained

@@ -19,6 +19,7 @@ pub const CHECKPOINTS: Table = Table {
             ("incremental_size", Int8),
             ("path", Text),
             ("failure", Text),
+            ("upload_ms", Int8),
         ],
     },
     rows,
@@ -42,6 +43,7 @@ fn rows(f: &Facts) -> Vec<Vec<V>> {
                 int(r.incremental_size),
                 r.path.clone().into(),
                 r.failure.clone().into(),
+                r.upload_ms.map_or(V::Null, int),
             ]
         });
     let kept = f.retained.iter().map(|r| {
@@ -55,6 +57,7 @@ fn rows(f: &Facts) -> Vec<Vec<V>> {
             int(r.full_size),
             int(0),
             r.path().into(),
+            V::Null,
             V::Null,
         ]
     });

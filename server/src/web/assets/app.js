@@ -185,6 +185,7 @@ function checkpointTable(rows, test) {
     ["trigger time", (c) => c.trigger_time],
     ["duration", (c) => millis(c.duration_ms), true],
     ["alignment", (c) => millis(c.alignment_ms), true],
+    ["upload", (c) => millis(c.upload_ms), true],
     ["full size", (c) => bytes(c.full_size), true],
     ["incremental size", (c) => bytes(c.incremental_size), true],
     ["failure", (c) => c.failure || "", false, true],
