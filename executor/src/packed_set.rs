@@ -58,9 +58,7 @@ impl PackedSet {
 
     /// The entry at `handle`, to change in place (its length stays).
     pub fn get_mut(&mut self, handle: Handle) -> &mut [u8] {
-        let (page, at) = split(handle);
-        let (len, n) = read_len(&self.pages[page][at..]);
-        &mut self.pages[page][at + n..at + n + len]
+        entry_in_mut(&mut self.pages, handle)
     }
 
     /// The handle of the entry with hash `hash` for which `eq` holds.
@@ -117,9 +115,8 @@ impl PackedSet {
 
     /// Every entry, to change in place, in no order.
     pub fn for_each_mut(&mut self, mut f: impl FnMut(&mut [u8])) {
-        let handles: Vec<Handle> = self.table.iter().copied().collect();
-        for h in handles {
-            f(self.get_mut(h));
+        for &h in self.table.iter() {
+            f(entry_in_mut(&mut self.pages, h));
         }
     }
 
@@ -128,11 +125,11 @@ impl PackedSet {
         let pages = &mut self.pages;
         let mut gone = 0;
         self.table.retain(|&mut h| {
-            let (page, at) = split(h);
-            let (len, n) = read_len(&pages[page][at..]);
-            let kept = keep(&mut pages[page][at + n..at + n + len]);
+            let entry = entry_in_mut(pages, h);
+            let size = stored_size(entry.len());
+            let kept = keep(entry);
             if !kept {
-                gone += stored_size(len);
+                gone += size;
             }
             kept
         });
@@ -143,46 +140,38 @@ impl PackedSet {
         }
     }
 
-    /// Appends a zeroed entry of `len` bytes to the last page (a new one when it
-    /// does not fit).
+    /// Appends a zeroed entry of `len` bytes.
     fn append(&mut self, len: usize) -> Handle {
-        let size = stored_size(len);
-        let fits = self
-            .pages
-            .last()
-            .is_some_and(|p| p.capacity() - p.len() >= size);
-        if !fits {
-            self.pages.push(Vec::with_capacity(PAGE.max(size)));
-        }
-        let page_no = self.pages.len() - 1;
-        let page = self.pages.last_mut().expect("a page was just made");
-        let handle = (page_no as u64) << 32 | page.len() as u64;
-        crate::bytes::put_varint(page, len as u64);
-        page.resize(page.len() + len, 0);
-        self.live += size;
-        handle
+        self.live += stored_size(len);
+        append_to(&mut self.pages, len)
     }
 
     /// Copies the live entries into fresh pages and points their handles there.
     fn compact(&mut self) {
         let old = std::mem::take(&mut self.pages);
-        self.live = 0;
         self.dead = 0;
-        let held: Vec<Handle> = self.table.iter().copied().collect();
-        let moved: Vec<Handle> = held
-            .into_iter()
-            .map(|h| {
-                let entry = entry_in(&old, h);
-                let new = self.append(entry.len());
-                self.get_mut(new).copy_from_slice(entry);
-                new
-            })
-            .collect();
-        // The table's iteration order is the same while it is not changed.
-        for (slot, new) in self.table.iter_mut().zip(moved) {
-            *slot = new;
+        for slot in self.table.iter_mut() {
+            let entry = entry_in(&old, *slot);
+            *slot = append_to(&mut self.pages, entry.len());
+            entry_in_mut(&mut self.pages, *slot).copy_from_slice(entry);
         }
     }
+}
+
+/// Appends a zeroed entry of `len` bytes to the last page (a new one when it does
+/// not fit).
+fn append_to(pages: &mut Vec<Vec<u8>>, len: usize) -> Handle {
+    let size = stored_size(len);
+    let fits = pages.last().is_some_and(|p| p.capacity() - p.len() >= size);
+    if !fits {
+        pages.push(Vec::with_capacity(PAGE.max(size)));
+    }
+    let page_no = pages.len() - 1;
+    let page = pages.last_mut().expect("a page was just made");
+    let handle = (page_no as u64) << 32 | page.len() as u64;
+    crate::bytes::put_varint(page, len as u64);
+    page.resize(page.len() + len, 0);
+    handle
 }
 
 fn split(handle: Handle) -> (usize, usize) {
@@ -193,6 +182,12 @@ fn entry_in(pages: &[Vec<u8>], handle: Handle) -> &[u8] {
     let (page, at) = split(handle);
     let (len, n) = read_len(&pages[page][at..]);
     &pages[page][at + n..at + n + len]
+}
+
+fn entry_in_mut(pages: &mut [Vec<u8>], handle: Handle) -> &mut [u8] {
+    let (page, at) = split(handle);
+    let (len, n) = read_len(&pages[page][at..]);
+    &mut pages[page][at + n..at + n + len]
 }
 
 /// An entry's length and the bytes its varint took.

@@ -145,9 +145,9 @@ fn run_of(file: &KeyedEntries) -> Run<'_> {
 /// was ~300 MB held beside the delta's own columns while the delta was written.
 fn sorted(file: &KeyedEntries) -> impl Iterator<Item = Entry<'_>> + Send + '_ {
     let cols: Vec<Columns<'_>> = file.batches().iter().map(columns).collect();
-    let at = |p: u64| (cols[(p >> 32) as usize], p as u32 as usize);
     let key = |p: u64| {
-        let ((kg, key, _), row) = at(p);
+        let (b, row) = position(p);
+        let (kg, key, _) = cols[b];
         (kg.value(row), key.value(row))
     };
     let mut positions: Vec<u64> = file
@@ -159,9 +159,15 @@ fn sorted(file: &KeyedEntries) -> impl Iterator<Item = Entry<'_>> + Send + '_ {
     // Among equal keys the later write (the higher position) comes first and is kept.
     positions.sort_unstable_by(|&x, &y| key(x).cmp(&key(y)).then(y.cmp(&x)));
     positions.dedup_by(|later, first| key(*later) == key(*first));
-    positions
-        .into_iter()
-        .map(move |p| entry_at(cols[(p >> 32) as usize], p as u32 as usize))
+    positions.into_iter().map(move |p| {
+        let (b, row) = position(p);
+        entry_at(cols[b], row)
+    })
+}
+
+/// (batch, row) of a position `batch << 32 | row`.
+fn position(p: u64) -> (usize, usize) {
+    ((p >> 32) as usize, p as u32 as usize)
 }
 
 /// A file's entries read in place, front to back. A mapped file's pages are handed
