@@ -5,8 +5,8 @@
 //! It is a k-way merge of one sorted run per file. A file written by this merge (a
 //! base, or a delta since deltas are written by it too) is in key order and is read
 //! in place; a file in another order (a checkpoint's changes in the hash order their
-//! state table kept, a delta of an older version) has its entries sorted first (40
-//! bytes each, borrowed from the file). Nothing is held per key of the base:
+//! state table kept, a delta of an older version) has its entries sorted first (16
+//! bytes each, see [`key_order`](crate::key_order)). Nothing is held per key of the base:
 //! compacting a chain or restoring it costs the batch being built (and the sorted
 //! entries of a file not in key order), not a hash map of the whole state plus a
 //! second copy of it (what made compaction q18's peak of memory).
@@ -15,6 +15,7 @@
 //! checkpoint's delta in key order in the first place, so a later compaction reads
 //! every file in place and sorts nothing.
 
+use crate::key_order;
 use crate::keyed_entries::{
     batch_entries, columns, entry_at, Columns, KeyedEntries, KeyedEntriesBuilder,
 };
@@ -138,28 +139,13 @@ fn run_of(file: &KeyedEntries) -> Run<'_> {
     Run { rest, head: None }
 }
 
-/// A file not in key order, each key once (its last write), sorted by key. It sorts
-/// 8-byte positions (batch, row) into the file's columns, not the 40-byte borrowed
-/// entries a stable sort would move with a scratch buffer of half as many again: for
-/// a checkpoint's delta of millions of entries (q15's changed distinct values) that
-/// was ~300 MB held beside the delta's own columns while the delta was written.
+/// A file not in key order, each key once (its last write), sorted by key
+/// ([`key_order`](crate::key_order): 16-byte items whose key digests decide most
+/// comparisons without reading the keys).
 fn sorted(file: &KeyedEntries) -> impl Iterator<Item = Entry<'_>> + Send + '_ {
     let cols: Vec<Columns<'_>> = file.batches().iter().map(columns).collect();
-    let key = |p: u64| {
-        let (b, row) = position(p);
-        let (kg, key, _) = cols[b];
-        (kg.value(row), key.value(row))
-    };
-    let mut positions: Vec<u64> = file
-        .batches()
-        .iter()
-        .enumerate()
-        .flat_map(|(b, batch)| (0..batch.num_rows()).map(move |row| (b as u64) << 32 | row as u64))
-        .collect();
-    // Among equal keys the later write (the higher position) comes first and is kept.
-    positions.sort_unstable_by(|&x, &y| key(x).cmp(&key(y)).then(y.cmp(&x)));
-    positions.dedup_by(|later, first| key(*later) == key(*first));
-    positions.into_iter().map(move |p| {
+    let positions = key_order::last_writes_in_key_order(&cols);
+    positions.map(move |p| {
         let (b, row) = position(p);
         entry_at(cols[b], row)
     })

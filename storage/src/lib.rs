@@ -25,6 +25,8 @@
 //! - [`state_snapshot`]: operator state as Arrow IPC files (deltas and bases).
 //! - [`keyed_merge`]: `KeyedMerge`, keyed files applied in order (last write wins) and
 //!   streamed out in key order, a batch at a time.
+//! - [`key_order`]: a keyed file's entries put in key order by 16-byte items whose
+//!   key digests decide most comparisons.
 //! - [`mapped_pages`]: a mapped state file's pages handed back to the kernel once a
 //!   merge has read them.
 //! - [`keyed_entries`]: `KeyedEntries`, keyed-state changes as the Arrow columns a
@@ -41,6 +43,7 @@ pub mod cluster_log;
 pub mod codec;
 pub mod failpoint;
 pub mod key_group;
+pub(crate) mod key_order;
 pub mod keyed_entries;
 pub mod keyed_merge;
 pub mod leader_lease;
