@@ -96,6 +96,22 @@ impl Database {
             .map_err(|e| format!("cannot open checkpoint storage: {e}"))?;
         let savepoint_storage = ObjectStorage::open(&config.savepoint_dir(), &config.s3())
             .map_err(|e| format!("cannot open savepoint storage: {e}"))?;
+        // This process is now the folders' one writer (a fenced former leader's
+        // write in progress fails, as it must): what a crash left staged goes.
+        for store in [&storage, &savepoint_storage] {
+            match store.remove_staged_writes() {
+                Ok((0, _)) => {}
+                Ok((files, bytes)) => tracing::info!(
+                    store = store.url(),
+                    files,
+                    bytes,
+                    "removed the staged files of interrupted writes"
+                ),
+                Err(e) => {
+                    tracing::warn!(store = store.url(), error = %e, "cannot sweep staged writes")
+                }
+            }
+        }
         let state_backend = config.state_backend()?;
         // Epochs continue after the newest checkpoint any job wrote, so checkpoint ids
         // only grow across restarts.

@@ -250,6 +250,44 @@ impl ObjectStorage {
         }
         Ok(())
     }
+
+    /// Removes the staged files of writes that a crash interrupted in a local folder,
+    /// and returns how many files and bytes that freed. A local write goes to
+    /// `<key>#<n>` and is renamed when it completes; a process killed before that
+    /// leaves the staged file, which listings skip, so nothing would ever collect it
+    /// (a q18 delta is gigabytes). Only a process that is the folder's one writer may
+    /// call this (at startup): it would break another writer's write in progress. S3
+    /// keeps an interrupted multipart upload's parts until a bucket lifecycle rule
+    /// (`AbortIncompleteMultipartUpload`) removes them.
+    pub fn remove_staged_writes(&self) -> Result<(usize, u64)> {
+        let Some(root) = &self.local_root else {
+            return Ok((0, 0));
+        };
+        let mut freed = (0, 0);
+        let mut folders = vec![root.clone()];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder)? {
+                let entry = entry?;
+                let kind = entry.file_type()?;
+                if kind.is_dir() {
+                    folders.push(entry.path());
+                } else if kind.is_file() && is_staged_write(&entry.file_name()) {
+                    let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+                    std::fs::remove_file(entry.path())?;
+                    freed = (freed.0 + 1, freed.1 + size);
+                }
+            }
+        }
+        Ok(freed)
+    }
+}
+
+/// A local store's staged write: a file name ending in `#` and digits (how
+/// `object_store`'s `LocalFileSystem` names them, and why its listings skip them).
+fn is_staged_write(name: &std::ffi::OsStr) -> bool {
+    let name = name.to_string_lossy();
+    name.rsplit_once('#')
+        .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 #[cfg(test)]
@@ -269,6 +307,27 @@ mod tests {
         assert_eq!(s.list("a").await.unwrap(), vec![("a/b/c".to_string(), 5)]);
         s.delete_prefix("a").await.unwrap();
         assert!(s.list("a").await.unwrap().is_empty());
+    }
+
+    /// A write interrupted by a crash leaves `<key>#<n>`: startup removes it, and
+    /// nothing else (a finished object, a key with a `#` of its own).
+    #[tokio::test]
+    async fn staged_writes_left_by_a_crash_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = ObjectStorage::open(dir.path().to_str().unwrap(), &S3Settings::default()).unwrap();
+        s.put("cp/1/shared/u/1.delta", Bytes::from_static(b"done"))
+            .await
+            .unwrap();
+        let staged = dir.path().join("cp/1/shared/u/2.delta#7");
+        std::fs::write(&staged, b"interrupted").unwrap();
+        std::fs::write(dir.path().join("cp/3.base#12"), b"too").unwrap();
+        let not_staged = dir.path().join("cp/a#b");
+        std::fs::write(&not_staged, b"kept").unwrap();
+        assert_eq!(s.remove_staged_writes().unwrap(), (2, 14));
+        assert!(!staged.exists() && not_staged.exists());
+        let keys: Vec<(String, u64)> = s.list("cp/1").await.unwrap();
+        assert_eq!(keys, vec![("cp/1/shared/u/1.delta".to_string(), 4)]);
+        assert_eq!(s.remove_staged_writes().unwrap(), (0, 0));
     }
 }
 
