@@ -420,9 +420,11 @@ impl<V: StateValue> StateTable<V> {
     pub fn take_checkpoint_delta(&mut self) -> KeyedEntries {
         let mut out = KeyedEntriesBuilder::default();
         let max_parallelism = self.max_parallelism;
-        let marked = std::mem::take(&mut self.in_delta);
-        // Records a marked slot's change; false: the slot can be forgotten.
-        let mut record = |slot: &mut Slot<V>| {
+        for h in std::mem::take(&mut self.in_delta) {
+            let Some(mut e) = self.find_marked(h, |s| s.in_delta) else {
+                continue;
+            };
+            let slot = e.get_mut();
             slot.in_delta = false;
             let kg = KeyGroup::of_key(&slot.key, max_parallelism).0;
             match &slot.value {
@@ -433,17 +435,8 @@ impl<V: StateValue> StateTable<V> {
                 None => {}
             }
             slot.in_image = slot.value.is_some();
-            slot.value.is_some() || slot.dirty || slot.in_backend
-        };
-        if scan_beats_lookups(marked.len(), self.slots.len()) {
-            self.slots.retain(|s| !s.in_delta || record(s));
-        } else {
-            for h in marked {
-                if let Some(mut e) = self.find_marked(h, |s| s.in_delta) {
-                    if !record(e.get_mut()) {
-                        e.remove();
-                    }
-                }
+            if slot.value.is_none() && !slot.dirty && !slot.in_backend {
+                e.remove();
             }
         }
         out.finish()
@@ -452,14 +445,6 @@ impl<V: StateValue> StateTable<V> {
     pub fn uid(&self) -> &str {
         &self.uid
     }
-}
-
-/// Whether visiting `marked` slots of `slots` is cheaper as one pass over the whole
-/// table, in memory order, than as a hash lookup each (a probe, and the key hashed
-/// again to check it). It is when a fair share of the table is marked: q18's every
-/// partition is new between its first checkpoints.
-fn scan_beats_lookups(marked: usize, slots: usize) -> bool {
-    marked >= slots / 4
 }
 
 #[cfg(test)]
@@ -508,47 +493,6 @@ mod tests {
         );
         assert!(t.take_checkpoint_delta().is_empty());
         assert_eq!(backend.len(), 0, "an in-heap backend keeps no second copy");
-    }
-
-    /// A delta is taken by a lookup per changed key when few changed, and by one
-    /// pass over the table when many did: both record the same changes, tombstones
-    /// only for keys the last checkpoint had, and forget what no one needs.
-    #[test]
-    fn a_delta_is_the_same_taken_by_lookups_or_by_a_scan() {
-        let mut t: StateTable<i64> = StateTable::new("agg", 16, MemoryStateBackend::new());
-        let key = |i: i64| format!("k{i}").into_bytes();
-        for i in 0..1_000 {
-            *t.get_or_insert_with(&key(i), || 0) += i;
-        }
-        t.flush().unwrap();
-        assert!(scan_beats_lookups(t.in_delta.len(), t.slots.len()));
-        assert_eq!(delta(&mut t).len(), 1_000);
-        for changed in [10, 900] {
-            assert_eq!(
-                scan_beats_lookups(changed + 2, t.slots.len()),
-                changed > 10,
-                "{changed} changed keys take the other path"
-            );
-            for i in 0..changed as i64 {
-                *t.get_or_insert_with(&key(i), || 0) += 1;
-            }
-            t.remove(&key(999)); // in the last checkpoint: a tombstone
-            *t.get_or_insert_with(&key(5_000), || 0) += 1; // born and removed
-            t.flush().unwrap();
-            t.remove(&key(5_000));
-            t.flush().unwrap();
-            let mut want: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..changed as i64)
-                .map(|i| (key(i), Some(t.get(&key(i)).unwrap().encode())))
-                .collect();
-            want.push((key(999), None));
-            want.sort();
-            assert_eq!(delta(&mut t), want, "{changed} changed keys");
-            assert!(delta(&mut t).is_empty(), "each change is taken once");
-            *t.get_or_insert_with(&key(999), || 0) += 7; // back for the next round
-            t.flush().unwrap();
-            assert_eq!(delta(&mut t), vec![(key(999), Some(7i64.encode()))]);
-            assert_eq!(t.slots.len(), 1_000, "the removed keys are forgotten");
-        }
     }
 
     #[test]
