@@ -22,7 +22,6 @@ use arrow::array::Array;
 const SCANNED: usize = 64;
 
 /// One entry to sort.
-#[derive(Clone, Copy)]
 struct Item {
     digest: u64,
     key_group: u32,
@@ -69,8 +68,18 @@ pub(crate) fn last_writes_in_key_order(
     });
     Box::new(items.into_iter().map(move |i| {
         let (b, row) = split(&starts, i.index);
-        (b as u64) << 32 | row as u64
+        pack(b, row)
     }))
+}
+
+/// The position `batch << 32 | row` of an entry.
+fn pack(batch: usize, row: usize) -> u64 {
+    (batch as u64) << 32 | row as u64
+}
+
+/// (batch, row) of a position.
+pub(crate) fn position(p: u64) -> (usize, usize) {
+    ((p >> 32) as usize, p as u32 as usize)
 }
 
 /// (batch, row) of entry number `index`.
@@ -119,14 +128,14 @@ fn digest(key: &[u8], positions: &[usize]) -> u64 {
 /// entries than an item can number.
 fn by_full_keys(cols: &[Columns<'_>]) -> Vec<u64> {
     let key = |p: u64| {
-        let (kg, key, _) = cols[(p >> 32) as usize];
-        let row = p as u32 as usize;
+        let (b, row) = position(p);
+        let (kg, key, _) = cols[b];
         (kg.value(row), key.value(row))
     };
     let mut positions: Vec<u64> = cols
         .iter()
         .enumerate()
-        .flat_map(|(b, c)| (0..c.1.len()).map(move |row| (b as u64) << 32 | row as u64))
+        .flat_map(|(b, c)| (0..c.1.len()).map(move |row| pack(b, row)))
         .collect();
     positions.sort_unstable_by(|&x, &y| key(x).cmp(&key(y)).then(y.cmp(&x)));
     positions.dedup_by(|later, first| key(*later) == key(*first));

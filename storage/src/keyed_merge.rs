@@ -146,14 +146,9 @@ fn sorted(file: &KeyedEntries) -> impl Iterator<Item = Entry<'_>> + Send + '_ {
     let cols: Vec<Columns<'_>> = file.batches().iter().map(columns).collect();
     let positions = key_order::last_writes_in_key_order(&cols);
     positions.map(move |p| {
-        let (b, row) = position(p);
+        let (b, row) = key_order::position(p);
         entry_at(cols[b], row)
     })
-}
-
-/// (batch, row) of a position `batch << 32 | row`.
-fn position(p: u64) -> (usize, usize) {
-    ((p >> 32) as usize, p as u32 as usize)
 }
 
 /// A file's entries read in place, front to back. A mapped file's pages are handed

@@ -310,7 +310,7 @@ mod tests {
     }
 
     /// A write interrupted by a crash leaves `<key>#<n>`: startup removes it, and
-    /// nothing else (a finished object, a key with a `#` of its own).
+    /// nothing else (a finished object, a file whose `#` is not followed by digits).
     #[tokio::test]
     async fn staged_writes_left_by_a_crash_are_removed() {
         let dir = tempfile::tempdir().unwrap();
