@@ -360,6 +360,9 @@ struct Loop {
     watermarks: Vec<crate::watermark::InputWatermarks>,
     /// Which stashed input goes first next.
     rotate: usize,
+    /// Inputs not read yet: the operator's held side until every other input
+    /// delivered its first barrier (`Operator::held_side`).
+    held: Vec<bool>,
 }
 
 impl Loop {
@@ -378,7 +381,12 @@ impl Loop {
         let watermarks = (0..=sides.iter().copied().max().unwrap_or(0))
             .map(|_| crate::watermark::InputWatermarks::new(n))
             .collect();
+        let held_side = actor.chain.first().and_then(|op| op.held_side());
+        let held = (0..n)
+            .map(|i| held_side.is_some_and(|h| actor.input_sides.get(i) == Some(&h)))
+            .collect();
         Loop {
+            held,
             align: actor.mode == CheckpointMode::ExactlyOnce,
             open: vec![true; n],
             seen: vec![0; n],
@@ -449,9 +457,13 @@ impl Actor {
         l: &mut Loop,
         unaligned: &mut Option<UnalignedSetup>,
     ) -> Option<Event> {
+        let n = l.open.len();
+        if l.held.contains(&true) && (0..n).all(|i| l.held[i] || l.seen[i] > 0 || !l.open[i]) {
+            l.held.fill(false);
+        }
         let aligning_cut = l.cut.as_ref().filter(|c| c.state.is_none());
-        let readable: Vec<usize> = (0..l.open.len())
-            .filter(|&i| l.open[i] && !(l.align && l.seen[i] > l.done))
+        let readable: Vec<usize> = (0..n)
+            .filter(|&i| l.open[i] && !l.held[i] && !(l.align && l.seen[i] > l.done))
             .filter(|&i| aligning_cut.is_none_or(|c| c.waiting[i]))
             .collect();
         let timeout_at = match (aligning_cut, &unaligned) {
@@ -460,7 +472,6 @@ impl Actor {
         };
         // Stashed inputs take turns, so one cannot starve the others.
         l.rotate = l.rotate.wrapping_add(1);
-        let n = l.open.len();
         let stashed = (0..n)
             .map(|k| (k + l.rotate) % n)
             .find(|i| readable.contains(i) && !l.stash[*i].is_empty());
@@ -988,6 +999,10 @@ mod tests {
 
     /// `sides`: per input, the fragment input it belongs to (as deploy numbers them).
     fn start_with_sides(sides: Vec<usize>, mode: CheckpointMode) -> Harness {
+        start_with_chain(sides, mode, Box::new(Counter(0)))
+    }
+
+    fn start_with_chain(sides: Vec<usize>, mode: CheckpointMode, op: Box<dyn Operator>) -> Harness {
         let n_inputs = sides.len();
         let (inputs, receivers): (Vec<_>, Vec<_>) =
             (0..n_inputs).map(|_| mpsc::channel(16)).unzip();
@@ -1000,7 +1015,7 @@ mod tests {
             job_name: "test".into(),
             inputs: receivers.into_iter().map(DataReceiver::from).collect(),
             input_sides: sides,
-            chain: vec![Box::new(Counter(0))],
+            chain: vec![op],
             output: ActorOutput::Exchange(vec![Dispatcher::new(
                 &ExchangeKind::Single,
                 &[],
@@ -1075,6 +1090,50 @@ mod tests {
         let ack = h.acks.recv().await.unwrap();
         assert_eq!(ack.epoch, 1);
         assert!(h.acks.try_recv().is_err(), "one ack per barrier");
+    }
+
+    /// A counter that holds side 0, as a lookup join does.
+    struct HoldsLeft;
+
+    impl Operator for HoldsLeft {
+        fn name(&self) -> &str {
+            "HoldsLeft"
+        }
+        fn process_chunk(&mut self, chunk: StreamChunk, out: &mut Vec<StreamChunk>) -> Result<()> {
+            out.push(chunk);
+            Ok(())
+        }
+        fn sides(&self) -> usize {
+            2
+        }
+        fn held_side(&self) -> Option<usize> {
+            Some(0)
+        }
+    }
+
+    /// A held side is not read until every other input delivered its first barrier
+    /// (a new view's backfill comes before it), in both checkpoint modes.
+    #[tokio::test]
+    async fn a_held_side_waits_for_the_other_sides_first_barrier() {
+        for mode in [CheckpointMode::ExactlyOnce, CheckpointMode::AtLeastOnce] {
+            let mut h = start_with_chain(vec![0, 1, 1], mode, Box::new(HoldsLeft));
+            h.inputs[0].send(rows(&[1])).await.unwrap();
+            h.inputs[1].send(rows(&[10])).await.unwrap();
+            assert_eq!(shown(&h.output.recv().await.unwrap()), vec![10]);
+            for m in [rows(&[11]), checkpoint(1, 7)] {
+                h.inputs[2].send(m).await.unwrap();
+            }
+            assert_eq!(shown(&h.output.recv().await.unwrap()), vec![11]);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(
+                h.output.try_recv().is_err(),
+                "the held side was read before input 1's first barrier ({mode:?})"
+            );
+            h.inputs[1].send(checkpoint(1, 7)).await.unwrap();
+            assert_eq!(shown(&h.output.recv().await.unwrap()), vec![1]);
+            h.inputs[0].send(checkpoint(1, 7)).await.unwrap();
+            assert_eq!(shown(&h.output.recv().await.unwrap()), vec![-1]);
+        }
     }
 
     /// At least once: no input is blocked, so rows after a barrier on one input may

@@ -176,7 +176,7 @@ pub(crate) async fn deploy_view(
     restore: Restore,
 ) -> Result<RelationRuntime> {
     let mut spec = spec;
-    crate::append_only::mark(&mut spec.graph, |r| rt.is_append_only(r));
+    crate::append_only::mark(&mut spec.graph, |r| rt.is_append_only(r))?;
     let graph = &spec.graph;
     let parallelism = spec.parallelism;
     let frags = &graph.fragments;

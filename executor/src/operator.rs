@@ -35,6 +35,14 @@ pub trait Operator: Send {
         1
     }
 
+    /// A side whose inputs are not read until every input of the other sides has
+    /// delivered its first barrier: by then all a new view's backfill of those sides
+    /// (sent ahead of any barrier) is in. A lookup join holds its left side so that
+    /// no row meets a table that is still loading.
+    fn held_side(&self) -> Option<usize> {
+        None
+    }
+
     /// Event-time progress; by default passed on unchanged. An operator may pass on
     /// several (one watermark per output column that carries it: a projection keeping
     /// both `window_start` and `window_end`) or none. Rows it pushes to `out` go

@@ -6,6 +6,8 @@
 //! - [`window_tvf`]: TUMBLE / HOP windows (Flink's and RisingWave's syntax) as SQL.
 //! - [`stream_plan`]: DataFusion logical plan → `StreamGraph` (fragments, exchanges, uids).
 //! - `stream_join`: a logical Join → two keyed inputs and a `HashJoin` fragment.
+//! - [`lookup_join`]: `JOIN t FOR SYSTEM_TIME AS OF PROCTIME()` → a marked table, planned
+//!   as a lookup join (only the table kept, nothing retracted).
 //! - `not_in`: `NOT IN (subquery)` as a plain anti join plus the subquery's NULL and
 //!   row counts (no null-aware join in a stream).
 //! - `grouping_sets`: GROUPING SETS / ROLLUP / CUBE as a union of aggregations.
@@ -32,6 +34,7 @@ pub mod explain;
 mod grouping_sets;
 mod hop_slicing;
 mod join_bounds;
+pub mod lookup_join;
 pub mod naming;
 mod not_in;
 mod output_names;

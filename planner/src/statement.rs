@@ -5,8 +5,8 @@
 //! `SHOW CHECKPOINTS`, `CHECKPOINT`, `ALTER MATERIALIZED VIEW v RESUME`, savepoints,
 //! `SET` of a dotted key, `EXPLAIN CREATE MATERIALIZED VIEW ...`) are recognised by
 //! their tokens (sqlparser's tokenizer: quoting and comments as Postgres has them);
-//! everything else goes to sqlparser, after `connector_ddl` and `window_tvf` took off
-//! what its grammar lacks.
+//! everything else goes to sqlparser, after `connector_ddl`, `lookup_join` and
+//! `window_tvf` took off what its grammar lacks.
 
 use crate::error::{SqlError, SqlResult};
 use datafusion::sql::sqlparser::ast::Statement;
@@ -350,6 +350,7 @@ fn restore_options(w: &Words, k: usize) -> SqlResult<bool> {
 pub fn parse_statement(sql: &str) -> SqlResult<WeirStatement> {
     check_complexity(sql)?;
     let (plain, clauses) = crate::connector_ddl::extract(sql)?;
+    let plain = crate::lookup_join::normalize(&plain)?;
     let rewritten = crate::window_tvf::normalize(&plain)?;
     let sql = rewritten.as_str();
     let Some(w) = Words::of(sql) else {

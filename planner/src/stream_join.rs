@@ -47,6 +47,14 @@ impl Builder<'_> {
                  write NOT EXISTS, which has no NULL special case",
             ));
         }
+        let lookup = crate::lookup_join::reads_lookup_table(&join.right);
+        if lookup && !matches!(kind, JoinKind::Inner | JoinKind::LeftOuter) {
+            return Err(SqlError::unsupported(format!(
+                "a {} join with a table FOR SYSTEM_TIME AS OF PROCTIME() is not supported: \
+                 a lookup join is a JOIN or LEFT JOIN with the table on the right",
+                kind.name()
+            )));
+        }
         let left = self.visit(&join.left)?;
         let right = self.visit(&join.right)?;
         let keyless = join.on.is_empty();
@@ -129,7 +137,8 @@ impl Builder<'_> {
             });
         }
         let canonical = format!(
-            "{} on[{}] filter[{}]",
+            "{}{} on[{}] filter[{}]",
+            if lookup { "lookup " } else { "" },
             kind.name(),
             join.on
                 .iter()
@@ -154,6 +163,7 @@ impl Builder<'_> {
             interval_bounds,
             // Set at deployment (`weir_executor::append_only`).
             append_only_inputs: false,
+            lookup,
         };
         Ok(Partial {
             inputs,

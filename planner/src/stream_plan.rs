@@ -13,7 +13,9 @@
 //! those rows mean the whole query, so any change to it must not reuse them.
 
 use crate::error::{SqlError, SqlResult};
+use crate::lookup_join::{marks, reads_lookup_table, strip_marker};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, DFSchemaRef};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::expr::AggregateFunction;
@@ -177,6 +179,7 @@ pub fn plan_view(
     let plan = crate::not_in::rewrite_not_in(plan.clone())?;
     let plan = &crate::grouping_sets::expand_grouping_sets(plan)?;
     refuse_correlated_subqueries(plan)?;
+    refuse_misplaced_lookup_tables(plan)?;
     let mut b = Builder {
         state,
         append_only,
@@ -220,6 +223,24 @@ pub fn plan_view(
         }
     }
     Ok(PlannedView { graph, schema })
+}
+
+/// Every table read `FOR SYSTEM_TIME AS OF PROCTIME()` must be a join's right side.
+fn refuse_misplaced_lookup_tables(plan: &LogicalPlan) -> SqlResult<()> {
+    let mut lookups = 0;
+    plan.apply(|node| {
+        if let LogicalPlan::Join(j) = node {
+            lookups += usize::from(reads_lookup_table(&j.right));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    if marks(plan) > lookups {
+        return Err(SqlError::unsupported(
+            "a table read FOR SYSTEM_TIME AS OF PROCTIME() in a materialized view must be \
+             the right side of a JOIN or LEFT JOIN (a lookup join)",
+        ));
+    }
+    Ok(())
 }
 
 /// The exchange into a keyed operator whose key is `keys` of its input: by hash of
@@ -286,7 +307,8 @@ impl Builder<'_> {
                     one_row: false,
                     schema: full.clone(),
                 };
-                if let Some(pred) = scan.filters.iter().cloned().reduce(|a, b| a.and(b)) {
+                let filters = scan.filters.iter().filter_map(|f| strip_marker(f).0);
+                if let Some(pred) = filters.reduce(|a, b| a.and(b)) {
                     let predicate = self.physical(&pred, &full)?;
                     p.chain.push(OperatorSpec::Filter(FilterSpec { predicate }));
                 }
@@ -329,8 +351,11 @@ impl Builder<'_> {
                     return Ok(top);
                 }
                 let mut p = self.visit(&f.input)?;
-                let predicate = self.physical(&f.predicate, &p.schema)?;
-                p.chain.push(OperatorSpec::Filter(FilterSpec { predicate }));
+                // A lookup table's mark is no condition (`stream_join` reads it).
+                if let Some(pred) = strip_marker(&f.predicate).0 {
+                    let predicate = self.physical(&pred, &p.schema)?;
+                    p.chain.push(OperatorSpec::Filter(FilterSpec { predicate }));
+                }
                 Ok(p)
             }
             LogicalPlan::SubqueryAlias(a) => {

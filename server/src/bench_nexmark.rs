@@ -272,6 +272,13 @@ pub async fn run(mut cfg: Config, mut run: Run) -> Result<(), String> {
         run.base_time_ms = Some(now.map_or(0, |d| d.as_millis() as i64));
     }
     let (generators, mut ddl) = run.input_ddl(false)?;
+    for q in &run.queries {
+        for stmt in queries::side_tables(q) {
+            if !ddl.contains(&stmt) {
+                ddl.push(stmt);
+            }
+        }
+    }
     ddl.extend(sinks.iter().zip(&probes).map(|((name, sql), probe)| {
         let eowc = if queries::closes_windows(name) {
             ", emit_on_window_close = 'true'"

@@ -17,6 +17,11 @@
 //! Input layout per side: `[payload columns..., join key columns...]` (a projection
 //! before the exchange computes the keys); the output is the payload columns of the
 //! side(s) the join kind returns.
+//!
+//! A lookup join (`spec.lookup`, [`lookup`]) keeps only the right side and never
+//! retracts: Flink's processing-time temporal join.
+
+mod lookup;
 
 use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::{Op, StreamChunk};
@@ -125,6 +130,10 @@ pub struct HashJoinSpec {
     /// a new row is stored as a new entry without looking for an equal one, since no
     /// delete will ever need to find it (q7 keeps every bid under its price).
     pub append_only_inputs: bool,
+    /// A lookup join (`JOIN t FOR SYSTEM_TIME AS OF PROCTIME()`, inner or left outer):
+    /// the right side is a table probed as it is when each left row arrives; only the
+    /// table is stored and its changes emit nothing ([`lookup`]).
+    pub lookup: bool,
 }
 
 impl HashJoinSpec {
@@ -348,6 +357,18 @@ impl StreamSpec for HashJoinSpec {
     }
 
     fn describe(&self) -> String {
+        if self.lookup {
+            return format!(
+                "HashJoin: lookup {} keys={}{} uid={} state=StateTable(key_group, join key -> table rows), the right side only",
+                self.kind.name(),
+                self.key_types.len(),
+                self.filter
+                    .as_ref()
+                    .map(|f| format!(" condition={f}"))
+                    .unwrap_or_default(),
+                self.uid,
+            );
+        }
         format!(
             "HashJoin: {} keys={}{} uid={} state=StateTable(key_group, join key -> rows with match counts) per side, cleaned behind watermarks on keys{}",
             self.kind.name(),
@@ -384,6 +405,24 @@ impl StreamSpec for HashJoinSpec {
     fn mark_append_only(&mut self, input_append_only: bool) -> bool {
         self.append_only_inputs = input_append_only;
         input_append_only && self.kind == JoinKind::Inner
+    }
+
+    /// A lookup join needs a left input that only inserts (it keeps no left rows to
+    /// retract), and then only inserts itself: table changes emit nothing.
+    fn mark_append_only_inputs(&mut self, inputs: &[bool]) -> Result<bool> {
+        if !self.lookup {
+            return Ok(self.mark_append_only(inputs.iter().all(|a| *a)));
+        }
+        if !inputs.first().copied().unwrap_or(false) {
+            return Err(ExecError::Unsupported(
+                "the left side of a join FOR SYSTEM_TIME AS OF PROCTIME() must only insert \
+                 (a source, or a view of one without retracting operators): a lookup join \
+                 keeps no left rows, so it could not retract what a deleted row matched"
+                    .into(),
+            ));
+        }
+        self.append_only_inputs = false;
+        Ok(true)
     }
 
     fn watermarks(&self) -> WatermarkFlow {
@@ -864,6 +903,9 @@ impl Operator for HashJoinOperator {
                 "join input {side} out of range"
             )));
         }
+        if self.spec.lookup {
+            return self.lookup_side(side, chunk, out);
+        }
         self.process_side(side, chunk, out)
     }
 
@@ -879,6 +921,10 @@ impl Operator for HashJoinOperator {
 
     fn sides(&self) -> usize {
         2
+    }
+
+    fn held_side(&self) -> Option<usize> {
+        self.spec.lookup.then_some(0)
     }
 
     fn process_watermark_from(
@@ -996,6 +1042,7 @@ mod tests {
             key_sources: [vec![None], vec![None]],
             interval_bounds: vec![],
             append_only_inputs: false,
+            lookup: false,
         }
     }
 
@@ -1096,6 +1143,7 @@ mod tests {
                 offset_ms: 0,
             }],
             append_only_inputs: true,
+            lookup: false,
             ..spec()
         };
         let restore = StateRestore {
@@ -1149,9 +1197,78 @@ mod tests {
         assert!(join.states[0].is_empty());
     }
 
+    /// A lookup join: each left row meets the table as it is when the row arrives, in
+    /// the output for good (table changes retract nothing); left rows are not stored;
+    /// the table survives a restore.
+    #[test]
+    fn lookup_rows_meet_the_table_of_their_arrival_for_good() {
+        for kind in [JoinKind::Inner, JoinKind::LeftOuter] {
+            let spec = || HashJoinSpec {
+                kind,
+                lookup: true,
+                ..spec()
+            };
+            let tracked = StateRestore {
+                track_changes: true,
+                ..StateRestore::fresh(128)
+            };
+            let mut join =
+                HashJoinOperator::new(spec(), MemoryStateBackend::new(), tracked).unwrap();
+            let mut next = weir_storage::test_rng::xorshift(0x9e37_79b9_7f4a_7c15u64);
+            let mut table: Vec<(i64, Option<i64>)> = vec![];
+            let (mut seen, mut want) = (BTreeMap::new(), BTreeMap::new());
+            let mut id = 0i64;
+            for epoch in 1..=40u64 {
+                for _ in 0..6 {
+                    id += 1;
+                    let k = (next(5) != 0).then(|| next(4) as i64);
+                    let mut out = Vec::new();
+                    if next(2) == 0 {
+                        // A left row: what it meets now is in the output for good.
+                        for (row, n) in oracle(&[(id, k)], &table) {
+                            if kind == JoinKind::LeftOuter || row.1.is_some() {
+                                *want.entry(row).or_insert(0) += n;
+                            }
+                        }
+                        join.process_chunk_from(0, chunk(&[(id, k, true)]), &mut out)
+                            .unwrap();
+                    } else if !table.is_empty() && next(3) == 0 {
+                        let (gone, gone_k) = table.remove(next(table.len() as u64) as usize);
+                        join.process_chunk_from(1, chunk(&[(gone, gone_k, false)]), &mut out)
+                            .unwrap();
+                    } else {
+                        table.push((id, k));
+                        join.process_chunk_from(1, chunk(&[(id, k, true)]), &mut out)
+                            .unwrap();
+                    }
+                    apply(&out, &mut seen);
+                }
+                let mut out = Vec::new();
+                join.on_barrier(&Barrier::plain(epoch), &mut out).unwrap();
+                apply(&out, &mut seen);
+                assert_eq!(seen, want, "{kind:?} after barrier {epoch}");
+                assert!(join.states[0].is_empty(), "left rows are not kept");
+                if epoch == 20 {
+                    let backend = crate::operators::restored_backend(join.snapshot(epoch).unwrap());
+                    let restore = StateRestore {
+                        restored: true,
+                        ..tracked
+                    };
+                    join = HashJoinOperator::new(spec(), backend, restore).unwrap();
+                }
+            }
+            assert!(seen.keys().any(|(_, m)| m.is_some()));
+            assert_eq!(
+                seen.keys().any(|(_, m)| m.is_none()),
+                kind == JoinKind::LeftOuter
+            );
+        }
+    }
+
     fn random_rounds(append_only: bool) {
         let spec = || HashJoinSpec {
             append_only_inputs: append_only,
+            lookup: false,
             ..spec()
         };
         let tracked = StateRestore {

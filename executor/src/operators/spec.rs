@@ -102,6 +102,13 @@ pub trait StreamSpec {
     /// that and returns whether its output is.
     fn mark_append_only(&mut self, input_append_only: bool) -> bool;
 
+    /// The first operator of a fragment, told about each input: by default
+    /// [`Self::mark_append_only`] of whether all are. An operator that cannot run over
+    /// inputs that retract refuses here (at deployment).
+    fn mark_append_only_inputs(&mut self, inputs: &[bool]) -> Result<bool> {
+        Ok(self.mark_append_only(inputs.iter().all(|a| *a)))
+    }
+
     fn watermarks(&self) -> WatermarkFlow;
 
     /// The output columns that carry a watermark when the input columns `input` do.

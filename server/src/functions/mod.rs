@@ -7,6 +7,9 @@
 //! - `lpad` / `rpad` / `repeat` refusing lengths past Postgres's limit (54000) instead
 //!   of aborting on the allocation (`bounded_length`).
 //!
+//! - `__weir_lookup_table()`: the mark of a table read `FOR SYSTEM_TIME AS OF
+//!   PROCTIME()` (`lookup_mark`, see the planner's `lookup_join`).
+//!
 //! They are registered in every DataFusion context Weir plans with ([`register`], from
 //! `query::new_context`), which is also where materialized views are planned: the
 //! streaming graph holds the same function objects, so views compute them alike.
@@ -32,6 +35,7 @@ use std::sync::Arc;
 
 mod bounded_length;
 pub mod datetime_format;
+mod lookup_mark;
 pub mod numeric_aggregates;
 pub mod numeric_format;
 mod pg_format;
@@ -149,4 +153,5 @@ pub fn register(ctx: &SessionContext) {
     for f in bounded_length::udfs() {
         ctx.register_udf(f);
     }
+    ctx.register_udf(lookup_mark::udf());
 }
