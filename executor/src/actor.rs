@@ -587,9 +587,18 @@ impl Actor {
         side: usize,
         w: crate::barrier::Watermark,
     ) -> Result<(Vec<StreamChunk>, Vec<crate::barrier::Watermark>)> {
-        let mut ws = vec![w];
+        self.run_watermarks_from(0, side, vec![w])
+    }
+
+    /// [`Self::run_watermark`] of `ws` from operator `start` on.
+    fn run_watermarks_from(
+        &mut self,
+        start: usize,
+        side: usize,
+        mut ws: Vec<crate::barrier::Watermark>,
+    ) -> Result<(Vec<StreamChunk>, Vec<crate::barrier::Watermark>)> {
         let mut carried: Vec<StreamChunk> = Vec::new();
-        for (k, op) in self.chain.iter_mut().enumerate() {
+        for (k, op) in self.chain.iter_mut().enumerate().skip(start) {
             let mut chunks = Vec::new();
             for c in carried {
                 guard(|| op.process_chunk(c, &mut chunks))?;
@@ -834,6 +843,11 @@ impl Actor {
         clock: &mut ActorClock,
     ) {
         if self.health.failure().is_none() {
+            if let Err(e) = self.send_clock_watermarks(clock).await {
+                self.health.fail(e.to_string());
+            }
+        }
+        if self.health.failure().is_none() {
             if let Err(e) = self.flush_chain(&barrier, clock).await {
                 self.health.fail(e.to_string());
             }
@@ -863,6 +877,27 @@ impl Actor {
             epoch: barrier.epoch,
             actor: self.id,
         });
+    }
+
+    /// The chain's clock watermarks (`Operator::clock_watermarks`), each run through
+    /// the operators after the one that made it, and sent on after the rows they
+    /// made those emit (windows they closed).
+    async fn send_clock_watermarks(&mut self, clock: &mut ActorClock) -> Result<()> {
+        for k in 0..self.chain.len() {
+            let ws = guard(|| Ok(self.chain[k].clock_watermarks()))?;
+            if ws.is_empty() {
+                continue;
+            }
+            let (chunks, ws) = self.run_watermarks_from(k + 1, 0, ws)?;
+            for c in chunks {
+                clock.records_out.inc_by(c.len() as u64);
+                self.output.send(Message::Chunk(c)).await?;
+            }
+            for w in ws {
+                self.output.send(Message::Watermark(w)).await?;
+            }
+        }
+        Ok(())
     }
 
     fn snapshot_chain(&mut self, epoch: Epoch) -> std::result::Result<Vec<StateDelta>, String> {

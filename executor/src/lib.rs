@@ -18,6 +18,7 @@
 //!   strategies.
 //! - [`savepoint`]: SAVEPOINT / RESTORE: named, portable copies of views' state.
 //! - [`watermark`]: watermark generation on tables and combining across inputs.
+//! - [`proctime`]: `PROCTIME()`'s clock, and where its watermarks begin.
 //! - [`source`]: connectors feeding tables (Kafka), positions logged with the rows.
 //! - [`buffering`]: the buffer timeout of sources and debloated channels (latency
 //!   against throughput).
@@ -68,6 +69,7 @@ pub mod metrics;
 pub(crate) mod operator;
 pub mod operators;
 pub mod packed_set;
+pub mod proctime;
 pub mod progress;
 pub(crate) mod row_below;
 pub(crate) mod row_groups;

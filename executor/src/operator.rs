@@ -43,6 +43,13 @@ pub trait Operator: Send {
         None
     }
 
+    /// Watermarks that time's passing makes, asked for at each barrier before it is
+    /// processed: a `PROCTIME()` column's (the projection computing it is where its
+    /// watermarks begin). They go through the rest of the chain and downstream.
+    fn clock_watermarks(&mut self) -> Vec<Watermark> {
+        Vec::new()
+    }
+
     /// Event-time progress; by default passed on unchanged. An operator may pass on
     /// several (one watermark per output column that carries it: a projection keeping
     /// both `window_start` and `window_end`) or none. Rows it pushes to `out` go

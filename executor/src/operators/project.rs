@@ -32,11 +32,14 @@ impl StreamSpec for ProjectSpec {
     fn watermarks(&self) -> WatermarkFlow {
         WatermarkFlow::Passes
     }
+    /// The input's, where they pass, and every `PROCTIME()` column.
     fn watermark_columns(&self, input: &BTreeSet<usize>) -> BTreeSet<usize> {
-        watermarks_through(
+        let mut out = watermarks_through(
             &mut ProjectOperator::new(self.exprs.clone(), self.schema.clone()),
             input,
-        )
+        );
+        out.extend(proctime_columns(&self.exprs));
+        out
     }
     fn build(&self, _: &BuildContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(ProjectOperator::new(
@@ -49,12 +52,29 @@ impl StreamSpec for ProjectSpec {
 pub struct ProjectOperator {
     exprs: Vec<Arc<dyn PhysicalExpr>>,
     schema: SchemaRef,
+    proctime: Vec<usize>,
 }
 
 impl ProjectOperator {
     pub fn new(exprs: Vec<Arc<dyn PhysicalExpr>>, schema: SchemaRef) -> Self {
-        Self { exprs, schema }
+        let proctime = proctime_columns(&exprs);
+        Self {
+            exprs,
+            schema,
+            proctime,
+        }
     }
+}
+
+/// The output columns that are `PROCTIME()`: their watermark is the clock's time.
+fn proctime_columns(exprs: &[Arc<dyn PhysicalExpr>]) -> Vec<usize> {
+    (0..exprs.len())
+        .filter(|&i| {
+            exprs[i]
+                .downcast_ref::<datafusion::physical_expr::ScalarFunctionExpr>()
+                .is_some_and(|f| f.name() == crate::proctime::NAME)
+        })
+        .collect()
 }
 
 impl Operator for ProjectOperator {
@@ -86,6 +106,19 @@ impl Operator for ProjectOperator {
     /// TUMBLE and HOP compute: an aggregation grouping by `window_start` needs it to
     /// close windows, and a join bounded by `window_end` to clean its state); a
     /// projection that drops the column drops the watermark.
+    /// A `PROCTIME()` column's watermark: the clock's time, which no later row's
+    /// value is below (`crate::proctime`).
+    fn clock_watermarks(&mut self) -> Vec<Watermark> {
+        let now = crate::proctime::value(crate::proctime::now_ms());
+        self.proctime
+            .iter()
+            .map(|&column| Watermark {
+                column,
+                value: now.clone(),
+            })
+            .collect()
+    }
+
     fn process_watermark(
         &mut self,
         w: Watermark,

@@ -7,6 +7,8 @@
 //! - `lpad` / `rpad` / `repeat` refusing lengths past Postgres's limit (54000) instead
 //!   of aborting on the allocation (`bounded_length`).
 //!
+//! - `PROCTIME()`: processing time, whose column gets watermarks from the clock
+//!   (`proctime`, over `weir_executor::proctime`).
 //! - `__weir_lookup_table()`: the mark of a table read `FOR SYSTEM_TIME AS OF
 //!   PROCTIME()` (`lookup_mark`, see the planner's `lookup_join`).
 //!
@@ -39,6 +41,7 @@ mod lookup_mark;
 pub mod numeric_aggregates;
 pub mod numeric_format;
 mod pg_format;
+mod proctime;
 
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Mod {
@@ -154,4 +157,5 @@ pub fn register(ctx: &SessionContext) {
         ctx.register_udf(f);
     }
     ctx.register_udf(lookup_mark::udf());
+    ctx.register_udf(proctime::udf());
 }

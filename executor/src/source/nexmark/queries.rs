@@ -1,8 +1,9 @@
-//! The Nexmark queries q0–q11 and q13–q22 as Weir runs them (the benchmark and the tests share
+//! The Nexmark queries q0–q22 as Weir runs them (the benchmark and the tests share
 //! these texts), with the semantics of the nexmark/nexmark repository's Flink queries
 //! written over the `nexmark` connector's tables (q6 in a valid form: see its comment).
-//! q13 joins bids with a side table of [`SIDE_INPUT_ROWS`] rows ([`side_tables`]), read
-//! `FOR SYSTEM_TIME AS OF PROCTIME()` (a lookup join).
+//! q12 windows bids by their processing time (`PROCTIME()`); q13 joins bids with a side
+//! table of [`SIDE_INPUT_ROWS`] rows, read `FOR SYSTEM_TIME AS OF PROCTIME()` (a lookup
+//! join). Both read relations that [`setup`] creates.
 //!
 //! Windows use Flink's TVF syntax (`TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time),
 //! ...))`), which Weir rewrites into projections (see the planner's `window_tvf`).
@@ -207,6 +208,13 @@ pub const QUERIES: &[(&str, &[&str], &str)] = &[
          GROUP BY bidder, window_start, window_end",
     ),
     (
+        "q12",
+        &["bid"],
+        "SELECT bidder, count(*) AS bid_count, window_start AS starttime, window_end AS endtime \
+         FROM TABLE(TUMBLE(TABLE bid_proctime, DESCRIPTOR(p_time), INTERVAL '10' SECOND)) \
+         GROUP BY bidder, window_start, window_end",
+    ),
+    (
         "q13",
         &["bid"],
         "SELECT B.auction, B.bidder, B.price, B.date_time, S.value \
@@ -317,23 +325,42 @@ pub fn closes_windows(name: &str) -> bool {
 }
 
 /// Rows of q13's side input: key `k` in `0..SIDE_INPUT_ROWS`, value `k` as text (the
-/// table RisingWave's Nexmark q13 builds; the Flink side reads the same rows from a
-/// CSV file, `scripts/bench-vs-flink.sh`).
+/// table RisingWave's Nexmark q13 builds).
 pub const SIDE_INPUT_ROWS: u32 = 10_000;
 
-/// The statements that create and fill the tables a query reads besides the
-/// generator's (q13's side input), to run before it.
-pub fn side_tables(name: &str) -> Vec<String> {
-    if name != "q13" {
-        return vec![];
+/// The statements that create the relations a query reads besides the generator's
+/// tables, to run before it: q12's bids with their processing time (Flink's
+/// `SELECT *, PROCTIME() AS p_time FROM bid`, as a view so that TUMBLE can name it),
+/// q13's side input.
+pub fn setup(name: &str) -> Vec<String> {
+    match name {
+        "q12" => vec!["CREATE VIEW bid_proctime AS SELECT *, PROCTIME() AS p_time FROM bid".into()],
+        "q13" => {
+            let rows: Vec<String> = (0..SIDE_INPUT_ROWS)
+                .map(|k| format!("({k}, '{k}')"))
+                .collect();
+            vec![
+                "CREATE TABLE side_input (key bigint PRIMARY KEY, value text)".into(),
+                format!("INSERT INTO side_input VALUES {}", rows.join(", ")),
+            ]
+        }
+        _ => vec![],
     }
-    let rows: Vec<String> = (0..SIDE_INPUT_ROWS)
-        .map(|k| format!("({k}, '{k}')"))
-        .collect();
-    vec![
-        "CREATE TABLE side_input (key bigint PRIMARY KEY, value text)".into(),
-        format!("INSERT INTO side_input VALUES {}", rows.join(", ")),
-    ]
+}
+
+/// For a query whose rows depend on processing time (q12: which window a bid falls
+/// in), what every run must still agree on: a query over its rows (kept in the view
+/// `<name>_rows`) and the same answer over the input. q12 counts each bid in exactly
+/// one window of its bidder, so its counts summed per bidder are the bids per bidder.
+pub fn processing_time_check(name: &str) -> Option<(String, &'static str)> {
+    (name == "q12").then(|| {
+        (
+            format!(
+                "SELECT bidder, CAST(sum(bid_count) AS bigint) FROM {name}_rows GROUP BY bidder"
+            ),
+            "SELECT bidder, count(*) FROM bid GROUP BY bidder",
+        )
+    })
 }
 
 /// The tables and query of a Nexmark query name.
