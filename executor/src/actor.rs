@@ -458,7 +458,10 @@ impl Actor {
         unaligned: &mut Option<UnalignedSetup>,
     ) -> Option<Event> {
         let n = l.open.len();
-        if l.held.contains(&true) && (0..n).all(|i| l.held[i] || l.seen[i] > 0 || !l.open[i]) {
+        // A barrier or a cut's marker on an input comes after all its backfill.
+        let marked = |i: usize| l.cut.as_ref().is_some_and(|c| !c.waiting[i]);
+        let in_past_backfill = |i: usize| l.seen[i] > 0 || !l.open[i] || marked(i);
+        if l.held.contains(&true) && (0..n).all(|i| l.held[i] || in_past_backfill(i)) {
             l.held.fill(false);
         }
         let aligning_cut = l.cut.as_ref().filter(|c| c.state.is_none());
