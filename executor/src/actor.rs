@@ -361,7 +361,7 @@ struct Loop {
     /// Which stashed input goes first next.
     rotate: usize,
     /// Inputs not read yet: the operator's held side until every other input
-    /// delivered its first barrier (`Operator::held_side`).
+    /// delivered its first barrier or a cut's marker (`Operator::held_side`).
     held: Vec<bool>,
 }
 

@@ -17,6 +17,7 @@
 //! table read at each row's event time) is a different operator, refused with 0A000.
 
 use crate::error::{SqlError, SqlResult};
+use crate::window_tvf::{is_word, significant};
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -25,20 +26,8 @@ use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 /// The marking function's name (registered by the server's `functions` module).
 pub const MARKER: &str = "__weir_lookup_table";
 
-fn is_word(t: &Token, w: &str) -> bool {
-    matches!(t, Token::Word(word) if word.quote_style.is_none() && word.value.eq_ignore_ascii_case(w))
-}
-
 fn is_space(t: &Token) -> bool {
     matches!(t, Token::Whitespace(_))
-}
-
-/// Index of the next token at or after `i` that is not whitespace.
-fn significant(tokens: &[Token], mut i: usize) -> Option<usize> {
-    while i < tokens.len() && is_space(&tokens[i]) {
-        i += 1;
-    }
-    (i < tokens.len()).then_some(i)
 }
 
 /// `FOR SYSTEM_TIME AS OF` starting at `i`: the index after `OF`.

@@ -66,11 +66,11 @@ const SESSION_MARK: &str = "__weir_session_mark";
 
 // ---- Step 1: tokens --------------------------------------------------------------
 
-fn is_word(t: &Token, w: &str) -> bool {
+pub(crate) fn is_word(t: &Token, w: &str) -> bool {
     matches!(t, Token::Word(word) if word.quote_style.is_none() && word.value.eq_ignore_ascii_case(w))
 }
 
-fn significant(tokens: &[Token], mut i: usize) -> Option<usize> {
+pub(crate) fn significant(tokens: &[Token], mut i: usize) -> Option<usize> {
     while i < tokens.len() {
         if !matches!(tokens[i], Token::Whitespace(_)) {
             return Some(i);

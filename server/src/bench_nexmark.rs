@@ -194,18 +194,22 @@ impl Run {
         if self.shape == Shape::Flink {
             return Ok(self.events);
         }
-        let kinds = self.kinds()?;
-        Ok((0..self.events as i64)
-            .filter(|&n| {
-                let k = match generator::kind(n) {
-                    generator::Kind::Person => "person",
-                    generator::Kind::Auction => "auction",
-                    generator::Kind::Bid => "bid",
-                };
-                kinds.contains(&k)
-            })
-            .count() as u64)
+        Ok(events_of_kinds(self.events, &self.kinds()?))
     }
+}
+
+/// How many of events `0..events` are of one of `kinds` (`person`, `auction`, `bid`).
+fn events_of_kinds(events: u64, kinds: &[&str]) -> u64 {
+    (0..events as i64)
+        .filter(|&n| {
+            let k = match generator::kind(n) {
+                generator::Kind::Person => "person",
+                generator::Kind::Auction => "auction",
+                generator::Kind::Bid => "bid",
+            };
+            kinds.contains(&k)
+        })
+        .count() as u64
 }
 
 async fn exec(db: &Database, s: &mut Session, sql: &str) -> Result<Vec<Output>, String> {
@@ -450,10 +454,7 @@ async fn wait_windows_closed(
     name: &str,
     events: u64,
 ) -> Result<(), String> {
-    let bids = (0..events as i64)
-        .filter(|&n| matches!(generator::kind(n), generator::Kind::Bid))
-        .count()
-        .to_string();
+    let bids = events_of_kinds(events, &["bid"]).to_string();
     let sql = format!("SELECT CAST(coalesce(sum(bid_count), 0) AS bigint) FROM {name}_rows");
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {

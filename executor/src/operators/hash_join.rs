@@ -357,32 +357,29 @@ impl StreamSpec for HashJoinSpec {
     }
 
     fn describe(&self) -> String {
-        if self.lookup {
-            return format!(
-                "HashJoin: lookup {} keys={}{} uid={} state=StateTable(key_group, join key -> table rows), the right side only",
-                self.kind.name(),
-                self.key_types.len(),
-                self.filter
-                    .as_ref()
-                    .map(|f| format!(" condition={f}"))
-                    .unwrap_or_default(),
-                self.uid,
-            );
-        }
-        format!(
-            "HashJoin: {} keys={}{} uid={} state=StateTable(key_group, join key -> rows with match counts) per side, cleaned behind watermarks on keys{}",
-            self.kind.name(),
-            self.key_types.len(),
-            self.filter
-                .as_ref()
-                .map(|f| format!(" condition={f}"))
-                .unwrap_or_default(),
-            self.uid,
-            if self.interval_bounds.is_empty() {
+        let condition = self
+            .filter
+            .as_ref()
+            .map(|f| format!(" condition={f}"))
+            .unwrap_or_default();
+        let (mode, state) = if self.lookup {
+            (
+                "lookup ",
+                "StateTable(key_group, join key -> table rows), the right side only".to_string(),
+            )
+        } else {
+            let intervals = if self.interval_bounds.is_empty() {
                 String::new()
             } else {
                 format!(" and {} interval bounds", self.interval_bounds.len())
-            }
+            };
+            ("", format!("StateTable(key_group, join key -> rows with match counts) per side, cleaned behind watermarks on keys{intervals}"))
+        };
+        format!(
+            "HashJoin: {mode}{} keys={}{condition} uid={} state={state}",
+            self.kind.name(),
+            self.key_types.len(),
+            self.uid,
         )
     }
 

@@ -7,10 +7,9 @@
 //! - `lpad` / `rpad` / `repeat` refusing lengths past Postgres's limit (54000) instead
 //!   of aborting on the allocation (`bounded_length`).
 //!
-//! - `PROCTIME()`: processing time, whose column gets watermarks from the clock
-//!   (`proctime`, over `weir_executor::proctime`).
-//! - `__weir_lookup_table()`: the mark of a table read `FOR SYSTEM_TIME AS OF
-//!   PROCTIME()` (`lookup_mark`, see the planner's `lookup_join`).
+//! - `PROCTIME()`: processing time, whose column gets watermarks from the clock, and
+//!   `__weir_lookup_table()`: the mark of a table read `FOR SYSTEM_TIME AS OF
+//!   PROCTIME()` ([`nullary`]).
 //!
 //! They are registered in every DataFusion context Weir plans with ([`register`], from
 //! `query::new_context`), which is also where materialized views are planned: the
@@ -37,11 +36,10 @@ use std::sync::Arc;
 
 mod bounded_length;
 pub mod datetime_format;
-mod lookup_mark;
+mod nullary;
 pub mod numeric_aggregates;
 pub mod numeric_format;
 mod pg_format;
-mod proctime;
 
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Mod {
@@ -156,6 +154,7 @@ pub fn register(ctx: &SessionContext) {
     for f in bounded_length::udfs() {
         ctx.register_udf(f);
     }
-    ctx.register_udf(lookup_mark::udf());
-    ctx.register_udf(proctime::udf());
+    for f in nullary::udfs() {
+        ctx.register_udf(f);
+    }
 }
