@@ -27,21 +27,37 @@ struct Pending {
 
 pub struct BarrierCoordinator {
     pending: Mutex<Pending>,
+    /// Held by the one thread committing: an epoch leaves `pending`, reaches the stores
+    /// and is published before the next one. Acks come from any worker and from the
+    /// log's sync thread; without this, a thread committing epoch n+1 could publish it
+    /// before the thread that took n publishes n, moving the watch back to n. A FLUSH
+    /// waiting for n+1 under the write lock would then wait forever, since no later
+    /// barrier can start while it holds the lock.
+    committing: Mutex<()>,
     actor_count: Mutex<usize>,
     stores: RwLock<Vec<Arc<RelationStore>>>,
     commit_lock: RwLock<()>,
     committed_tx: watch::Sender<Epoch>,
+    /// Tests pause a committing thread here to force an interleaving.
+    #[cfg(test)]
+    before_publish: Mutex<Option<PublishHook>>,
 }
+
+#[cfg(test)]
+type PublishHook = Arc<dyn Fn(Epoch) + Send + Sync>;
 
 impl BarrierCoordinator {
     pub fn start(initial_epoch: Epoch) -> Arc<Self> {
         let (committed_tx, _) = watch::channel(initial_epoch);
         Arc::new(Self {
             pending: Mutex::new(Pending::default()),
+            committing: Mutex::new(()),
             actor_count: Mutex::new(0),
             stores: RwLock::new(Vec::new()),
             commit_lock: RwLock::new(()),
             committed_tx,
+            #[cfg(test)]
+            before_publish: Mutex::new(None),
         })
     }
 
@@ -114,27 +130,41 @@ impl BarrierCoordinator {
 
     /// Commits every leading epoch whose acks are all in, in order.
     fn try_commit(&self) {
-        loop {
-            let ready = {
-                let mut p = self.pending.lock();
-                match p.outstanding.first_key_value() {
-                    Some((&e, &0)) => {
-                        p.outstanding.remove(&e);
-                        Some(e)
-                    }
-                    _ => None,
-                }
-            };
-            let Some(epoch) = ready else { return };
-            {
-                let _w = self.commit_lock.write();
-                for s in self.stores.read().iter() {
-                    if let Err(e) = s.commit(epoch) {
-                        tracing::error!(store = s.name(), error = %e, "commit failed");
-                    }
-                }
-            }
+        let _one_committer = self.committing.lock();
+        while let Some(epoch) = self.take_ready() {
+            self.commit_stores(epoch);
+            #[cfg(test)]
+            self.run_before_publish(epoch);
             self.committed_tx.send_replace(epoch);
+        }
+    }
+
+    #[cfg(test)]
+    fn run_before_publish(&self, epoch: Epoch) {
+        let hook = self.before_publish.lock().clone(); // not held while the hook runs
+        if let Some(hook) = hook {
+            hook(epoch);
+        }
+    }
+
+    /// Takes the first in-flight epoch off the list if all its acks are in.
+    fn take_ready(&self) -> Option<Epoch> {
+        let mut p = self.pending.lock();
+        match p.outstanding.first_key_value() {
+            Some((&e, &0)) => {
+                p.outstanding.remove(&e);
+                Some(e)
+            }
+            _ => None,
+        }
+    }
+
+    fn commit_stores(&self, epoch: Epoch) {
+        let _w = self.commit_lock.write();
+        for s in self.stores.read().iter() {
+            if let Err(e) = s.commit(epoch) {
+                tracing::error!(store = s.name(), error = %e, "commit failed");
+            }
         }
     }
 
@@ -186,5 +216,49 @@ mod tests {
         c.remove_actors(2);
         c.begin_epoch(4, false);
         assert_eq!(c.committed_epoch(), 4);
+    }
+
+    /// Two threads give the last acks of epochs 1 and 2 at once; the one committing 1
+    /// is paused before it publishes. The published epoch must end at 2, never move
+    /// back, and a wait for 2 must return. Before `committing`, the second thread
+    /// published 2 during the pause and the first then published 1 over it.
+    #[test]
+    fn concurrent_last_acks_publish_epochs_in_order() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let c = BarrierCoordinator::start(0);
+        c.add_actors(1);
+        c.begin_epoch(1, false);
+        c.begin_epoch(2, false);
+        let (paused_tx, paused_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let release_rx = Mutex::new(release_rx);
+        *c.before_publish.lock() = Some(Arc::new(move |epoch| {
+            if epoch == 1 {
+                paused_tx.send(()).unwrap();
+                release_rx.lock().recv().unwrap();
+            }
+        }));
+        let acks = c.ack_sender();
+        let first = {
+            let acks = acks.clone();
+            std::thread::spawn(move || acks(BarrierAck { epoch: 1, actor: 1 }))
+        };
+        paused_rx.recv().unwrap(); // epoch 1 is off the list, not yet published
+        let second = std::thread::spawn(move || acks(BarrierAck { epoch: 2, actor: 1 }));
+        std::thread::sleep(Duration::from_millis(100)); // room for a racing publish
+        release_tx.send(()).unwrap();
+        first.join().unwrap();
+        second.join().unwrap();
+        assert_eq!(c.committed_epoch(), 2, "the watch ends at the last epoch");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(1), c.wait_committed(2))
+                .await
+                .expect("a wait for epoch 2 returns");
+        });
     }
 }
