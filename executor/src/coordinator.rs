@@ -219,8 +219,8 @@ mod tests {
     }
 
     /// Two threads give the last acks of epochs 1 and 2 at once; the one committing 1
-    /// is paused before it publishes. The published epoch must end at 2, never move
-    /// back, and a wait for 2 must return. Before `committing`, the second thread
+    /// is paused before it publishes. The published epoch must end at 2 and a wait
+    /// for 2 must return. Before `committing`, the second thread
     /// published 2 during the pause and the first then published 1 over it.
     #[test]
     fn concurrent_last_acks_publish_epochs_in_order() {
