@@ -11,7 +11,9 @@
 
 use crate::mapped_pages::MappedFile;
 use crate::{Result, StorageError};
+use arrow::array::builder::NullBufferBuilder;
 use arrow::array::{Array, BinaryArray, BinaryBuilder, RecordBatch, UInt32Array, UInt32Builder};
+use arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, Schema};
 use std::sync::{Arc, LazyLock};
 
@@ -150,44 +152,66 @@ pub(crate) fn columns(b: &RecordBatch) -> Columns<'_> {
 }
 
 /// Appends entries into column buffers, a batch at a time.
-#[derive(Default)]
 pub struct KeyedEntriesBuilder {
     key_groups: UInt32Builder,
     keys: BinaryBuilder,
-    values: BinaryBuilder,
+    /// The value column's bytes, offsets and validity, kept by hand so that
+    /// [`KeyedEntriesBuilder::push_with`] encodes a value straight into the column
+    /// (a join bucket of a checkpoint's delta is copied once, not twice).
+    values: Vec<u8>,
+    value_offsets: Vec<i32>,
+    value_valid: NullBufferBuilder,
     rows: usize,
     key_bytes: usize,
-    value_bytes: usize,
-    /// Where [`KeyedEntriesBuilder::push_with`] encodes a value; reused.
-    scratch: Vec<u8>,
     done: Vec<RecordBatch>,
+}
+
+impl Default for KeyedEntriesBuilder {
+    fn default() -> Self {
+        Self {
+            key_groups: UInt32Builder::new(),
+            keys: BinaryBuilder::new(),
+            values: Vec::new(),
+            value_offsets: vec![0],
+            value_valid: NullBufferBuilder::new(0),
+            rows: 0,
+            key_bytes: 0,
+            done: Vec::new(),
+        }
+    }
 }
 
 impl KeyedEntriesBuilder {
     pub fn push(&mut self, key_group: u32, key: &[u8], value: Option<&[u8]>) {
-        self.key_groups.append_value(key_group);
-        self.keys.append_value(key);
-        self.key_bytes += key.len();
         match value {
-            Some(v) => {
-                self.values.append_value(v);
-                self.value_bytes += v.len();
+            Some(v) => self.push_with(key_group, key, |out| out.extend_from_slice(v)),
+            None => {
+                self.value_valid.append_null();
+                self.end_entry(key_group, key);
             }
-            None => self.values.append_null(),
-        }
-        self.rows += 1;
-        if self.rows >= BATCH_ROWS || self.value_bytes >= BATCH_BYTES {
-            self.cut(true);
         }
     }
 
-    /// Appends an entry whose value `encode` writes (no allocation per entry).
+    /// Appends an entry whose value `encode` appends to the column's bytes (no copy
+    /// and no allocation per entry).
     pub fn push_with(&mut self, key_group: u32, key: &[u8], encode: impl FnOnce(&mut Vec<u8>)) {
-        let mut value = std::mem::take(&mut self.scratch);
-        value.clear();
-        encode(&mut value);
-        self.push(key_group, key, Some(&value));
-        self.scratch = value;
+        encode(&mut self.values);
+        self.value_valid.append_non_null();
+        self.end_entry(key_group, key);
+    }
+
+    /// Records the entry whose value was just appended, and cuts a full batch.
+    fn end_entry(&mut self, key_group: u32, key: &[u8]) {
+        let end = i32::try_from(self.values.len())
+            .expect("a keyed state value below 2 GiB (the batch is cut at 32 MiB)");
+        self.value_offsets.push(end);
+        self.key_groups.append_value(key_group);
+        self.keys.append_value(key);
+        self.key_bytes += key.len();
+        self.rows += 1;
+        if self.rows >= BATCH_ROWS || self.values.len() >= BATCH_BYTES {
+            self.cut(true);
+        }
     }
 
     /// Seals the current batch; `more` when entries follow.
@@ -195,28 +219,44 @@ impl KeyedEntriesBuilder {
         if self.rows == 0 {
             return;
         }
+        let value_bytes = self.values.len();
+        // The next batch of a large delta is likely as large: sized up front, its
+        // buffers are not copied (and their pages faulted in) once per doubling, a
+        // twentieth of q7's time when a checkpoint encoded its join state. A batch is
+        // cut after the value that crosses the limit: some room for it.
+        let (rows, key_bytes) = if more {
+            (self.rows, self.key_bytes)
+        } else {
+            (0, 0)
+        };
+        let values = BinaryArray::new(
+            OffsetBuffer::new(ScalarBuffer::from(std::mem::replace(
+                &mut self.value_offsets,
+                Vec::with_capacity(rows + 1),
+            ))),
+            Buffer::from_vec(std::mem::replace(
+                &mut self.values,
+                Vec::with_capacity(if more { value_bytes + (1 << 16) } else { 0 }),
+            )),
+            self.value_valid.finish(),
+        );
+        self.value_offsets.push(0);
         let batch = RecordBatch::try_new(
             keyed_schema(),
             vec![
                 Arc::new(self.key_groups.finish()),
                 Arc::new(self.keys.finish()),
-                Arc::new(self.values.finish()),
+                Arc::new(values),
             ],
         )
         .expect("columns match the keyed schema");
-        // The next batch of a large delta is likely as large: sized up front, its
-        // buffers are not copied (and their pages faulted in) once per doubling, a
-        // twentieth of q7's time when a checkpoint encoded its join state.
         if more {
-            self.key_groups = UInt32Builder::with_capacity(self.rows);
-            self.keys = BinaryBuilder::with_capacity(self.rows, self.key_bytes);
-            // A batch is cut after the value that crosses the limit: some room for it.
-            self.values = BinaryBuilder::with_capacity(self.rows, self.value_bytes + (1 << 16));
+            self.key_groups = UInt32Builder::with_capacity(rows);
+            self.keys = BinaryBuilder::with_capacity(rows, key_bytes);
         }
         self.done.push(batch);
         self.rows = 0;
         self.key_bytes = 0;
-        self.value_bytes = 0;
     }
 
     /// The batches sealed so far, handed over: a writer can stream them out while
@@ -257,7 +297,7 @@ mod tests {
                 (5, b"x".to_vec(), Some(b"encoded".to_vec())),
                 (6, b"y".to_vec(), Some(b"2".to_vec()))
             ],
-            "the scratch buffer is cleared between values"
+            "each value ends where the next begins"
         );
         assert!(
             KeyedEntries::from_batches(vec![RecordBatch::new_empty(Arc::new(Schema::new(vec![

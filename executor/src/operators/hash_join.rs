@@ -21,7 +21,10 @@
 //! A lookup join (`spec.lookup`, [`lookup`]) keeps only the right side and never
 //! retracts: Flink's processing-time temporal join.
 
+mod bucket;
 mod lookup;
+
+use bucket::Bucket;
 
 use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::{Op, StreamChunk};
@@ -36,10 +39,8 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
-use hashbrown::HashTable;
 use std::sync::Arc;
 use weir_storage::state_snapshot::{DeltaData, StateDelta};
-use weir_storage::state_table::StateValue;
 use weir_storage::{StateBackend, StateTable};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,146 +156,6 @@ impl HashJoinSpec {
             list(&self.key_types),
             list(&self.side_types[s])
         )
-    }
-}
-
-/// A stored row: its copies and how many rows of the other side it matches. Rows are
-/// distinct in a bucket, except that append-only inputs may store equal rows apart.
-/// Both may be negative for a while: a row's insert and delete can reach the join
-/// through different upstream actors in either order within one epoch; at a barrier
-/// they have settled.
-#[derive(Debug, Clone)]
-struct Entry {
-    row: Box<[u8]>,
-    count: i64,
-    degree: i64,
-}
-
-/// Buckets larger than this get a row -> position index.
-const INDEX_FROM: usize = 32;
-
-/// The rows of one side under one join key.
-#[derive(Debug, Default)]
-pub struct Bucket {
-    entries: Vec<Entry>,
-    /// Positions in `entries` hashed by their row, for large buckets (hot keys);
-    /// rebuilt on demand. It holds positions, not rows: a copy of every row of a hot
-    /// key doubled the join state (q9 at 10M events/s keeps millions of bids).
-    index: Option<HashTable<u32>>,
-    /// Which interval bounds' time indexes hold this bucket (not stored: a restored
-    /// join indexes its buckets at its first cleaning).
-    marks: u8,
-}
-
-/// The hash a bucket's index files a row under (fixed seeds: an index is rebuilt,
-/// never stored).
-fn row_hash(row: &[u8]) -> u64 {
-    static STATE: std::sync::LazyLock<ahash::RandomState> =
-        std::sync::LazyLock::new(|| ahash::RandomState::with_seeds(7, 11, 13, 17));
-    STATE.hash_one(row)
-}
-
-impl Bucket {
-    fn position(&mut self, row: &[u8]) -> Option<usize> {
-        if self.entries.len() < INDEX_FROM {
-            return self.entries.iter().position(|e| *e.row == *row);
-        }
-        let entries = &self.entries;
-        let index = self.index.get_or_insert_with(|| {
-            let mut t = HashTable::with_capacity(entries.len());
-            for (i, e) in entries.iter().enumerate() {
-                t.insert_unique(row_hash(&e.row), i as u32, |&j| {
-                    row_hash(&entries[j as usize].row)
-                });
-            }
-            t
-        });
-        index
-            .find(row_hash(row), |&i| *entries[i as usize].row == *row)
-            .map(|&i| i as usize)
-    }
-
-    /// Adds `sign` copies of `row` (matching `degree` rows of the other side).
-    fn apply(&mut self, row: &[u8], sign: i64, degree: i64) {
-        match self.position(row) {
-            Some(at) => {
-                let e = &mut self.entries[at];
-                e.count += sign;
-                e.degree = degree;
-                if e.count == 0 {
-                    self.remove_at(at);
-                }
-            }
-            None => self.push(row, sign, degree),
-        }
-    }
-
-    /// Adds `count` copies of `row` as a new entry, whether or not an equal one exists.
-    fn push(&mut self, row: &[u8], count: i64, degree: i64) {
-        self.entries.push(Entry {
-            row: row.into(),
-            count,
-            degree,
-        });
-        let entries = &self.entries;
-        if let Some(index) = &mut self.index {
-            index.insert_unique(row_hash(row), (entries.len() - 1) as u32, |&j| {
-                row_hash(&entries[j as usize].row)
-            });
-        }
-    }
-
-    /// Removes entry `at` (the last entry takes its place), keeping the index current.
-    fn remove_at(&mut self, at: usize) {
-        let last = self.entries.len() - 1;
-        if let Some(index) = &mut self.index {
-            let entries = &self.entries;
-            if let Ok(slot) = index.find_entry(row_hash(&entries[at].row), |&j| j as usize == at) {
-                slot.remove();
-            }
-            if at != last {
-                let moved = index.find_mut(row_hash(&entries[last].row), |&j| j as usize == last);
-                if let Some(slot) = moved {
-                    *slot = at as u32;
-                }
-            }
-        }
-        self.entries.swap_remove(at);
-    }
-}
-
-impl StateValue for Bucket {
-    fn encode_into(&self, buf: &mut Vec<u8>) {
-        let size: usize = self.entries.iter().map(|e| e.row.len() + 20).sum();
-        buf.reserve(4 + size);
-        buf.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
-        for e in &self.entries {
-            buf.extend_from_slice(&(e.row.len() as u32).to_le_bytes());
-            buf.extend_from_slice(&e.row);
-            buf.extend_from_slice(&e.count.to_le_bytes());
-            buf.extend_from_slice(&e.degree.to_le_bytes());
-        }
-    }
-
-    fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut r = crate::bytes::Reader(bytes);
-        let n = r.u32()? as usize;
-        let mut entries = Vec::with_capacity(n.min(1 << 16));
-        for _ in 0..n {
-            let row = r.prefixed()?;
-            let count = r.i64()?;
-            let degree = r.i64()?;
-            entries.push(Entry {
-                row: row.into_boxed_slice(),
-                count,
-                degree,
-            });
-        }
-        Some(Bucket {
-            entries,
-            index: None,
-            marks: 0,
-        })
     }
 }
 
@@ -580,13 +441,7 @@ impl HashJoinOperator {
             let dead_count = dead.true_count();
             if dead_count > 0 {
                 let bucket = self.states[s].get_or_insert_with(&key, Bucket::default);
-                let mut i = 0;
-                bucket.entries.retain(|_| {
-                    let keep = !dead.value(i);
-                    i += 1;
-                    keep
-                });
-                bucket.index = None;
+                bucket.retain(|i| !dead.value(i));
             }
             // The index marks are not stored: changing them dirties nothing.
             let bucket = self.states[s].get_mut_unstored(&key).expect("present");
@@ -596,7 +451,7 @@ impl HashJoinOperator {
                     .note(bound, t, &key, &mut bucket.marks);
             }
             dropped += dead_count as u64;
-            if bucket.entries.is_empty() {
+            if bucket.is_empty() {
                 self.states[s].remove(&key);
             }
         }
@@ -618,17 +473,12 @@ impl HashJoinOperator {
         bucket: &Bucket,
     ) -> Result<(BooleanArray, Option<i64>)> {
         if let Some(test) = in_place {
-            let dead: BooleanArray = bucket
-                .entries
-                .iter()
-                .map(|e| Some(test.test(&e.row)))
-                .collect();
+            let dead: BooleanArray = bucket.rows().map(|r| Some(test.test(r))).collect();
             let oldest = bucket
-                .entries
-                .iter()
+                .rows()
                 .zip(dead.values().iter())
                 .filter(|(_, d)| !d)
-                .filter_map(|(e, _)| test.field(&e.row))
+                .filter_map(|(r, _)| test.field(r))
                 .min();
             let oldest = match oldest {
                 Some(field) => millis_of(&test.decode(field)?)?[0],
@@ -636,7 +486,7 @@ impl HashJoinOperator {
             };
             return Ok((dead, oldest));
         }
-        let rows: Vec<&[u8]> = bucket.entries.iter().map(|e| &*e.row).collect();
+        let rows: Vec<&[u8]> = bucket.rows().collect();
         let cols = self.columns_of(s, &rows)?;
         let dead = crate::chunk::below_mask(&cols[col], below)?;
         let oldest = millis_of(&cols[col])?
@@ -686,7 +536,7 @@ impl HashJoinOperator {
             .map(|(i, j)| {
                 self.states[o]
                     .get(&keys[*i].0)
-                    .map(|b| &*b.entries[*j].row)
+                    .map(|b| b.row(*j))
                     .unwrap_or_default()
             })
             .collect();
@@ -757,7 +607,7 @@ impl HashJoinOperator {
         for (i, (k, matchable)) in keys.iter().enumerate() {
             first_candidate.push(candidates.len());
             if let Some(b) = self.states[o].get(k).filter(|_| *matchable) {
-                candidates.extend((0..b.entries.len()).map(|j| (i, j)));
+                candidates.extend(b.ids().map(|j| (i, j)));
             }
         }
         first_candidate.push(candidates.len());
@@ -785,17 +635,17 @@ impl HashJoinOperator {
                     continue;
                 }
                 let bucket = self.states[o].get_or_insert_with(key, Bucket::default);
-                let entry = &mut bucket.entries[*j];
-                m += entry.count;
-                let before = entry.degree;
-                entry.degree += sign;
-                let (after, count) = (entry.degree, entry.count);
+                let count = bucket.count(*j);
+                m += count;
+                let before = bucket.degree(*j);
+                let after = before + sign;
+                bucket.set_degree(*j, after);
                 let flip = i64::from(after == 0) - i64::from(before == 0);
                 let pairs = kind.pairs() && count != 0;
                 if !(pairs || other_alone && flip != 0) {
                     continue;
                 }
-                let other_row = em.push_row(o, &entry.row);
+                let other_row = em.push_row(o, bucket.row(*j));
                 if pairs {
                     let pair = if s == 0 {
                         OutRow::Pair(i, other_row)
@@ -827,7 +677,7 @@ impl HashJoinOperator {
             } else {
                 bucket.apply(&em.rows[s][i], sign, m);
             }
-            if bucket.entries.is_empty() {
+            if bucket.is_empty() {
                 self.states[s].remove(key);
             } else if sign > 0 {
                 for (b, times) in &timed {
@@ -975,53 +825,6 @@ mod tests {
     use std::collections::BTreeMap;
     use weir_storage::MemoryStateBackend;
 
-    /// A hot key's bucket (indexed past `INDEX_FROM` rows) agrees with a plain count
-    /// per row through inserts, repeats, deletes that swap the last entry into place,
-    /// and a rebuild of the index.
-    #[test]
-    fn an_indexed_bucket_counts_like_a_map() {
-        let mut bucket = Bucket::default();
-        let mut model: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
-        let mut seed = 42u64;
-        for step in 0..20_000u64 {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let row = format!("row{}", (seed >> 33) % 300).into_bytes();
-            let have = model.get(&row).copied().unwrap_or(0);
-            let sign = if have > 0 && (seed >> 20).is_multiple_of(3) {
-                -1
-            } else {
-                1
-            };
-            bucket.apply(&row, sign, 0);
-            let n = model.entry(row).or_insert(0);
-            *n += sign;
-            if *n == 0 {
-                model.retain(|_, n| *n != 0);
-            }
-            if step.is_multiple_of(5_000) {
-                bucket.index = None; // as after watermark cleaning
-            }
-            if step.is_multiple_of(997) {
-                let mut seen: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
-                for e in &bucket.entries {
-                    assert!(
-                        seen.insert(e.row.to_vec(), e.count).is_none(),
-                        "one entry per row"
-                    );
-                }
-                assert_eq!(seen, model, "step {step}");
-                for (row, n) in &model {
-                    let at = bucket.position(row).expect("indexed row found");
-                    assert_eq!(bucket.entries[at].count, *n);
-                }
-                assert!(bucket.position(b"absent").is_none());
-            }
-        }
-        assert!(bucket.entries.len() > INDEX_FROM, "the index was in use");
-    }
-
     /// A left outer join of `l(id, k)` and `r(id2, k)` on `k`.
     fn spec() -> HashJoinSpec {
         let schema = Arc::new(Schema::new(vec![
@@ -1164,7 +967,7 @@ mod tests {
             let Some(b) = join.states[0].get(&key) else {
                 return vec![];
             };
-            let rows: Vec<&[u8]> = b.entries.iter().map(|e| &*e.row).collect();
+            let rows: Vec<&[u8]> = b.rows().collect();
             let cols = join.columns_of(0, &rows).unwrap();
             let mut t: Vec<i64> = cols[0]
                 .as_any()

@@ -33,7 +33,7 @@ impl HashJoinOperator {
         let mut candidates: Vec<(usize, usize)> = Vec::new();
         for (i, (k, matchable)) in keys.iter().enumerate() {
             if let Some(b) = self.states[1].get(k).filter(|_| *matchable) {
-                candidates.extend((0..b.entries.len()).map(|j| (i, j)));
+                candidates.extend(b.ids().map(|j| (i, j)));
             }
         }
         let mask = self.evaluate_filter(0, &chunk, &keys, &candidates)?;
@@ -51,14 +51,14 @@ impl HashJoinOperator {
                 if !matches(c) {
                     continue;
                 }
-                let entry = &self.states[1]
+                let bucket = self.states[1]
                     .get(&keys[i].0)
-                    .expect("candidate buckets exist")
-                    .entries[candidates[c].1];
+                    .expect("candidate buckets exist");
+                let at = candidates[c].1;
                 matched = true;
-                for _ in 0..entry.count {
+                for _ in 0..bucket.count(at) {
                     left.push(i as u32);
-                    right.push(&entry.row);
+                    right.push(bucket.row(at));
                     ops.push(*op);
                 }
             }
@@ -97,7 +97,7 @@ impl HashJoinOperator {
             let row = rows.as_ref().map(|r| r.row(i));
             let bucket = self.states[1].get_or_insert_with(key, Bucket::default);
             bucket.apply(row.as_ref().map_or(&[][..], |r| r.as_ref()), op.sign(), 0);
-            if bucket.entries.is_empty() {
+            if bucket.is_empty() {
                 self.states[1].remove(key);
             }
         }
