@@ -13,7 +13,7 @@
 
 use crate::barrier::{Barrier, Epoch, Message};
 use crate::buffering::DataReceiver;
-use crate::checkpoint::{CheckpointMode, CheckpointPart};
+use crate::checkpoint::{BarrierTiming, CheckpointMode, CheckpointPart};
 use crate::chunk::StreamChunk;
 use crate::error::Result;
 use crate::exchange::Dispatcher;
@@ -310,7 +310,7 @@ struct Cut {
     /// The operators' state at the cut; `None` while still aligning (only with an
     /// `aligned-checkpoint-timeout`).
     state: Option<std::result::Result<Vec<StateDelta>, String>>,
-    alignment_ms: u64,
+    timing: BarrierTiming,
     /// Inputs whose marker has not arrived yet.
     waiting: Vec<bool>,
     /// Per input: the chunks received after the cut and before the marker, i.e. the
@@ -631,12 +631,12 @@ impl Actor {
         while !l.pending.is_empty() && l.open.iter().zip(&l.seen).all(|(o, s)| !*o || *s > l.done) {
             let (b, first_arrival) = l.pending.pop_front().expect("non-empty");
             l.done += 1;
-            let alignment_ms = first_arrival.elapsed().as_millis() as u64;
+            let timing = BarrierTiming::aligned_since(first_arrival);
             metrics()
                 .alignment_time
                 .with_label_values(&[&clock.labels[0], &clock.labels[1]])
-                .set(alignment_ms as i64);
-            self.on_barrier(b, alignment_ms, snapshot_here, clock).await;
+                .set(timing.alignment_ms as i64);
+            self.on_barrier(b, timing, snapshot_here, clock).await;
             clock.publish();
         }
     }
@@ -728,7 +728,7 @@ impl Actor {
             barrier,
             first_arrival: Instant::now(),
             state: None,
-            alignment_ms: 0,
+            timing: BarrierTiming::default(),
             waiting: open.to_vec(),
             inflight: vec![Vec::new(); open.len()],
         }
@@ -737,7 +737,8 @@ impl Actor {
     /// The cut itself: deferred output out, state snapshot, then the cut passed on
     /// downstream (lanes first, then markers after the output it follows).
     async fn take_cut(&mut self, c: &mut Cut, clock: &mut ActorClock) {
-        c.alignment_ms = c.first_arrival.elapsed().as_millis() as u64;
+        c.timing = BarrierTiming::aligned_since(c.first_arrival);
+        let began = Instant::now();
         if self.health.failure().is_none() {
             if let Err(e) = self.run_chain_cut(clock).await {
                 self.health.fail(e.to_string());
@@ -747,6 +748,7 @@ impl Actor {
             Some(reason) => Err(reason),
             None => self.snapshot_chain(c.barrier.epoch),
         });
+        c.timing.sync_ms = began.elapsed().as_millis() as u64;
         if self.output.send_cut(&c.barrier).await.is_err() {
             tracing::debug!(actor = self.id, "downstream gone while passing a cut");
         }
@@ -781,7 +783,7 @@ impl Actor {
             job: self.job,
             actor: self.id,
             result,
-            alignment_ms: c.alignment_ms,
+            timing: c.timing,
         });
     }
 
@@ -841,10 +843,11 @@ impl Actor {
     async fn on_barrier(
         &mut self,
         barrier: Barrier,
-        alignment_ms: u64,
+        mut timing: BarrierTiming,
         snapshot_here: bool,
         clock: &mut ActorClock,
     ) {
+        let began = Instant::now();
         if self.health.failure().is_none() {
             if let Err(e) = self.send_clock_watermarks(clock).await {
                 self.health.fail(e.to_string());
@@ -860,12 +863,13 @@ impl Actor {
                 Some(reason) => Err(reason),
                 None => self.snapshot_chain(barrier.epoch),
             };
+            timing.sync_ms = began.elapsed().as_millis() as u64;
             let _ = self.checkpoints.send(CheckpointPart {
                 epoch: barrier.epoch,
                 job: self.job,
                 actor: self.id,
                 result,
-                alignment_ms,
+                timing,
             });
         }
         if self

@@ -271,6 +271,7 @@ pub async fn run(mut cfg: Config, mut run: Run) -> Result<(), String> {
     }
     let cpu0 = crate::bench_kafka::cpu_seconds();
     let start = Instant::now();
+    let start_ms = weir_executor::jobs::now_ms();
     if paced {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         run.base_time_ms = Some(now.map_or(0, |d| d.as_millis() as i64));
@@ -315,16 +316,13 @@ pub async fn run(mut cfg: Config, mut run: Run) -> Result<(), String> {
     let generated = run.generated_events()?;
     // Checkpoints the sinks' jobs completed during the run (a run shorter than the 10 s
     // interval takes none).
-    let completed: Vec<_> = db
+    let (completed, unfinished): (Vec<_>, Vec<_>) = db
         .runtime()
         .checkpoints
         .history()
         .into_iter()
-        .filter(|r| {
-            run.queries.contains(&r.job_name)
-                && r.status == weir_executor::checkpoint::stats::CheckpointStatus::Completed
-        })
-        .collect();
+        .filter(|r| run.queries.contains(&r.job_name))
+        .partition(|r| r.status == weir_executor::checkpoint::stats::CheckpointStatus::Completed);
     let checkpoints = completed.len();
     println!(
         "nexmark {}: shape={:?} events={} event_rate={} generated={generated} parallelism={} seconds={took:.2} events_per_s={:.0} cpu_seconds={cpu:.2} events_per_cpu_second={:.0} checkpoints={checkpoints} peak_rss_mb={} peak_anon_mb={}",
@@ -339,6 +337,17 @@ pub async fn run(mut cfg: Config, mut run: Run) -> Result<(), String> {
         anon.peak_mb(),
     );
     print_checkpoints(&completed);
+    // Triggered but not complete when the input ended: their barriers and snapshots
+    // were part of the run, their uploads (if any) were not.
+    for r in &unfinished {
+        println!(
+            "checkpoint {} {}: status={:?} triggered_after_start_s={:.1}",
+            r.job_name,
+            r.id,
+            r.status,
+            (r.trigger_time_ms - start_ms) as f64 / 1000.0
+        );
+    }
     for (name, _) in &sinks {
         if let Some(h) = latency::measured(name) {
             let q = |f| h.quantile_ms(f).unwrap_or(f64::NAN);
@@ -383,12 +392,14 @@ fn print_checkpoints(completed: &[weir_executor::checkpoint::stats::CheckpointRe
         .unwrap_or(0);
     for r in completed {
         println!(
-            "checkpoint {} {}: after_first_s={:.1} duration_ms={} alignment_ms={} upload_ms={} uploaded_mb={}",
+            "checkpoint {} {}: after_first_s={:.1} duration_ms={} start_delay_ms={} alignment_ms={} sync_ms={} upload_ms={} uploaded_mb={}",
             r.job_name,
             r.id,
             (r.trigger_time_ms - first) as f64 / 1000.0,
             r.duration_ms.unwrap_or(0),
+            r.start_delay_ms,
             r.alignment_ms,
+            r.sync_ms,
             r.upload_ms.unwrap_or(0),
             r.incremental_size >> 20
         );

@@ -224,6 +224,8 @@ pub async fn show_checkpoints(db: &Database) -> SqlResult<Output> {
             "path",
             "failure",
             "upload_ms",
+            "start_delay_ms",
+            "sync_ms",
         ])
         .map(|c| (c, c))
         .collect();

@@ -36,7 +36,31 @@ pub struct CheckpointPart {
     pub actor: ActorId,
     /// The actor's state deltas, or why it declined (its job has failed).
     pub result: std::result::Result<Vec<StateDelta>, String>,
+    pub timing: BarrierTiming,
+}
+
+/// How one actor handled a checkpoint barrier (Flink's per-subtask checkpoint figures).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BarrierTiming {
+    /// Wall-clock ms when the barrier's first copy reached the actor.
+    pub arrived_ms: i64,
+    /// From the first copy to the last (aligned) or to the cut (unaligned).
     pub alignment_ms: u64,
+    /// The actor's synchronous part: its chain's barrier work and state snapshot,
+    /// while its inputs wait.
+    pub sync_ms: u64,
+}
+
+impl BarrierTiming {
+    /// A barrier whose first copy arrived at `first`, aligned by now.
+    pub fn aligned_since(first: Instant) -> Self {
+        let alignment = first.elapsed();
+        BarrierTiming {
+            arrived_ms: now_ms() - alignment.as_millis() as i64,
+            alignment_ms: alignment.as_millis() as u64,
+            sync_ms: 0,
+        }
+    }
 }
 
 /// The jobs that take part in one checkpoint barrier.
@@ -54,6 +78,8 @@ struct Pending {
     received: usize,
     declined: Option<String>,
     alignment_ms: u64,
+    sync_ms: u64,
+    last_arrival_ms: i64,
 }
 
 struct JobEntry {
@@ -287,6 +313,8 @@ impl CheckpointCoordinator {
                     received: 0,
                     declined: None,
                     alignment_ms: 0,
+                    sync_ms: 0,
+                    last_arrival_ms: trigger_ms,
                 },
             );
             metrics()
@@ -301,6 +329,8 @@ impl CheckpointCoordinator {
                 trigger_time_ms: trigger_ms,
                 duration_ms: None,
                 alignment_ms: 0,
+                start_delay_ms: 0,
+                sync_ms: 0,
                 upload_ms: None,
                 full_size: 0,
                 incremental_size: 0,
@@ -339,7 +369,9 @@ impl CheckpointCoordinator {
             return;
         };
         p.received += 1;
-        p.alignment_ms = p.alignment_ms.max(part.alignment_ms);
+        p.alignment_ms = p.alignment_ms.max(part.timing.alignment_ms);
+        p.sync_ms = p.sync_ms.max(part.timing.sync_ms);
+        p.last_arrival_ms = p.last_arrival_ms.max(part.timing.arrived_ms);
         match part.result {
             Ok(d) => p.parts.extend(d),
             Err(reason) => {
@@ -369,9 +401,11 @@ impl CheckpointCoordinator {
             return;
         }
         j.uploading += 1;
-        self.history
-            .lock()
-            .update(id, epoch, |r| r.alignment_ms = p.alignment_ms);
+        self.history.lock().update(id, epoch, |r| {
+            r.alignment_ms = p.alignment_ms;
+            r.sync_ms = p.sync_ms;
+            r.start_delay_ms = (p.last_arrival_ms - p.trigger_ms).max(0) as u64;
+        });
         let _ = j.worker.send(WorkerMsg::Upload {
             epoch,
             trigger_ms: p.trigger_ms,
@@ -562,7 +596,7 @@ mod tests {
                     Some(value.to_vec()),
                 )])),
             }]),
-            alignment_ms: 0,
+            timing: BarrierTiming::default(),
         }
     }
 

@@ -19,5 +19,5 @@ pub mod stats;
 pub mod uploader;
 
 pub use config::{CheckpointConfig, CheckpointMode, FailoverStrategy, JobConfig, RestartStrategy};
-pub use coordinator::{CheckpointCoordinator, CheckpointPart, CheckpointScope};
+pub use coordinator::{BarrierTiming, CheckpointCoordinator, CheckpointPart, CheckpointScope};
 pub use restore::JobStart;

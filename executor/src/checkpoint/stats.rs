@@ -29,6 +29,12 @@ pub struct CheckpointRecord {
     pub trigger_time_ms: i64,
     pub duration_ms: Option<u64>,
     pub alignment_ms: u64,
+    /// From the trigger until the barrier reached the last actor (Flink's checkpoint
+    /// start delay): the data queued ahead of the barrier.
+    pub start_delay_ms: u64,
+    /// The longest synchronous part of an actor: its barrier work and state snapshot
+    /// while its inputs waited (Flink's sync duration).
+    pub sync_ms: u64,
     /// From the last actor's acknowledgement to completion: writing the state files
     /// (Flink's asynchronous part). The rest of `duration_ms` is barriers reaching
     /// the actors and their snapshots.

@@ -20,6 +20,8 @@ pub const CHECKPOINTS: Table = Table {
             ("path", Text),
             ("failure", Text),
             ("upload_ms", Int8),
+            ("start_delay_ms", Int8),
+            ("sync_ms", Int8),
         ],
     },
     rows,
@@ -44,6 +46,8 @@ fn rows(f: &Facts) -> Vec<Vec<V>> {
                 r.path.clone().into(),
                 r.failure.clone().into(),
                 r.upload_ms.map_or(V::Null, int),
+                int(r.start_delay_ms),
+                int(r.sync_ms),
             ]
         });
     let kept = f.retained.iter().map(|r| {
@@ -57,6 +61,8 @@ fn rows(f: &Facts) -> Vec<Vec<V>> {
             int(r.full_size),
             int(0),
             r.path().into(),
+            V::Null,
+            V::Null,
             V::Null,
             V::Null,
         ]
