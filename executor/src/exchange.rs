@@ -25,7 +25,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use weir_storage::key_group::{key_hash, KeyGroup};
 
 /// Bounded channel capacity between two actors, in messages. Bounded channels are what
-/// turns a slow consumer into backpressure on the producer.
+/// turns a slow consumer into backpressure on the producer. 4 would halve q21's memory
+/// at the same speed, but a restart then hangs (notes/startup-hang-after-kill.md,
+/// "A second hang"): 16 stays until that is fixed.
 pub const CHANNEL_CAPACITY: usize = 16;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
