@@ -5,10 +5,12 @@
 # then the median per benchmark and binary, and the ratio second / first.
 #
 #   ROUNDS=3 ./scripts/bench-compare.sh BEFORE_BIN AFTER_BIN
+#   BENCHES="q7 q9" PAR=1 EVENTS=10000000 ./scripts/bench-compare.sh BEFORE_BIN AFTER_BIN
 #
 # Build the two binaries first, e.g. from two git worktrees:
 #   git worktree add /tmp/before <commit> && (cd /tmp/before && cargo build --release)
-# Benchmarks: Nexmark q0, q4, q5, q7 (10M events, p=1; `weir bench nexmark`), ingest
+# Benchmarks (BENCHES): Nexmark q0, q4, q5, q7 (EVENTS = 10M events, PAR = 1, at 10M
+# events/s of event time; `weir bench nexmark`, its peak RSS printed per run), ingest
 # into a GROUP BY view (3M rows) with checkpoints off and every 1 s (`weir bench
 # ingest`), and the checkpoint overhead that follows from them.
 set -euo pipefail
@@ -16,11 +18,15 @@ BEFORE=${1:?before binary}
 AFTER=${2:?after binary}
 ROUNDS=${ROUNDS:-3}
 EVENTS=${EVENTS:-10000000}
+PAR=${PAR:-1}
 declare -A runs
 
-nexmark() { # bin query -> events/s
-  "$1" bench nexmark --query "$2" --events "$EVENTS" --parallelism 1 2>/dev/null |
-    grep '^nexmark' | grep -o 'events_per_s=[0-9]*' | cut -d= -f2
+nexmark() { # bin query -> its summary line (stderr), events/s (stdout)
+  local line
+  line=$("$1" bench nexmark --query "$2" --events "$EVENTS" --parallelism "$PAR" 2>/dev/null |
+    grep '^nexmark')
+  echo "  $line" >&2
+  grep -o 'events_per_s=[0-9]*' <<<"$line" | cut -d= -f2
 }
 ingest() { # bin interval -> rows/s
   "$1" bench ingest --rows 3000000 --groups 300000 --batch 100000 --parallelism 1 \
@@ -35,7 +41,7 @@ one() { # label bin bench...
   runs["$name/$label"]="${runs["$name/$label"]:-} $rate"
 }
 
-BENCHES=("q0" "q4" "q5" "q7" "ingest-off" "ingest-1s")
+read -r -a BENCHES <<<"${BENCHES:-q0 q4 q5 q7 ingest-off ingest-1s}"
 for round in $(seq 1 "$ROUNDS"); do
   order=(before after)
   if (( round % 2 == 0 )); then order=(after before); fi
