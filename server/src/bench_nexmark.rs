@@ -309,8 +309,11 @@ pub async fn run(mut cfg: Config, mut run: Run) -> Result<(), String> {
         exec(&db, &mut s, stmt).await?;
     }
     wait_generated(&db, &generators, run.events).await;
-    // ... and every job has processed it.
-    exec(&db, &mut s, "FLUSH").await?;
+    // ... every job has processed it and a final checkpoint of every job is complete
+    // (the barrier of CHECKPOINT follows all input; an upload in flight finishes
+    // first). Flink ends a bounded job the same way: after a final checkpoint
+    // (checkpoints after tasks finish, on by default since Flink 1.15).
+    exec(&db, &mut s, "CHECKPOINT").await?;
     let took = start.elapsed().as_secs_f64();
     let cpu = crate::bench_kafka::cpu_seconds() - cpu0;
     let generated = run.generated_events()?;
