@@ -317,8 +317,8 @@ pub async fn run(mut cfg: Config, mut run: Run) -> Result<(), String> {
     let took = start.elapsed().as_secs_f64();
     let cpu = crate::bench_kafka::cpu_seconds() - cpu0;
     let generated = run.generated_events()?;
-    // Checkpoints the sinks' jobs completed during the run (a run shorter than the 10 s
-    // interval takes none).
+    // The sinks' jobs' checkpoints of the run: the first (empty, at creation), the
+    // periodic ones, the final one.
     let (completed, unfinished): (Vec<_>, Vec<_>) = db
         .runtime()
         .checkpoints
@@ -340,8 +340,8 @@ pub async fn run(mut cfg: Config, mut run: Run) -> Result<(), String> {
         anon.peak_mb(),
     );
     print_checkpoints(&completed);
-    // Triggered but not complete when the input ended: their barriers and snapshots
-    // were part of the run, their uploads (if any) were not.
+    // Triggered and not complete when the clock stopped: none is expected, since the
+    // final checkpoint waits for any before it; listed so a run shows it if not.
     for r in &unfinished {
         println!(
             "checkpoint {} {}: status={:?} triggered_after_start_s={:.1}",

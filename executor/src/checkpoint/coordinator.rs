@@ -52,6 +52,16 @@ pub struct BarrierTiming {
 }
 
 impl BarrierTiming {
+    /// The figures of a checkpoint from its actors' parts: the latest arrival, the
+    /// longest alignment and the longest synchronous part.
+    fn max(self, other: Self) -> Self {
+        BarrierTiming {
+            arrived_ms: self.arrived_ms.max(other.arrived_ms),
+            alignment_ms: self.alignment_ms.max(other.alignment_ms),
+            sync_ms: self.sync_ms.max(other.sync_ms),
+        }
+    }
+
     /// A barrier whose first copy arrived at `first`, aligned by now.
     pub fn aligned_since(first: Instant) -> Self {
         let alignment = first.elapsed();
@@ -77,9 +87,8 @@ struct Pending {
     parts: Vec<StateDelta>,
     received: usize,
     declined: Option<String>,
-    alignment_ms: u64,
-    sync_ms: u64,
-    last_arrival_ms: i64,
+    /// The parts' timings so far, merged ([`BarrierTiming::max`]).
+    timing: BarrierTiming,
 }
 
 struct JobEntry {
@@ -312,9 +321,10 @@ impl CheckpointCoordinator {
                     parts: Vec::new(),
                     received: 0,
                     declined: None,
-                    alignment_ms: 0,
-                    sync_ms: 0,
-                    last_arrival_ms: trigger_ms,
+                    timing: BarrierTiming {
+                        arrived_ms: trigger_ms,
+                        ..Default::default()
+                    },
                 },
             );
             metrics()
@@ -369,9 +379,7 @@ impl CheckpointCoordinator {
             return;
         };
         p.received += 1;
-        p.alignment_ms = p.alignment_ms.max(part.timing.alignment_ms);
-        p.sync_ms = p.sync_ms.max(part.timing.sync_ms);
-        p.last_arrival_ms = p.last_arrival_ms.max(part.timing.arrived_ms);
+        p.timing = p.timing.max(part.timing);
         match part.result {
             Ok(d) => p.parts.extend(d),
             Err(reason) => {
@@ -402,9 +410,9 @@ impl CheckpointCoordinator {
         }
         j.uploading += 1;
         self.history.lock().update(id, epoch, |r| {
-            r.alignment_ms = p.alignment_ms;
-            r.sync_ms = p.sync_ms;
-            r.start_delay_ms = (p.last_arrival_ms - p.trigger_ms).max(0) as u64;
+            r.alignment_ms = p.timing.alignment_ms;
+            r.sync_ms = p.timing.sync_ms;
+            r.start_delay_ms = (p.timing.arrived_ms - p.trigger_ms).max(0) as u64;
         });
         let _ = j.worker.send(WorkerMsg::Upload {
             epoch,

@@ -248,23 +248,23 @@ impl StateValue for Bucket {
 
     /// Checks the layout entry by entry, then takes the entries as they are.
     fn decode(bytes: &[u8]) -> Option<Self> {
-        let n = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
-        let body = &bytes[4..];
-        let (mut at, mut entries, mut live, mut hole_bytes) = (0, 0, 0, 0);
-        while at < body.len() {
-            let len = u32::from_le_bytes(body.get(at..at + HEAD)?.try_into().ok()?) as usize;
-            let tail = at + HEAD + len;
-            let count = i64::from_le_bytes(body.get(tail..tail + 8)?.try_into().ok()?);
-            body.get(tail + 8..tail + TAIL)?;
-            entries += 1;
+        let mut r = crate::bytes::Reader(bytes);
+        let n = r.u32()? as usize;
+        let body = r.0;
+        let (mut live, mut hole_bytes) = (0, 0);
+        for _ in 0..n {
+            let before = r.0.len();
+            let len = r.u32()? as usize;
+            r.take(len)?;
+            let count = r.i64()?;
+            r.i64()?; // degree
             if count == 0 {
-                hole_bytes += tail + TAIL - at;
+                hole_bytes += before - r.0.len();
             } else {
                 live += 1;
             }
-            at = tail + TAIL;
         }
-        (entries == n).then(|| Bucket {
+        r.is_empty().then(|| Bucket {
             bytes: body.to_vec(),
             live,
             hole_bytes,
