@@ -138,6 +138,20 @@ impl ActorOutput {
         }
     }
 
+    /// Passes the end of the job's backfill on inside the job: another job reading
+    /// the hub gets its own from its deploy.
+    async fn send_backfill_end(&self) -> Result<()> {
+        match self {
+            ActorOutput::Exchange(ds) => {
+                for d in ds {
+                    d.dispatch(Message::BackfillEnd).await?;
+                }
+                Ok(())
+            }
+            ActorOutput::Hub { .. } => Ok(()),
+        }
+    }
+
     /// Passes an unaligned cut on inside the job. Other jobs reading the hub cut at
     /// the checkpoint barrier itself.
     async fn send_cut(&self, barrier: &Barrier) -> Result<()> {
@@ -361,8 +375,13 @@ struct Loop {
     /// Which stashed input goes first next.
     rotate: usize,
     /// Inputs not read yet: the operator's held side until every other input
-    /// delivered its first barrier or a cut's marker (`Operator::held_side`).
+    /// delivered its backfill's end, its first barrier or a cut's marker
+    /// (`Operator::held_side`).
     held: Vec<bool>,
+    /// Inputs that delivered [`Message::BackfillEnd`].
+    backfilled: Vec<bool>,
+    /// The backfill's end was passed on downstream.
+    backfill_passed: bool,
 }
 
 impl Loop {
@@ -387,6 +406,8 @@ impl Loop {
             .collect();
         Loop {
             held,
+            backfilled: vec![false; n],
+            backfill_passed: false,
             align: actor.mode == CheckpointMode::ExactlyOnce,
             open: vec![true; n],
             seen: vec![0; n],
@@ -460,7 +481,8 @@ impl Actor {
         let n = l.open.len();
         // A barrier or a cut's marker on an input comes after all its backfill.
         let marked = |i: usize| l.cut.as_ref().is_some_and(|c| !c.waiting[i]);
-        let in_past_backfill = |i: usize| l.seen[i] > 0 || !l.open[i] || marked(i);
+        let in_past_backfill =
+            |i: usize| l.backfilled[i] || l.seen[i] > 0 || !l.open[i] || marked(i);
         if l.held.contains(&true) && (0..n).all(|i| l.held[i] || in_past_backfill(i)) {
             l.held.fill(false);
         }
@@ -504,7 +526,12 @@ impl Actor {
                 if let Some(c) = &mut l.cut {
                     c.waiting[idx] = false;
                 }
+                self.pass_backfill_end(l).await;
                 return l.open.iter().any(|o| *o);
+            }
+            Event::Input(idx, Some(Message::BackfillEnd), _) => {
+                l.backfilled[idx] = true;
+                self.pass_backfill_end(l).await;
             }
             Event::Input(idx, Some(Message::Chunk(chunk)), stashed) => {
                 let started = Instant::now();
@@ -545,6 +572,17 @@ impl Actor {
             }
         }
         true
+    }
+
+    /// Passes the backfill's end on once every input delivered it (or closed), so
+    /// that a held side downstream in the job may be read.
+    async fn pass_backfill_end(&mut self, l: &mut Loop) {
+        let ended = (0..l.open.len()).all(|i| l.backfilled[i] || !l.open[i]);
+        if l.backfill_passed || !ended || !l.backfilled.contains(&true) {
+            return;
+        }
+        l.backfill_passed = true;
+        let _ = self.output.send_backfill_end().await;
     }
 
     /// Combines input `idx`'s watermark with the other inputs of its side; a new
@@ -1176,6 +1214,44 @@ mod tests {
             h.inputs[0].send(checkpoint(1, 7)).await.unwrap();
             assert_eq!(shown(&h.output.recv().await.unwrap()), vec![-1]);
         }
+    }
+
+    /// A new view's backfill ends with [`Message::BackfillEnd`] on every channel: the
+    /// held side is read once the other sides' backfill ended, before any barrier
+    /// (which comes only after the whole backfill is sent), and the end is passed on
+    /// once every input delivered it.
+    #[tokio::test]
+    async fn a_held_side_is_read_once_the_other_sides_backfill_ended() {
+        let mut h = start_with_chain(
+            vec![0, 1, 1],
+            CheckpointMode::ExactlyOnce,
+            Box::new(HoldsLeft),
+        );
+        h.inputs[0].send(rows(&[1])).await.unwrap();
+        for i in [1, 2] {
+            h.inputs[i].send(rows(&[10 + i as i64])).await.unwrap();
+        }
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            out.extend(shown(&h.output.recv().await.unwrap()));
+        }
+        out.sort();
+        assert_eq!(out, vec![11, 12]);
+        h.inputs[1].send(Message::BackfillEnd).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            h.output.try_recv().is_err(),
+            "the held side was read before input 2's backfill ended"
+        );
+        h.inputs[2].send(Message::BackfillEnd).await.unwrap();
+        assert_eq!(shown(&h.output.recv().await.unwrap()), vec![1]);
+        h.inputs[0].send(Message::BackfillEnd).await.unwrap();
+        assert!(matches!(
+            h.output.recv().await.unwrap(),
+            Message::BackfillEnd
+        ));
+        h.inputs[0].send(rows(&[2])).await.unwrap();
+        assert_eq!(shown(&h.output.recv().await.unwrap()), vec![2]);
     }
 
     /// At least once: no input is blocked, so rows after a barrier on one input may

@@ -59,4 +59,11 @@ pub enum Message {
     /// data the barrier overtook, stored with the checkpoint (see [`crate::actor`]).
     Marker(Barrier),
     Watermark(Watermark),
+    /// The end of a new view's backfill on this channel: what came before it is the
+    /// contents the view starts from. Deploy sends it on every channel of a relation
+    /// input, and an actor passes it on within the job once all its inputs delivered
+    /// it. A held side (a lookup join's stream) is read from then on: waiting for a
+    /// barrier instead would deadlock once that side's backfill outgrows the
+    /// channels, since barriers come only after the whole backfill is sent.
+    BackfillEnd,
 }

@@ -408,6 +408,31 @@ struct Backfill {
     publishers: Vec<(Vec<DataSender>, Vec<crate::barrier::Watermark>)>,
 }
 
+impl Backfill {
+    /// Sends the contents, then the watermarks, then the backfill's end on every
+    /// channel, counting the rows in the view's progress `task`.
+    async fn send(self, task: &std::sync::Mutex<Option<crate::progress::Task>>) -> Result<()> {
+        if let Some((first, _)) = self.publishers.first() {
+            for (i, chunk) in self.chunks.into_iter().enumerate() {
+                let n = chunk.len() as u64;
+                first[i % first.len()].send(Message::Chunk(chunk)).await?;
+                if let Some(t) = task.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                    t.advance(n);
+                }
+            }
+        }
+        for (senders, watermarks) in self.publishers {
+            for s in &senders {
+                for w in &watermarks {
+                    s.send(Message::Watermark(w.clone())).await?;
+                }
+                s.send(Message::BackfillEnd).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The channels of a job: per fragment, per actor, its input receivers (and which of
 /// the fragment's inputs each belongs to), its output, its priority lane (unaligned
 /// checkpoints); the subscriptions to upstream relations and what to backfill.
@@ -595,7 +620,7 @@ async fn start(
         .flat_map(|b| &b.chunks)
         .map(|c| c.len())
         .sum();
-    let mut task = (rows > 0).then(|| {
+    let task = (rows > 0).then(|| {
         rt.progress.start(
             "backfill",
             view,
@@ -603,25 +628,11 @@ async fn start(
             Some(rows as u64),
         )
     });
-    for b in backfill {
-        if let Some((first, _)) = b.publishers.first() {
-            for (i, chunk) in b.chunks.into_iter().enumerate() {
-                let n = chunk.len() as u64;
-                first[i % first.len()].send(Message::Chunk(chunk)).await?;
-                if let Some(t) = &mut task {
-                    t.advance(n);
-                }
-            }
-        }
-        for (senders, watermarks) in b.publishers {
-            for w in watermarks {
-                for s in &senders {
-                    s.send(Message::Watermark(w.clone())).await?;
-                }
-            }
-        }
-    }
-    if let Some(t) = task {
+    // All inputs at once: a held side (a lookup join's stream) is read only after
+    // the other sides' backfill ended, so sending it first could wait forever.
+    let task = std::sync::Mutex::new(task);
+    futures::future::try_join_all(backfill.into_iter().map(|b| b.send(&task))).await?;
+    if let Some(t) = task.into_inner().unwrap_or_else(|e| e.into_inner()) {
         t.finish();
     }
     let relations = rt.relations.write();

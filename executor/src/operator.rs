@@ -36,8 +36,8 @@ pub trait Operator: Send {
     }
 
     /// A side whose inputs are not read until every input of the other sides has
-    /// delivered its first barrier: by then all a new view's backfill of those sides
-    /// (sent ahead of any barrier) is in. A lookup join holds its left side so that
+    /// delivered the end of its backfill (`Message::BackfillEnd`), its first barrier
+    /// or a cut's marker: by then all a new view's backfill of those sides is in. A lookup join holds its left side so that
     /// no row meets a table that is still loading.
     fn held_side(&self) -> Option<usize> {
         None

@@ -583,7 +583,8 @@ async fn a_slow_operator_shows_as_backpressure_upstream() {
 /// barriers wait behind those queues and expire at the 2 s timeout; unaligned ones
 /// overtake them, store the data they overtook with the checkpoint, and complete. A
 /// `kill -9` after that recovers both views exactly (the unaligned one by replaying
-/// the stored in-flight data before the table log's suffix).
+/// the stored in-flight data before the table log's suffix). The aligned view is the
+/// slowest (400 ms a chunk) so that its few queued chunks still outlast the timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unaligned_checkpoints_complete_under_backpressure_and_recover_exactly() {
     let dir = tempfile::tempdir().unwrap();
@@ -603,7 +604,7 @@ async fn unaligned_checkpoints_complete_under_backpressure_and_recover_exactly()
                  \"execution.checkpointing.unaligned.enabled\" = 'true',
                  \"execution.checkpointing.aligned-checkpoint-timeout\" = '300ms')
              AS SELECT g, count(*) AS n, sum(v) AS s FROM tt GROUP BY g;
-         SET failpoint.operator.slow.aligned_v = '100';
+         SET failpoint.operator.slow.aligned_v = '400';
          SET failpoint.operator.slow.unaligned_v = '100';
          SET failpoint.operator.slow.switching_v = '100';",
     )
