@@ -433,26 +433,32 @@ impl HashJoinOperator {
         let in_place = crate::row_below::RowBelow::new(&self.spec.side_types[s], col, &below)?;
         let bit = IntervalWatermarks::mark_bit(bound);
         let mut dropped = 0u64;
+        let mut dead = Vec::new();
         for key in keys {
             let Some(bucket) = self.states[s].get(&key) else {
                 continue;
             };
-            let (dead, oldest) = self.dead_rows(s, col, &below, in_place.as_ref(), bucket)?;
-            let dead_count = dead.true_count();
-            if dead_count > 0 {
-                let bucket = self.states[s].get_or_insert_with(&key, Bucket::default);
-                bucket.retain(|i| !dead.value(i));
+            let oldest = self.dead_rows(s, col, &below, in_place.as_ref(), bucket, &mut dead)?;
+            let dead_count = dead.iter().filter(|d| **d).count();
+            dropped += dead_count as u64;
+            if dead_count == dead.len() {
+                // Every row is behind the bound (as at the end of the input): the
+                // bucket goes in one piece, with no row copied and no index entry.
+                self.states[s].remove(&key);
+                continue;
             }
-            // The index marks are not stored: changing them dirties nothing.
-            let bucket = self.states[s].get_mut_unstored(&key).expect("present");
+            let bucket = if dead_count > 0 {
+                let bucket = self.states[s].get_or_insert_with(&key, Bucket::default);
+                bucket.retain(|i| !dead[i]);
+                bucket
+            } else {
+                // The index marks are not stored: changing them dirties nothing.
+                self.states[s].get_mut_unstored(&key).expect("present")
+            };
             bucket.marks &= !bit;
             if let Some(t) = oldest {
                 self.interval_watermarks
                     .note(bound, t, &key, &mut bucket.marks);
-            }
-            dropped += dead_count as u64;
-            if bucket.is_empty() {
-                self.states[s].remove(&key);
             }
         }
         crate::metrics::metrics()
@@ -462,8 +468,9 @@ impl HashJoinOperator {
         Ok(())
     }
 
-    /// Which of `bucket`'s rows (of side `s`) have column `col` below `below`, and the
-    /// time in ms of the oldest of the others (None: no survivor has a time).
+    /// Fills `dead` with which of `bucket`'s rows (of side `s`) have column `col`
+    /// below `below`, and returns the time in ms of the oldest of the others (None: no
+    /// survivor has a time). `dead` is the caller's, reused from bucket to bucket.
     fn dead_rows(
         &self,
         s: usize,
@@ -471,31 +478,33 @@ impl HashJoinOperator {
         below: &ScalarValue,
         in_place: Option<&crate::row_below::RowBelow>,
         bucket: &Bucket,
-    ) -> Result<(BooleanArray, Option<i64>)> {
+        dead: &mut Vec<bool>,
+    ) -> Result<Option<i64>> {
+        dead.clear();
         if let Some(test) = in_place {
-            let dead: BooleanArray = bucket.rows().map(|r| Some(test.test(r))).collect();
-            let oldest = bucket
-                .rows()
-                .zip(dead.values().iter())
-                .filter(|(_, d)| !d)
-                .filter_map(|(r, _)| test.field(r))
-                .min();
-            let oldest = match oldest {
-                Some(field) => millis_of(&test.decode(field)?)?[0],
-                None => None,
+            let mut oldest: Option<&[u8]> = None;
+            for row in bucket.rows() {
+                let is_dead = test.test(row);
+                dead.push(is_dead);
+                if let Some(field) = test.field(row).filter(|_| !is_dead) {
+                    oldest = Some(oldest.map_or(field, |o| o.min(field)));
+                }
+            }
+            return match oldest {
+                Some(field) => Ok(millis_of(&test.decode(field)?)?[0]),
+                None => Ok(None),
             };
-            return Ok((dead, oldest));
         }
         let rows: Vec<&[u8]> = bucket.rows().collect();
         let cols = self.columns_of(s, &rows)?;
-        let dead = crate::chunk::below_mask(&cols[col], below)?;
-        let oldest = millis_of(&cols[col])?
+        let mask = crate::chunk::below_mask(&cols[col], below)?;
+        dead.extend(mask.values().iter());
+        Ok(millis_of(&cols[col])?
             .into_iter()
-            .zip(dead.values().iter())
-            .filter(|(_, d)| !d)
+            .zip(dead.iter())
+            .filter(|(_, d)| !**d)
             .filter_map(|(t, _)| t)
-            .min();
-        Ok((dead, oldest))
+            .min())
     }
 
     /// Decodes encoded rows of side `s` into columns.
