@@ -479,7 +479,8 @@ impl Actor {
         unaligned: &mut Option<UnalignedSetup>,
     ) -> Option<Event> {
         let n = l.open.len();
-        // A barrier or a cut's marker on an input comes after all its backfill.
+        // The backfill's end, a barrier or a cut's marker on an input comes after
+        // all its backfill.
         let marked = |i: usize| l.cut.as_ref().is_some_and(|c| !c.waiting[i]);
         let in_past_backfill =
             |i: usize| l.backfilled[i] || l.seen[i] > 0 || !l.open[i] || marked(i);
