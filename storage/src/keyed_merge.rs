@@ -85,6 +85,18 @@ impl<'a> KeyedMerge<'a> {
 
     /// The next key's last write, in key order (deletions skipped unless kept).
     fn next_write(&mut self) -> Option<Entry<'a>> {
+        if let [run] = self.runs.as_mut_slice() {
+            // One run is in key order, each key once: no heap, and no comparison that
+            // reads the next key (a cache miss per entry of a delta being sorted, a
+            // fifth of q18's final upload).
+            while let Some(entry) = run.head.take() {
+                run.head = run.rest.next();
+                if entry.2.is_some() || self.keep_deletions {
+                    return Some(entry);
+                }
+            }
+            return None;
+        }
         loop {
             let Reverse((kg, key, Reverse(winner))) = self.heap.pop()?;
             let value = self.runs[winner].head.and_then(|(_, _, v)| v);
