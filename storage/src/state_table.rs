@@ -87,6 +87,27 @@ impl<V> Slot<V> {
     fn unknown_outside(&self) -> bool {
         !self.in_image && !self.in_backend
     }
+
+    /// Marks this in-delta slot as taken by a checkpoint; whether the table still
+    /// needs it (a tombstone that a flush has yet to record, or the backend holds).
+    fn checkpointed(&mut self) -> bool {
+        self.in_delta = false;
+        self.in_image = self.value.is_some();
+        self.value.is_some() || self.dirty || self.in_backend
+    }
+}
+
+impl<V: StateValue> Slot<V> {
+    /// Appends this in-delta slot's change to a checkpoint's delta: its value, or a
+    /// tombstone for a key the last checkpoint had. A key created and removed since
+    /// the last checkpoint has nothing to undo.
+    fn push_change(&self, key_group: u32, out: &mut KeyedEntriesBuilder) {
+        match &self.value {
+            Some(v) => out.push_with(key_group, &self.key, |buf| v.encode_into(buf)),
+            None if self.in_image => out.push(key_group, &self.key, None),
+            None => {}
+        }
+    }
 }
 
 pub struct StateTable<V> {
@@ -429,17 +450,8 @@ impl<V: StateValue> StateTable<V> {
                 continue;
             };
             let slot = e.get_mut();
-            slot.in_delta = false;
-            let kg = KeyGroup::of_key(&slot.key, max_parallelism).0;
-            match &slot.value {
-                Some(v) => out.push_with(kg, &slot.key, |buf| v.encode_into(buf)),
-                // Removed since the last checkpoint, which had it.
-                None if slot.in_image => out.push(kg, &slot.key, None),
-                // Created and removed since the last checkpoint: nothing to undo.
-                None => {}
-            }
-            slot.in_image = slot.value.is_some();
-            if slot.value.is_none() && !slot.dirty && !slot.in_backend {
+            slot.push_change(KeyGroup::of_key(&slot.key, max_parallelism).0, &mut out);
+            if !slot.checkpointed() {
                 e.remove();
             }
         }
@@ -457,20 +469,12 @@ impl<V: StateValue> StateTable<V> {
         let changed: Vec<(u32, &Slot<V>)> = self
             .slots
             .iter()
-            // A removal of a key the last checkpoint lacked undoes nothing.
-            .filter(|s| s.in_delta && (s.value.is_some() || s.in_image))
+            .filter(|s| s.in_delta)
             .map(|s| (KeyGroup::of_key(&s.key, max_parallelism).0, s))
             .collect();
         let delta = encode_on_every_core(&changed);
         drop(changed);
-        self.slots.retain(|s| {
-            if !s.in_delta {
-                return true;
-            }
-            s.in_delta = false;
-            s.in_image = s.value.is_some();
-            s.value.is_some() || s.dirty || s.in_backend
-        });
+        self.slots.retain(|s| !s.in_delta || s.checkpointed());
         delta
     }
 
@@ -491,14 +495,11 @@ fn encode_on_every_core<V: StateValue>(entries: &[(u32, &Slot<V>)]) -> KeyedEntr
     let encode = |piece: &[(u32, &Slot<V>)]| {
         let mut out = KeyedEntriesBuilder::default();
         for (kg, slot) in piece {
-            match &slot.value {
-                Some(v) => out.push_with(*kg, &slot.key, |buf| v.encode_into(buf)),
-                None => out.push(*kg, &slot.key, None),
-            }
+            slot.push_change(*kg, &mut out);
         }
         out.finish().into_batches()
     };
-    let mut pieces = entries.chunks(piece.max(1));
+    let mut pieces = entries.chunks(piece);
     let first = pieces.next().unwrap_or(&[]);
     let batches = std::thread::scope(|scope| {
         let rest: Vec<_> = pieces.map(|p| scope.spawn(move || encode(p))).collect();
