@@ -103,7 +103,11 @@ fn batch_starts(cols: &[Columns<'_>]) -> Vec<usize> {
 /// The first eight positions, below the shortest key's length (and [`SCANNED`]), at
 /// which some two keys differ.
 fn digest_positions(cols: &[Columns<'_>]) -> Vec<usize> {
-    let mut keys = cols.iter().flat_map(|(_, k, _)| k.iter().flatten());
+    digest_positions_of(cols.iter().flat_map(|(_, k, _)| k.iter().flatten()))
+}
+
+/// [`digest_positions`] of any keys (a frozen state table's).
+pub(crate) fn digest_positions_of<'k>(mut keys: impl Iterator<Item = &'k [u8]>) -> Vec<usize> {
     let Some(first) = keys.next() else {
         return Vec::new();
     };
@@ -120,7 +124,7 @@ fn digest_positions(cols: &[Columns<'_>]) -> Vec<usize> {
 
 /// The key's bytes at `positions`, big-endian: digests order like their keys, or are
 /// equal.
-fn digest(key: &[u8], positions: &[usize]) -> u64 {
+pub(crate) fn digest(key: &[u8], positions: &[usize]) -> u64 {
     positions.iter().fold(0u64, |d, &i| d << 8 | key[i] as u64)
 }
 

@@ -9,6 +9,8 @@
 //! - [`rocksdb_backend`]: the same entries in a local RocksDB (`state.backend.type`).
 //! - [`state_table`]: `StateTable`, the one state API operators use: a write-back cache
 //!   flushed into the backend as one write batch per barrier.
+//! - [`frozen_table`]: a state table frozen by a checkpoint with a large delta, which
+//!   the uploader encodes while the actor goes on copy-on-write.
 //! - [`table_log`]: `TableLog`, the append-only, fsynced, checksummed log that makes a
 //!   table write durable before it is acknowledged, and replays it on recovery.
 //! - [`meta_store`]: atomic files under `meta/` (the catalog).
@@ -42,6 +44,7 @@ pub mod checkpoint_meta;
 pub mod cluster_log;
 pub mod codec;
 pub mod failpoint;
+pub mod frozen_table;
 pub mod key_group;
 pub(crate) mod key_order;
 pub mod keyed_entries;

@@ -10,6 +10,7 @@
 //! Every row carries its key group, so state written at one parallelism can be loaded
 //! at any other: each actor keeps the key groups it owns.
 
+pub use crate::frozen_table::FrozenDelta;
 pub use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder, KeyedEntry};
 pub use crate::keyed_merge::{merge_keyed, KeyedMerge};
 use crate::mapped_pages::MappedFile;
@@ -19,6 +20,7 @@ use arrow::buffer::Buffer;
 use arrow::ipc::writer::StreamEncoder;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// One change batch of a row store: op codes (1 insert, -1 delete) and rows.
 pub type RowChange = (Vec<i8>, RecordBatch);
@@ -33,19 +35,22 @@ pub enum StateKind {
 #[derive(Debug, Clone)]
 pub enum DeltaData {
     Keyed(KeyedEntries),
+    /// Keyed changes still in a frozen state table, encoded as they are written.
+    Frozen(Arc<dyn FrozenDelta>),
     Rows(Vec<RowChange>),
 }
 
 impl DeltaData {
     pub fn kind(&self) -> StateKind {
         match self {
-            DeltaData::Keyed(_) => StateKind::Keyed,
+            DeltaData::Keyed(_) | DeltaData::Frozen(_) => StateKind::Keyed,
             DeltaData::Rows(_) => StateKind::Rows,
         }
     }
     pub fn is_empty(&self) -> bool {
         match self {
             DeltaData::Keyed(e) => e.is_empty(),
+            DeltaData::Frozen(f) => f.is_empty(),
             DeltaData::Rows(r) => r.iter().all(|(ops, _)| ops.is_empty()),
         }
     }
@@ -61,15 +66,28 @@ impl DeltaData {
         };
         match self {
             DeltaData::Keyed(e) => e.batches().iter().map(columns).sum(),
+            DeltaData::Frozen(f) => f.estimated_size(),
             DeltaData::Rows(r) => r.iter().map(|(ops, b)| ops.len() + columns(b)).sum(),
         }
     }
 
     /// The keyed entries (none if this is row data): a uid's files are all one kind.
+    /// A frozen delta is encoded whole.
     pub fn into_keyed(self) -> KeyedEntries {
         match self {
             DeltaData::Keyed(e) => e,
+            DeltaData::Frozen(f) => f.to_entries(),
             DeltaData::Rows(_) => KeyedEntries::default(),
+        }
+    }
+
+    /// A keyed delta's column batches, in file order, encoding a frozen one as they
+    /// are read (none if this is row data).
+    pub fn keyed_batches(&self) -> Box<dyn Iterator<Item = RecordBatch> + Send + '_> {
+        match self {
+            DeltaData::Keyed(e) => Box::new(e.batches().iter().cloned()),
+            DeltaData::Frozen(f) => f.batches_in_key_order(),
+            DeltaData::Rows(_) => Box::new(std::iter::empty()),
         }
     }
 
@@ -77,7 +95,7 @@ impl DeltaData {
     pub fn into_rows(self) -> Vec<RowChange> {
         match self {
             DeltaData::Rows(r) => r,
-            DeltaData::Keyed(_) => vec![],
+            DeltaData::Keyed(_) | DeltaData::Frozen(_) => vec![],
         }
     }
 }
@@ -152,22 +170,13 @@ pub fn encode_parts(parts: &[&DeltaData]) -> Result<EncodedFile> {
         return Ok(EncodedFile::default());
     };
     match first.kind() {
-        StateKind::Keyed => {
-            let batches = parts
-                .iter()
-                .filter_map(|d| match d {
-                    DeltaData::Keyed(e) => Some(e.batches()),
-                    DeltaData::Rows(_) => None,
-                })
-                .flatten();
-            encode_keyed(batches)
-        }
+        StateKind::Keyed => encode_keyed(parts.iter().flat_map(|d| d.keyed_batches())),
         StateKind::Rows => {
             let batches: Vec<(&[i8], &RecordBatch)> = parts
                 .iter()
                 .filter_map(|d| match d {
                     DeltaData::Rows(r) => Some(r),
-                    DeltaData::Keyed(_) => None,
+                    DeltaData::Keyed(_) | DeltaData::Frozen(_) => None,
                 })
                 .flatten()
                 .filter(|(ops, _)| !ops.is_empty())
@@ -182,11 +191,11 @@ pub fn encode_parts(parts: &[&DeltaData]) -> Result<EncodedFile> {
 }
 
 /// The Arrow IPC stream of keyed batches, its body pieces the batches' own buffers.
-fn encode_keyed<'a>(batches: impl IntoIterator<Item = &'a RecordBatch>) -> Result<EncodedFile> {
+fn encode_keyed(batches: impl IntoIterator<Item = RecordBatch>) -> Result<EncodedFile> {
     let mut encoder = KeyedFileEncoder::new()?;
     let mut chunks = Vec::new();
     for b in batches {
-        chunks.extend(encoder.encode(b)?);
+        chunks.extend(encoder.encode(&b)?);
     }
     chunks.extend(encoder.finish()?);
     Ok(EncodedFile { chunks })

@@ -12,16 +12,27 @@
 //! hashes, so a change costs one lookup and no copy of the key: q5's end of input
 //! closes a million windows, and three maps (values, changed since the flush, changed
 //! since the checkpoint) had cost three lookups and three key copies per window.
+//!
+//! A checkpoint whose delta is a large share of the table freezes it instead of
+//! copying the delta ([`crate::frozen_table`]): the hash table moves into an `Arc`
+//! the uploader writes the delta from, and the actor goes on with an empty table in
+//! front of it, the overlay. Reads look in the overlay, then in the frozen table; a
+//! change to a key only the frozen table holds copies its slot into the overlay
+//! first. Once the uploader lets go, the next flush folds the overlay back in.
 
+use crate::frozen_table::FrozenTable;
 use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder};
+use crate::state_snapshot::DeltaData;
 use crate::{KeyGroup, StateBackend, StateKey, WriteBatch};
+use arrow::array::RecordBatch;
 use hashbrown::hash_table::{Entry, OccupiedEntry};
 use hashbrown::HashTable;
 use std::sync::Arc;
 
 /// A value that can be stored in a state table (`Sync`: a large checkpoint delta is
-/// encoded on several threads at once).
-pub trait StateValue: Sized + Sync {
+/// encoded on several threads at once; `Clone`: a key changed while its table is
+/// frozen is copied first; `Send + 'static`: a frozen table goes to the uploader).
+pub trait StateValue: Sized + Clone + Send + Sync + 'static {
     /// Appends the encoding to `out` (a checkpoint encodes every value into one
     /// column buffer this way, with no allocation per value).
     fn encode_into(&self, out: &mut Vec<u8>);
@@ -54,14 +65,14 @@ pub struct Replaced<V> {
 
 /// One key: its value, or `None` for a removal that a flush or the next checkpoint
 /// still has to record (a tombstone), and where its change stands.
-struct Slot<V> {
-    key: Box<[u8]>,
-    value: Option<V>,
+pub(crate) struct Slot<V> {
+    pub(crate) key: Box<[u8]>,
+    pub(crate) value: Option<V>,
     /// Changed since the last flush (its hash is in `dirty`).
     dirty: bool,
     /// Flushed since the last checkpoint: in the next checkpoint's delta (its hash
     /// is in `in_delta`).
-    in_delta: bool,
+    pub(crate) in_delta: bool,
     /// The state the last checkpoint holds has this key, so removing it needs a
     /// tombstone in the next delta. A key born and removed between two checkpoints
     /// needs none (window state created and cleaned in between uploads nothing).
@@ -69,6 +80,9 @@ struct Slot<V> {
     /// A backend that keeps flushed state (RocksDB) holds this key, so removing it
     /// needs a delete at the next flush.
     in_backend: bool,
+    /// An overlay slot in front of the frozen table's slot of its key: it stays,
+    /// even as a removal nothing else needs, or the frozen value would show again.
+    shadows: bool,
 }
 
 impl<V> Slot<V> {
@@ -80,12 +94,13 @@ impl<V> Slot<V> {
             in_delta: false,
             in_image: false,
             in_backend: false,
+            shadows: false,
         }
     }
 
     /// Nothing outside this table knows the key: its removal can be forgotten.
     fn unknown_outside(&self) -> bool {
-        !self.in_image && !self.in_backend
+        !self.in_image && !self.in_backend && !self.shadows
     }
 
     /// Marks this in-delta slot as taken by a checkpoint; whether the table still
@@ -93,7 +108,30 @@ impl<V> Slot<V> {
     fn checkpointed(&mut self) -> bool {
         self.in_delta = false;
         self.in_image = self.value.is_some();
-        self.value.is_some() || self.dirty || self.in_backend
+        self.value.is_some() || self.dirty || self.in_backend || self.shadows
+    }
+
+    /// A removal that nothing records or needs any more.
+    fn forgettable(&self) -> bool {
+        self.value.is_none() && !self.dirty && !self.in_delta && self.unknown_outside()
+    }
+
+    /// This frozen slot as the overlay holds it, in front of it, with `value`: the
+    /// flags are those it has once the checkpoint that froze it is taken.
+    fn overlay_copy(&self, value: Option<V>) -> Self {
+        Slot {
+            key: self.key.clone(),
+            value,
+            dirty: false,
+            in_delta: false,
+            in_image: if self.in_delta {
+                self.value.is_some()
+            } else {
+                self.in_image
+            },
+            in_backend: self.in_backend,
+            shadows: true,
+        }
     }
 }
 
@@ -101,7 +139,7 @@ impl<V: StateValue> Slot<V> {
     /// Appends this in-delta slot's change to a checkpoint's delta: its value, or a
     /// tombstone for a key the last checkpoint had. A key created and removed since
     /// the last checkpoint has nothing to undo.
-    fn push_change(&self, key_group: u32, out: &mut KeyedEntriesBuilder) {
+    pub(crate) fn push_change(&self, key_group: u32, out: &mut KeyedEntriesBuilder) {
         match &self.value {
             Some(v) => out.push_with(key_group, &self.key, |buf| v.encode_into(buf)),
             None if self.in_image => out.push(key_group, &self.key, None),
@@ -128,6 +166,11 @@ pub struct StateTable<V> {
     in_delta: Vec<u64>,
     /// Off when the job never checkpoints: then nothing is kept for deltas.
     track_changes: bool,
+    /// The table a large delta froze, while the uploader may still read it: `slots`
+    /// is then the overlay in front of it.
+    frozen: Option<Arc<FrozenTable<V>>>,
+    /// A delta of at least this many entries (and a quarter of the table) is large.
+    large_delta_min: usize,
 }
 
 impl<V: StateValue> StateTable<V> {
@@ -142,11 +185,14 @@ impl<V: StateValue> StateTable<V> {
             dirty: Vec::new(),
             in_delta: Vec::new(),
             track_changes: true,
+            frozen: None,
+            large_delta_min: LARGE_DELTA_MIN,
         }
     }
 
     /// Whether flushed changes are kept for the next checkpoint's delta.
     pub fn set_track_changes(&mut self, on: bool) {
+        self.unfreeze();
         self.track_changes = on;
         if !on {
             self.in_delta.clear();
@@ -192,9 +238,109 @@ impl<V: StateValue> StateTable<V> {
         }
     }
 
+    /// The frozen table's slot of `key`, while a table is frozen.
+    fn frozen_slot(&self, h: u64, key: &[u8]) -> Option<&Slot<V>> {
+        self.frozen.as_ref()?.slots.find(h, |s| &*s.key == key)
+    }
+
+    /// [`Self::entry`] for a change, copy-on-write: the frozen slot of a key the
+    /// overlay lacks is copied into it first.
+    fn entry_cow<'t>(
+        slots: &'t mut HashTable<Slot<V>>,
+        frozen: Option<&FrozenTable<V>>,
+        hasher: &ahash::RandomState,
+        h: u64,
+        key: &[u8],
+    ) -> Entry<'t, Slot<V>> {
+        match Self::entry(slots, hasher, h, key) {
+            Entry::Vacant(e) => match frozen.and_then(|f| f.slots.find(h, |s| &*s.key == key)) {
+                Some(f) => Entry::Occupied(e.insert(f.overlay_copy(f.value.clone()))),
+                None => Entry::Vacant(e),
+            },
+            occupied => occupied,
+        }
+    }
+
+    /// Copy-on-write before a change to `key` that does not insert it.
+    fn copy_in(&mut self, h: u64, key: &[u8]) {
+        if self.frozen.is_some() {
+            let frozen = self.frozen.as_deref();
+            let _ = Self::entry_cow(&mut self.slots, frozen, &self.hasher, h, key);
+        }
+    }
+
+    /// Hands a large delta to the uploader without copying it: the whole table moves
+    /// into an `Arc` (O(1)) and the actor goes on with an empty overlay in front of it.
+    fn freeze(&mut self) -> DeltaData {
+        let frozen = Arc::new(FrozenTable {
+            slots: std::mem::take(&mut self.slots),
+            max_parallelism: self.max_parallelism,
+            entries: std::mem::take(&mut self.in_delta).len(),
+        });
+        self.frozen = Some(frozen.clone());
+        DeltaData::Frozen(frozen)
+    }
+
+    /// Folds the overlay back once the uploader has let go of the frozen table.
+    fn fold_if_released(&mut self) {
+        if self
+            .frozen
+            .as_ref()
+            .is_some_and(|f| Arc::strong_count(f) == 1)
+        {
+            self.unfreeze();
+        }
+    }
+
+    /// Ends a freeze: one pass resets the frozen delta's flags as its checkpoint
+    /// would have, then each overlay slot replaces its key's. A frozen table the
+    /// uploader still reads is copied instead (the rare paths: loading, switching
+    /// tracking off, rewriting every value).
+    fn unfreeze(&mut self) {
+        let Some(frozen) = self.frozen.take() else {
+            return;
+        };
+        let hasher = &self.hasher;
+        let mut table = match Arc::try_unwrap(frozen) {
+            Ok(frozen) => {
+                let mut slots = frozen.slots;
+                slots.retain(|s| !s.in_delta || s.checkpointed());
+                slots
+            }
+            Err(shared) => {
+                let mut slots = HashTable::with_capacity(shared.slots.len());
+                for s in shared.slots.iter() {
+                    let mut copy = s.overlay_copy(s.value.clone());
+                    copy.shadows = false;
+                    if !copy.forgettable() {
+                        let h = hasher.hash_one(&*copy.key);
+                        slots.insert_unique(h, copy, |s| hasher.hash_one(&*s.key));
+                    }
+                }
+                slots
+            }
+        };
+        for mut s in std::mem::take(&mut self.slots) {
+            s.shadows = false;
+            let h = hasher.hash_one(&*s.key);
+            match table.entry(h, |t| t.key == s.key, |t| hasher.hash_one(&*t.key)) {
+                Entry::Occupied(e) if s.forgettable() => {
+                    e.remove();
+                }
+                Entry::Occupied(mut e) => *e.get_mut() = s,
+                Entry::Vacant(e) if !s.forgettable() => {
+                    e.insert(s);
+                }
+                Entry::Vacant(_) => {}
+            }
+        }
+        self.slots = table;
+    }
+
     /// Loads the entries of the given key-group range from the backend into the cache
     /// (used when an actor starts on existing state).
     pub fn load(&mut self, kg_start: u32, kg_end: u32) -> crate::Result<usize> {
+        self.unfreeze();
         let mut n = 0;
         let keeps = self.backend.keeps_flushed_state();
         for (k, v) in self.backend.scan(&self.uid, kg_start, kg_end)? {
@@ -223,23 +369,32 @@ impl<V: StateValue> StateTable<V> {
 
     /// Every key holding a value (the whole state: there is no eviction).
     pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        let in_overlay = |key: &[u8]| self.slots.find(self.hash(key), |s| &*s.key == key);
+        let frozen = self.frozen.iter().flat_map(move |f| {
+            f.slots
+                .iter()
+                .filter(move |s| s.value.is_some() && in_overlay(&s.key).is_none())
+        });
         self.slots
             .iter()
             .filter(|s| s.value.is_some())
+            .chain(frozen)
             .map(|s| &*s.key)
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&V> {
         let h = self.hash(key);
-        self.slots
-            .find(h, |s| &*s.key == key)
-            .and_then(|s| s.value.as_ref())
+        match self.slots.find(h, |s| &*s.key == key) {
+            Some(s) => s.value.as_ref(),
+            None => self.frozen_slot(h, key).and_then(|s| s.value.as_ref()),
+        }
     }
 
     /// Mutable access to a value's parts that are not stored (its encoding does not
     /// change): the key is not marked dirty, so no checkpoint re-encodes it.
     pub fn get_mut_unstored(&mut self, key: &[u8]) -> Option<&mut V> {
         let h = self.hash(key);
+        self.copy_in(h, key);
         self.slots
             .find_mut(h, |s| &*s.key == key)
             .and_then(|s| s.value.as_mut())
@@ -252,6 +407,7 @@ impl<V: StateValue> StateTable<V> {
         &mut self,
         mut f: impl FnMut(&mut V) -> Result<(), E>,
     ) -> Result<(), E> {
+        self.unfreeze();
         self.slots
             .iter_mut()
             .filter_map(|s| s.value.as_mut())
@@ -261,7 +417,8 @@ impl<V: StateValue> StateTable<V> {
     /// Mutable access; marks the key dirty. Inserts `default()` when absent.
     pub fn get_or_insert_with(&mut self, key: &[u8], default: impl FnOnce() -> V) -> &mut V {
         let h = self.hash(key);
-        let slot = match Self::entry(&mut self.slots, &self.hasher, h, key) {
+        let frozen = self.frozen.as_deref();
+        let slot = match Self::entry_cow(&mut self.slots, frozen, &self.hasher, h, key) {
             Entry::Occupied(e) => {
                 let slot = e.into_mut();
                 if slot.value.is_none() {
@@ -290,7 +447,8 @@ impl<V: StateValue> StateTable<V> {
         choose: impl FnOnce(Option<&V>) -> Option<V>,
     ) -> Option<Replaced<V>> {
         let h = self.hash(key);
-        let vacant = match Self::entry(&mut self.slots, &self.hasher, h, key) {
+        let frozen = self.frozen.as_deref();
+        let vacant = match Self::entry_cow(&mut self.slots, frozen, &self.hasher, h, key) {
             Entry::Occupied(e) => {
                 let slot = e.into_mut();
                 let new = choose(slot.value.as_ref())?;
@@ -319,6 +477,7 @@ impl<V: StateValue> StateTable<V> {
     /// never had it. Any other becomes a tombstone until its removal is recorded.
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {
         let h = self.hash(key);
+        self.copy_in(h, key);
         let Ok(mut e) = self.slots.find_entry(h, |s| &*s.key == key) else {
             return None;
         };
@@ -352,6 +511,17 @@ impl<V: StateValue> StateTable<V> {
             Self::mark_dirty(s, hasher.hash_one(&*s.key), dirty);
             true
         });
+        // Frozen keys the overlay lacks: each leaves a tombstone in front of it.
+        for f in self.frozen.iter().flat_map(|f| f.slots.iter()) {
+            let Some(value) = f.value.as_ref().filter(|_| pred(&f.key)) else {
+                continue;
+            };
+            let h = hasher.hash_one(&*f.key);
+            if let Entry::Vacant(e) = Self::entry(&mut self.slots, hasher, h, &f.key) {
+                taken.push((f.key.to_vec(), value.clone()));
+                Self::mark_dirty(e.insert(f.overlay_copy(None)).into_mut(), h, dirty);
+            }
+        }
         self.live -= taken.len();
         taken
     }
@@ -381,6 +551,26 @@ impl<V: StateValue> StateTable<V> {
             Self::mark_dirty(s, hasher.hash_one(&*s.key), dirty);
             true
         });
+        // Frozen keys the overlay lacks are visited on a copy, kept if changed.
+        for frozen in self.frozen.iter().flat_map(|f| f.slots.iter()) {
+            let Some(value) = &frozen.value else {
+                continue;
+            };
+            let h = hasher.hash_one(&*frozen.key);
+            let Entry::Vacant(e) = Self::entry(&mut self.slots, hasher, h, &frozen.key) else {
+                continue;
+            };
+            let mut value = value.clone();
+            let value = match f(&frozen.key, &mut value) {
+                Visit::Kept => continue,
+                Visit::Changed => Some(value),
+                Visit::Removed => {
+                    removed += 1;
+                    None
+                }
+            };
+            Self::mark_dirty(e.insert(frozen.overlay_copy(value)).into_mut(), h, dirty);
+        }
         self.live -= removed;
     }
 
@@ -396,6 +586,7 @@ impl<V: StateValue> StateTable<V> {
     /// of the next checkpoint's delta and, on a backend that keeps flushed state
     /// (RocksDB), are written to it as one batch. Returns how many entries.
     pub fn flush(&mut self) -> crate::Result<usize> {
+        self.fold_if_released();
         let keeps = self.backend.keeps_flushed_state();
         let track = self.track_changes;
         let (uid, max_parallelism) = (self.uid.clone(), self.max_parallelism);
@@ -426,7 +617,7 @@ impl<V: StateValue> StateTable<V> {
                 newly_in_delta.push(h);
             }
             // A removal the backend has now and no checkpoint image needs.
-            if slot.value.is_none() && !(track && slot.in_image) {
+            if slot.value.is_none() && !(track && slot.in_image) && !slot.shadows {
                 e.remove();
             }
         }
@@ -438,10 +629,18 @@ impl<V: StateValue> StateTable<V> {
     }
 
     /// The changes flushed since the last checkpoint, as keyed-state entries (None:
-    /// deleted), encoded now. Call after [`StateTable::flush`] at a checkpoint.
-    pub fn take_checkpoint_delta(&mut self) -> KeyedEntries {
-        if self.in_delta.len() >= LARGE_DELTA_MIN && self.in_delta.len() * 4 >= self.slots.len() {
-            return self.take_large_delta();
+    /// deleted). Call after [`StateTable::flush`] at a checkpoint. A large delta
+    /// freezes the table, and the uploader encodes it; a large delta while a table is
+    /// still frozen (a slow or failed upload) and a small one are encoded now.
+    pub fn take_checkpoint_delta(&mut self) -> DeltaData {
+        self.fold_if_released();
+        let n = self.in_delta.len();
+        if n >= self.large_delta_min && n * 4 >= self.slots.len() {
+            // A change not yet flushed would be left in the frozen table.
+            if self.frozen.is_none() && self.dirty.is_empty() {
+                return self.freeze();
+            }
+            return DeltaData::Keyed(self.take_large_delta());
         }
         let mut out = KeyedEntriesBuilder::default();
         let max_parallelism = self.max_parallelism;
@@ -455,7 +654,7 @@ impl<V: StateValue> StateTable<V> {
                 e.remove();
             }
         }
-        out.finish()
+        DeltaData::Keyed(out.finish())
     }
 
     /// A delta that is a large share of the table (a final checkpoint's is often all
@@ -472,10 +671,12 @@ impl<V: StateValue> StateTable<V> {
             .filter(|s| s.in_delta)
             .map(|s| (KeyGroup::of_key(&s.key, max_parallelism).0, s))
             .collect();
-        let delta = encode_on_every_core(&changed);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let piece = changed.len().div_ceil(cores).max(LARGE_DELTA_MIN);
+        let delta = encode_on_every_core(&changed, piece, |c| (c.0, c.1));
         drop(changed);
         self.slots.retain(|s| !s.in_delta || s.checkpointed());
-        delta
+        KeyedEntries::from_sealed(delta)
     }
 
     pub fn uid(&self) -> &str {
@@ -486,22 +687,26 @@ impl<V: StateValue> StateTable<V> {
 /// Entries below this many are gathered by their hashes whatever the table's size.
 const LARGE_DELTA_MIN: usize = 1 << 16;
 
-/// Encodes entries as contiguous pieces, one per core, one thread each; the pieces'
-/// batches, in order, are the delta. A checkpoint's sync part holds its actor
-/// anyway, and at the end of the input the other cores are idle.
-fn encode_on_every_core<V: StateValue>(entries: &[(u32, &Slot<V>)]) -> KeyedEntries {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let piece = entries.len().div_ceil(cores).max(LARGE_DELTA_MIN);
-    let encode = |piece: &[(u32, &Slot<V>)]| {
+/// Encodes the changes of slots (`entry`: an item's key group and slot) in
+/// contiguous pieces of `piece` items, one thread each; the pieces' batches, in
+/// order, are the delta. A checkpoint's sync part holds its actor anyway, and at the
+/// end of the input the other cores are idle.
+pub(crate) fn encode_on_every_core<T: Sync, V: StateValue>(
+    items: &[T],
+    piece: usize,
+    entry: impl for<'a> Fn(&'a T) -> (u32, &'a Slot<V>) + Sync,
+) -> Vec<RecordBatch> {
+    let encode = |piece: &[T]| {
         let mut out = KeyedEntriesBuilder::default();
-        for (kg, slot) in piece {
-            slot.push_change(*kg, &mut out);
+        for item in piece {
+            let (kg, slot) = entry(item);
+            slot.push_change(kg, &mut out);
         }
         out.finish().into_batches()
     };
-    let mut pieces = entries.chunks(piece);
+    let mut pieces = items.chunks(piece);
     let first = pieces.next().unwrap_or(&[]);
-    let batches = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let rest: Vec<_> = pieces.map(|p| scope.spawn(move || encode(p))).collect();
         let mut batches = encode(first);
         for handle in rest {
@@ -511,19 +716,20 @@ fn encode_on_every_core<V: StateValue>(entries: &[(u32, &Slot<V>)]) -> KeyedEntr
             }
         }
         batches
-    });
-    KeyedEntries::from_sealed(batches)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keyed_entries::KeyedEntry;
     use crate::MemoryStateBackend;
 
     /// The next checkpoint's delta as sorted (key, encoded value or tombstone).
     fn delta(t: &mut StateTable<i64>) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
         let mut d: Vec<_> = t
             .take_checkpoint_delta()
+            .into_keyed()
             .to_entries()
             .into_iter()
             .map(|(_, k, v)| (k, v))
@@ -597,7 +803,8 @@ mod tests {
         let mut t: StateTable<i64> = StateTable::new("agg", 16, MemoryStateBackend::new());
         *t.get_or_insert_with(b"k", || 0) += 1;
         t.flush().unwrap();
-        assert_eq!(t.take_checkpoint_delta().len(), 1, "k is in this image");
+        let first = t.take_checkpoint_delta().into_keyed();
+        assert_eq!(first.len(), 1, "k is in this image");
         t.remove(b"k");
         t.flush().unwrap();
         *t.get_or_insert_with(b"k", || 0) += 2;
@@ -615,7 +822,7 @@ mod tests {
         let mut t: StateTable<i64> = StateTable::new("agg", 16, MemoryStateBackend::new());
         *t.get_or_insert_with(b"old", || 0) += 1;
         t.flush().unwrap();
-        assert_eq!(t.take_checkpoint_delta().len(), 1);
+        assert_eq!(t.take_checkpoint_delta().into_keyed().len(), 1);
         // Born and removed within one barrier, and across a flush.
         *t.get_or_insert_with(b"a", || 0) += 1;
         t.remove(b"a");
@@ -650,11 +857,13 @@ mod tests {
         }
     }
 
-    /// Deltas a large share of the table are gathered by a scan and encoded in
-    /// pieces on every core: they must build the same images and leave the table as
-    /// the probing path does.
+    /// A large delta freezes the table: the uploader's entries build the image, and
+    /// the actor's changes meanwhile go copy-on-write to the overlay, never into the
+    /// frozen delta. A large delta while it is still held is gathered by a scan and
+    /// encoded in pieces on every core; once it is let go, the next flush folds the
+    /// overlay back, and the table is as the probing path leaves it.
     #[test]
-    fn a_large_delta_builds_the_same_image() {
+    fn a_large_delta_freezes_the_table_and_builds_the_same_image() {
         let mut t: StateTable<i64> = StateTable::new("agg", 128, MemoryStateBackend::new());
         let mut model = std::collections::BTreeMap::<Vec<u8>, i64>::new();
         let mut image = model.clone();
@@ -664,10 +873,17 @@ mod tests {
             model.insert(i.to_le_bytes().to_vec(), i as i64);
         }
         t.flush().unwrap();
-        let delta = t.take_checkpoint_delta();
-        assert!(delta.batches().len() > 1, "more than one piece");
-        assert_eq!(delta.len(), n as usize);
-        apply(&mut image, &delta);
+        let frozen = t.take_checkpoint_delta();
+        assert!(
+            matches!(frozen, DeltaData::Frozen(_)),
+            "a large delta freezes"
+        );
+        let first = frozen.clone().into_keyed();
+        assert!(first.batches().len() > 1, "more than one batch");
+        assert_eq!(first.len(), n as usize);
+        let keys: Vec<_> = first.iter().map(|(kg, k, _)| (kg, k)).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "in key order");
+        apply(&mut image, &first);
         assert_eq!(image, model);
         // Removals of keys the image has, updates, and keys born since.
         for i in 0..n + 1_000 {
@@ -679,18 +895,38 @@ mod tests {
                 *model.entry(k.to_vec()).or_insert(0) += 1;
             }
         }
+        assert_eq!(t.len(), model.len());
+        for i in (0..n + 1_000).step_by(7) {
+            let k = i.to_le_bytes();
+            assert_eq!(t.get(&k), model.get(&k[..]), "key {i} through the overlay");
+        }
         t.flush().unwrap();
         let delta = t.take_checkpoint_delta();
+        assert!(
+            matches!(delta, DeltaData::Keyed(_)),
+            "still frozen: encoded now"
+        );
+        let delta = delta.into_keyed();
+        assert!(delta.batches().len() > 1, "more than one piece");
         assert_eq!(delta.len(), 2 * n as usize / 3 + 1_000);
         apply(&mut image, &delta);
         assert_eq!(image, model);
+        assert!(
+            frozen.into_keyed().to_entries() == first.to_entries(),
+            "the frozen delta is as it was taken"
+        );
+        t.flush().unwrap();
+        assert!(t.frozen.is_none(), "folded once the uploader let go");
         assert_eq!(t.slots.len(), model.len(), "no tombstone is kept");
-        assert!(t.slots.iter().all(|s| !s.in_delta && s.in_image));
+        assert!(t
+            .slots
+            .iter()
+            .all(|s| !s.in_delta && s.in_image && !s.shadows));
         // A small change after a large one goes the probing way.
         t.remove(&1u32.to_le_bytes());
         model.remove(&1u32.to_le_bytes()[..]);
         t.flush().unwrap();
-        let delta = t.take_checkpoint_delta();
+        let delta = t.take_checkpoint_delta().into_keyed();
         assert_eq!(
             delta.to_entries(),
             vec![(
@@ -754,10 +990,18 @@ mod tests {
     /// Random changes, flushes and checkpoints against a map: the images the deltas
     /// build, and a keeping backend's contents after each flush, equal the map; a
     /// table loaded from such an image holds the same. Small keys collide often, so
-    /// removals, tombstones and revivals all happen.
+    /// removals, tombstones and revivals all happen. With a low bar for a large
+    /// delta, most checkpoints freeze the table; frozen deltas are held (as an
+    /// upload in progress or carried) for a random while, across changes, flushes
+    /// and checkpoints, and must read the same when let go as when taken.
     #[test]
     fn deltas_and_backend_follow_random_changes() {
-        for keeps in [false, true] {
+        for (keeps, large) in [
+            (false, LARGE_DELTA_MIN),
+            (true, LARGE_DELTA_MIN),
+            (false, 4),
+            (true, 4),
+        ] {
             let inner = MemoryStateBackend::new();
             let backend: Arc<dyn StateBackend> = if keeps {
                 Arc::new(KeepingBackend(inner.clone()))
@@ -765,6 +1009,9 @@ mod tests {
                 inner.clone()
             };
             let mut t: StateTable<i64> = StateTable::new("agg", 16, backend.clone());
+            t.large_delta_min = large;
+            let mut held: Vec<(DeltaData, Vec<KeyedEntry>)> = Vec::new();
+            let (mut frozen, mut released) = (0, 0);
             let mut model = std::collections::BTreeMap::<Vec<u8>, i64>::new();
             let mut image = std::collections::BTreeMap::<Vec<u8>, i64>::new();
             let mut next = crate::test_rng::xorshift(0x2545_f491_4f6c_dd1du64);
@@ -801,7 +1048,7 @@ mod tests {
                         let expected: Vec<_> = model.extract_if(.., |k, _| k[1] >= b).collect();
                         assert_eq!(taken, expected, "step {step}");
                     }
-                    85..=94 => {
+                    85..=92 => {
                         t.flush().unwrap();
                         if keeps {
                             let stored: std::collections::BTreeMap<_, _> = backend
@@ -813,9 +1060,21 @@ mod tests {
                             assert_eq!(stored, model, "backend after flush, step {step}");
                         }
                     }
+                    93..=94 => {
+                        for (delta, taken) in held.drain(..) {
+                            assert!(delta.into_keyed().to_entries() == taken, "step {step}");
+                            released += 1;
+                        }
+                    }
                     _ => {
                         t.flush().unwrap();
-                        for (_, k, v) in t.take_checkpoint_delta().to_entries() {
+                        let delta = t.take_checkpoint_delta();
+                        let entries = delta.clone().into_keyed().to_entries();
+                        if matches!(delta, DeltaData::Frozen(_)) {
+                            frozen += 1;
+                            held.push((delta, entries.clone()));
+                        }
+                        for (_, k, v) in entries {
                             match v {
                                 Some(v) => image.insert(k, i64::decode(&v).unwrap()),
                                 None => {
@@ -831,6 +1090,14 @@ mod tests {
                     }
                 }
                 assert_eq!(t.len(), model.len(), "step {step}");
+                let probe = [b'k', next(64) as u8];
+                assert_eq!(t.get(&probe), model.get(&probe[..]), "step {step}");
+            }
+            if large < LARGE_DELTA_MIN {
+                assert!(
+                    frozen > 50 && released > 20,
+                    "froze {frozen}, let go {released}"
+                );
             }
             let mut keys: Vec<Vec<u8>> = t.keys().map(<[u8]>::to_vec).collect();
             keys.sort();

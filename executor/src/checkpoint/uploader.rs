@@ -20,6 +20,7 @@ use crate::barrier::Epoch;
 use crate::chunk::StreamChunk;
 use crate::deploy::is_inflight_uid;
 use crate::store::RowMultiset;
+use arrow::array::RecordBatch;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::time::Instant;
@@ -170,6 +171,9 @@ impl JobUploader {
                             .filter(|x| !is_inflight_uid(&x.uid))
                             .collect();
                     } else {
+                        // Before it is reported: a frozen state table folds back
+                        // once this was its last holder.
+                        drop(deltas);
                         self.collect_garbage().await;
                     }
                     done(UploadDone {
@@ -401,12 +405,17 @@ async fn write_delta(
     kind: StateKind,
     parts: &[&DeltaData],
 ) -> crate::Result<Written> {
-    match kind {
-        StateKind::Keyed => {
+    match (kind, parts) {
+        // A frozen state table sorts and encodes its changes as they are written: no
+        // whole copy of them is made.
+        (StateKind::Keyed, [DeltaData::Frozen(frozen)]) => {
+            write_keyed(writer, || frozen.batches_in_key_order()).await
+        }
+        (StateKind::Keyed, _) => {
             let files: Vec<_> = parts.iter().map(|d| (*d).clone().into_keyed()).collect();
             write_keyed(writer, || KeyedMerge::keeping_deletions(&files)).await
         }
-        StateKind::Rows => write_rows(writer, parts).await,
+        (StateKind::Rows, _) => write_rows(writer, parts).await,
     }
 }
 
@@ -416,12 +425,12 @@ async fn write_rows(writer: ObjectWriter, parts: &[&DeltaData]) -> crate::Result
     Ok(writer.write_all(file.into_chunks()).await?)
 }
 
-/// Streams a merge of keyed files into `writer` a batch at a time: the merged
-/// state is never whole in memory (it had been compaction's peak, a copy of the
-/// operator's state).
-async fn write_keyed<'a>(
+/// Streams keyed batches in key order (a merge of keyed files, a frozen table's
+/// changes) into `writer` a batch at a time: the merged state is never whole in
+/// memory (it had been compaction's peak, a copy of the operator's state).
+async fn write_keyed<I: Iterator<Item = RecordBatch> + Send>(
     mut writer: ObjectWriter,
-    merge: impl FnOnce() -> KeyedMerge<'a>,
+    merge: impl FnOnce() -> I,
 ) -> crate::Result<Written> {
     let streamed = async {
         let mut merge = tokio::task::block_in_place(merge);
@@ -461,7 +470,7 @@ pub(crate) fn merge_chain(kind: StateKind, datas: Vec<DeltaData>) -> crate::Resu
                 DeltaData::Rows(changes) => changes
                     .iter()
                     .all(|(codes, _)| codes.iter().all(|c| *c == 1)),
-                DeltaData::Keyed(_) => true,
+                DeltaData::Keyed(_) | DeltaData::Frozen(_) => true,
             });
             if insert_only {
                 return Ok(DeltaData::Rows(
@@ -499,6 +508,113 @@ mod tests {
     use std::time::Duration;
     use weir_storage::object_storage::S3Settings;
     use weir_storage::state_snapshot::{KeyedEntries, KeyedEntry};
+    use weir_storage::state_table::StateValue;
+    use weir_storage::{KeyGroup, MemoryStateBackend, StateTable};
+
+    /// A job's uploader on a local folder, and where its results arrive.
+    fn uploader_on(
+        storage: &ObjectStorage,
+    ) -> (
+        mpsc::UnboundedSender<WorkerMsg>,
+        mpsc::UnboundedReceiver<UploadDone>,
+    ) {
+        let start = JobStart {
+            chain: vec![],
+            retained: vec![],
+            carry: vec![],
+            plan_uids: vec!["u".into()],
+        };
+        let config = CheckpointConfig::default();
+        let uploader = JobUploader::new(1, "job", storage.clone(), config, 1, 128, start);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        tokio::spawn(uploader.run(rx, move |d| {
+            let _ = done_tx.send(d);
+        }));
+        (tx, done_rx)
+    }
+
+    fn upload(epoch: Epoch, parts: Vec<StateDelta>) -> WorkerMsg {
+        WorkerMsg::Upload {
+            epoch,
+            trigger_ms: 0,
+            started: Instant::now(),
+            deadline: Instant::now() + Duration::from_secs(120),
+            positions: BTreeMap::new(),
+            parts,
+        }
+    }
+
+    #[derive(Clone)]
+    struct Counter(u64);
+
+    impl StateValue for Counter {
+        fn encode_into(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(&self.0.to_be_bytes());
+        }
+        fn decode(bytes: &[u8]) -> Option<Self> {
+            Some(Counter(u64::from_be_bytes(bytes.try_into().ok()?)))
+        }
+    }
+
+    /// A large delta reaches the uploader as a frozen state table. Written from it
+    /// (alone, and merged after a carried part with a later one), the chain reads
+    /// back as the state; once the uploader is done with it, the table folds back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn frozen_deltas_read_back_as_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage =
+            ObjectStorage::open(dir.path().to_str().unwrap(), &S3Settings::default()).unwrap();
+        let (tx, mut done_rx) = uploader_on(&storage);
+        let mut table: StateTable<Counter> = StateTable::new("u", 128, MemoryStateBackend::new());
+        let mut state: BTreeMap<(u32, Vec<u8>), u64> = BTreeMap::new();
+        let mut kinds = Vec::new();
+        for epoch in 1..=4u64 {
+            for i in 0..100_000u64 {
+                // A stride prime to 150,000: 100,000 distinct keys each epoch.
+                let stride = [7, 11, 13, 17][epoch as usize - 1] * 7_919;
+                let k = (i * stride % 150_000).to_be_bytes();
+                let kg = KeyGroup::of_key(&k, 128).0;
+                if i % 5 == epoch {
+                    table.remove(&k);
+                    state.remove(&(kg, k.to_vec()));
+                } else {
+                    table.get_or_insert_with(&k, || Counter(0)).0 += i;
+                    *state.entry((kg, k.to_vec())).or_insert(0) += i;
+                }
+            }
+            table.flush().unwrap();
+            let data = table.take_checkpoint_delta();
+            kinds.push(matches!(data, DeltaData::Frozen(_)));
+            let parts = vec![StateDelta {
+                uid: "u".into(),
+                data,
+            }];
+            if epoch == 2 {
+                // A checkpoint that did not complete: its parts go with the next.
+                tx.send(WorkerMsg::Carry(parts)).unwrap();
+                continue;
+            }
+            tx.send(upload(epoch, parts)).unwrap();
+            let meta = done_rx.recv().await.unwrap().result.unwrap();
+            let datas = super::super::restore::read_chain(&storage, &meta.state[0])
+                .await
+                .unwrap();
+            let files: Vec<_> = datas.into_iter().map(DeltaData::into_keyed).collect();
+            let expected: Vec<KeyedEntry> = state
+                .iter()
+                .map(|((kg, k), v)| (*kg, k.clone(), Some(v.to_be_bytes().to_vec())))
+                .collect();
+            assert!(
+                state_snapshot::merge_keyed(&files).to_entries() == expected,
+                "epoch {epoch}: the chain reads back as the state"
+            );
+            assert_eq!(table.len(), state.len());
+        }
+        // Epochs 1 and 2 froze; 3 was taken while 2 was still held (carried); 4 froze
+        // again after the table folded back.
+        assert_eq!(kinds, [true, true, false, true]);
+    }
 
     async fn stored_state_files(storage: &ObjectStorage) -> HashSet<String> {
         let listed = storage.list("checkpoints/1/shared").await.unwrap();

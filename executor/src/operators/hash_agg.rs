@@ -72,6 +72,7 @@ impl HashAggSpec {
 /// Closed windows emitted per output chunk.
 const EMIT_SLICE: usize = 8192;
 
+#[derive(Clone)]
 pub struct GroupState {
     rows: i64,
     pub(crate) accs: Vec<AccState>,
@@ -400,7 +401,7 @@ impl Operator for HashAggOperator {
     fn snapshot(&mut self, _epoch: Epoch) -> Result<Vec<StateDelta>> {
         let mut deltas = vec![StateDelta {
             uid: self.spec.uid.clone(),
-            data: DeltaData::Keyed(self.state.take_checkpoint_delta()),
+            data: self.state.take_checkpoint_delta(),
         }];
         if let Some(d) = &mut self.distinct {
             deltas.push(StateDelta {
@@ -785,9 +786,8 @@ mod tests {
         fn take(&mut self, op: &mut HashAggOperator) -> Vec<(String, usize)> {
             let mut sizes = Vec::new();
             for delta in op.snapshot(0).unwrap() {
-                let DeltaData::Keyed(entries) = delta.data else {
-                    panic!("keyed state")
-                };
+                assert!(!matches!(delta.data, DeltaData::Rows(_)), "keyed state");
+                let entries = delta.data.into_keyed();
                 let uid = self.0.entry(delta.uid.clone()).or_default();
                 for (kg, key, value) in entries.iter() {
                     match value {

@@ -40,7 +40,7 @@ use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
-use weir_storage::state_snapshot::{DeltaData, StateDelta};
+use weir_storage::state_snapshot::StateDelta;
 use weir_storage::{StateBackend, StateTable};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -820,7 +820,7 @@ impl Operator for HashJoinOperator {
         Ok((0..2)
             .map(|s| StateDelta {
                 uid: self.spec.side_uid(s),
-                data: DeltaData::Keyed(self.states[s].take_checkpoint_delta()),
+                data: self.states[s].take_checkpoint_delta(),
             })
             .collect())
     }

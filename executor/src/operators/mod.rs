@@ -49,9 +49,8 @@ pub(crate) fn restored_backend(
     use weir_storage::StateBackend as _;
     let backend = weir_storage::MemoryStateBackend::new();
     for delta in deltas {
-        let DeltaData::Keyed(entries) = delta.data else {
-            panic!("keyed state")
-        };
+        assert!(!matches!(delta.data, DeltaData::Rows(_)), "keyed state");
+        let entries = delta.data.into_keyed();
         assert!(
             entries.iter().all(|(_, _, v)| v.is_some()),
             "a first checkpoint has no tombstones"

@@ -16,19 +16,19 @@ use weir_storage::state_table::StateValue;
 const SMALL_ROWS: usize = 32;
 
 /// Every row of one partition: (sort key, row) → copies.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Partition {
     rows: Rows,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Rows {
     Small(Vec<SmallEntry>),
     Large(BTreeMap<(Vec<u8>, Vec<u8>), i64>),
 }
 
 /// A sort key and a row in one allocation.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct SmallEntry {
     bytes: Box<[u8]>,
     sort_len: u32,

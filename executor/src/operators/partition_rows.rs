@@ -28,7 +28,7 @@ use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::ScalarValue;
 use std::sync::Arc;
-use weir_storage::state_snapshot::{DeltaData, StateDelta};
+use weir_storage::state_snapshot::StateDelta;
 use weir_storage::{StateBackend, StateTable};
 
 pub use super::partition::Partition;
@@ -524,7 +524,7 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
     fn snapshot(&mut self, _epoch: Epoch) -> Result<Vec<StateDelta>> {
         Ok(vec![StateDelta {
             uid: self.layout.uid.clone(),
-            data: DeltaData::Keyed(self.state.take_checkpoint_delta()),
+            data: self.state.take_checkpoint_delta(),
         }])
     }
 }

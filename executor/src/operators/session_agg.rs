@@ -40,7 +40,7 @@ use datafusion::common::ScalarValue;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 use std::sync::Arc;
-use weir_storage::state_snapshot::{DeltaData, StateDelta};
+use weir_storage::state_snapshot::StateDelta;
 use weir_storage::state_table::StateValue;
 use weir_storage::{StateBackend, StateTable};
 
@@ -167,6 +167,7 @@ const EMIT_SLICE: usize = 8192;
 
 /// One session of a key: rows with times in `[start, last]`, no two more than the
 /// gap apart.
+#[derive(Clone)]
 struct Session {
     start: i64,
     last: i64,
@@ -178,7 +179,7 @@ struct Session {
 }
 
 /// A key's sessions, in time order; more than the gap lies between two.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct KeySessions {
     list: Vec<Session>,
     /// `EMIT ON WINDOW CLOSE`: the end under which this key waits in the closing
@@ -558,7 +559,7 @@ impl Operator for SessionAggOperator {
     fn snapshot(&mut self, _epoch: Epoch) -> Result<Vec<StateDelta>> {
         Ok(vec![StateDelta {
             uid: self.spec.uid.clone(),
-            data: DeltaData::Keyed(self.state.take_checkpoint_delta()),
+            data: self.state.take_checkpoint_delta(),
         }])
     }
 }

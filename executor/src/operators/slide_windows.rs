@@ -31,7 +31,7 @@ use arrow::datatypes::{DataType, Int64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use weir_storage::state_snapshot::{DeltaData, StateDelta};
+use weir_storage::state_snapshot::StateDelta;
 use weir_storage::state_table::StateValue;
 use weir_storage::{StateBackend, StateTable, Visit};
 
@@ -654,7 +654,7 @@ impl Operator for SlideWindowsOperator {
     fn snapshot(&mut self, _epoch: Epoch) -> Result<Vec<StateDelta>> {
         Ok(vec![StateDelta {
             uid: self.spec.uid.clone(),
-            data: DeltaData::Keyed(self.state.take_checkpoint_delta()),
+            data: self.state.take_checkpoint_delta(),
         }])
     }
 }

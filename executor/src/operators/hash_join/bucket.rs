@@ -33,7 +33,7 @@ pub const INDEX_FROM: usize = 32;
 const HEAD: usize = 4;
 const TAIL: usize = 16;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Bucket {
     /// The entries, back to back; removed ones stay as holes (count 0).
     bytes: Vec<u8>,

@@ -1,0 +1,149 @@
+//! `FrozenTable`: a state table's hash table as a checkpoint froze it, shared with the
+//! uploader, which writes its delta from it (copy-on-write state, as Flink's
+//! `CopyOnWriteStateMap`).
+//!
+//! A large delta (a final checkpoint's is often the whole state) had been copied on
+//! the actor into columns before the upload: for a while the state existed twice,
+//! and the copy (fresh pages, slow on this VM) was most of q18's final checkpoint.
+//! Frozen, the table moves into an `Arc` at the barrier (O(1)); the actor goes on with
+//! an overlay in front of it (see [`crate::state_table`]), and the uploader sorts the
+//! changed slots by key and encodes them a batch at a time into the file it writes,
+//! so no whole copy is ever made. The actor folds the overlay back in once the
+//! uploader has let go.
+
+use crate::key_order;
+use crate::keyed_entries::KeyedEntries;
+use crate::state_table::{encode_on_every_core, Slot, StateValue};
+use crate::KeyGroup;
+use arrow::array::RecordBatch;
+use hashbrown::HashTable;
+
+/// A frozen delta as the uploader sees it, whatever the table's value type.
+pub trait FrozenDelta: Send + Sync + std::fmt::Debug {
+    /// How many entries the delta has at most.
+    fn len(&self) -> usize;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// About the bytes of its file (from a sample of its values), to decide whether
+    /// a checkpoint compacts the chain without encoding the delta first.
+    fn estimated_size(&self) -> usize;
+
+    /// The delta's entries in (key group, key) order, each key once, encoded a column
+    /// batch at a time as they are read.
+    fn batches_in_key_order(&self) -> Box<dyn Iterator<Item = RecordBatch> + Send + '_>;
+
+    /// The delta as entries, whole (in key order): for the rare paths that merge it
+    /// with other parts (a carried delta, a compaction).
+    fn to_entries(&self) -> KeyedEntries {
+        KeyedEntries::from_sealed(self.batches_in_key_order().collect())
+    }
+}
+
+/// The slots of a state table at the checkpoint that froze it. Those marked
+/// `in_delta` are the checkpoint's delta; the rest are state the actor still reads.
+pub(crate) struct FrozenTable<V> {
+    pub(crate) slots: HashTable<Slot<V>>,
+    pub(crate) max_parallelism: u32,
+    /// The delta's entries at most (hashes listed when the table froze).
+    pub(crate) entries: usize,
+}
+
+impl<V> std::fmt::Debug for FrozenTable<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrozenTable")
+            .field("slots", &self.slots.len())
+            .field("entries", &self.entries)
+            .finish()
+    }
+}
+
+/// Values whose encoding is measured to estimate a delta's size.
+const SIZE_SAMPLE: usize = 1_024;
+
+/// Entries encoded per piece of work: a column batch's rows.
+const PIECE: usize = 65_536;
+
+impl<V: StateValue> FrozenTable<V> {
+    /// The changed slots, each with its key group and key digest, in key order:
+    /// split into one range of key groups per core and sorted on every core at once
+    /// (the upload of a final checkpoint has the machine to itself).
+    fn changed_in_key_order(&self) -> Vec<Vec<Sorted<'_, V>>> {
+        let changed = || self.slots.iter().filter(|s| s.in_delta);
+        let positions = key_order::digest_positions_of(changed().map(|s| &*s.key));
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let ranges = cores.min(self.max_parallelism as usize).max(1);
+        let mut by_range: Vec<Vec<Sorted<'_, V>>> = (0..ranges)
+            .map(|_| Vec::with_capacity(self.entries / ranges + 1))
+            .collect();
+        for s in changed() {
+            let kg = KeyGroup::of_key(&s.key, self.max_parallelism).0;
+            let range = kg as usize * ranges / self.max_parallelism as usize;
+            by_range[range].push((kg, key_order::digest(&s.key, &positions), s));
+        }
+        // Keys are unique in a table: equal digests are decided by the keys.
+        let sort = |items: &mut Vec<Sorted<'_, V>>| {
+            items.sort_unstable_by(|a, b| {
+                (a.0, a.1)
+                    .cmp(&(b.0, b.1))
+                    .then_with(|| a.2.key.cmp(&b.2.key))
+            })
+        };
+        std::thread::scope(|scope| {
+            let mut rest = by_range.iter_mut();
+            let first = rest.next();
+            for items in rest {
+                scope.spawn(move || sort(items));
+            }
+            first.map(sort);
+        });
+        by_range
+    }
+}
+
+/// A changed slot with its key group and key digest.
+type Sorted<'a, V> = (u32, u64, &'a Slot<V>);
+
+impl<V: StateValue> FrozenDelta for FrozenTable<V> {
+    fn len(&self) -> usize {
+        self.entries
+    }
+
+    fn estimated_size(&self) -> usize {
+        let (mut sampled, mut value_bytes, mut buf) = (0usize, 0usize, Vec::new());
+        let (mut n, mut key_bytes) = (0usize, 0usize);
+        for s in self.slots.iter().filter(|s| s.in_delta) {
+            n += 1;
+            key_bytes += s.key.len();
+            if let (Some(v), true) = (&s.value, sampled < SIZE_SAMPLE) {
+                buf.clear();
+                v.encode_into(&mut buf);
+                value_bytes += buf.len();
+                sampled += 1;
+            }
+        }
+        // Key group, two offsets and validity: 13 bytes of columns per entry.
+        let values = (value_bytes / sampled.max(1)).saturating_mul(n);
+        key_bytes + values + 13 * n
+    }
+
+    fn batches_in_key_order(&self) -> Box<dyn Iterator<Item = RecordBatch> + Send + '_> {
+        let ranges = self.changed_in_key_order();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Runs of a piece per core, range after range (each range in key order).
+        let runs = ranges.into_iter().flat_map(move |items| {
+            let mut next = 0;
+            std::iter::from_fn(move || {
+                let run = (next < items.len()).then(|| {
+                    let end = (next + cores * PIECE).min(items.len());
+                    encode_on_every_core(&items[next..end], PIECE, |i| (i.0, i.2))
+                });
+                next += cores * PIECE;
+                run
+            })
+        });
+        Box::new(runs.flatten())
+    }
+}
