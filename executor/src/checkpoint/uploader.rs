@@ -534,6 +534,7 @@ mod tests {
         (tx, done_rx)
     }
 
+    /// A complete checkpoint's parts, due within two minutes.
     fn upload(epoch: Epoch, parts: Vec<StateDelta>) -> WorkerMsg {
         WorkerMsg::Upload {
             epoch,
@@ -646,19 +647,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let storage =
             ObjectStorage::open(dir.path().to_str().unwrap(), &S3Settings::default()).unwrap();
-        let start = JobStart {
-            chain: vec![],
-            retained: vec![],
-            carry: vec![],
-            plan_uids: vec!["u".into()],
-        };
-        let config = CheckpointConfig::default();
-        let uploader = JobUploader::new(1, "job", storage.clone(), config, 1, 128, start);
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (done_tx, mut done_rx) = mpsc::unbounded_channel();
-        tokio::spawn(uploader.run(rx, move |d| {
-            let _ = done_tx.send(d);
-        }));
+        let (tx, mut done_rx) = uploader_on(&storage);
         let mut next = weir_storage::test_rng::xorshift(0x9e37_79b9_7f4a_7c15u64);
         let mut state: BTreeMap<(u32, Vec<u8>), Vec<u8>> = BTreeMap::new();
         let (mut compactions, mut largest_base, mut meta_deltas) = (0, 0, 0);
@@ -681,15 +670,7 @@ mod tests {
                 uid: "u".into(),
                 data: DeltaData::Keyed(KeyedEntries::from_entries(delta)),
             }];
-            tx.send(WorkerMsg::Upload {
-                epoch,
-                trigger_ms: 0,
-                started: Instant::now(),
-                deadline: Instant::now() + Duration::from_secs(120),
-                positions: BTreeMap::new(),
-                parts,
-            })
-            .unwrap();
+            tx.send(upload(epoch, parts)).unwrap();
             let meta = done_rx.recv().await.unwrap().result.unwrap();
             let chain = &meta.state[0];
             let first = &chain.files[0];
