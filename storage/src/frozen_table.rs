@@ -12,7 +12,7 @@
 //! uploader has let go.
 
 use crate::key_order;
-use crate::keyed_entries::KeyedEntries;
+use crate::keyed_entries::{columns, entry_at, KeyedEntries};
 use crate::state_table::{encode_on_every_core, Slot, StateValue};
 use crate::KeyGroup;
 use arrow::array::RecordBatch;
@@ -40,6 +40,60 @@ pub trait FrozenDelta: Send + Sync + std::fmt::Debug {
     fn to_entries(&self) -> KeyedEntries {
         KeyedEntries::from_sealed(self.batches_in_key_order().collect())
     }
+
+    /// The key group of one of its entries (`None` when it has none). The parts of
+    /// different actors hold disjoint ranges of key groups, so any one entry's key
+    /// group tells which part comes first.
+    fn some_key_group(&self) -> Option<u32>;
+}
+
+/// Frozen parts of one uid that are not in key order one after another: two parts
+/// hold keys of the same key groups.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PartsOverlap;
+
+/// The frozen parts of one uid (one per actor at p > 1) as one delta in (key group,
+/// key) order, streamed part after part: each actor's part holds its own range of key
+/// groups, so ordered by their key groups the parts need no merge, and no part is
+/// ever whole in memory (a merge would encode every part whole first: q18 at p = 2
+/// kept its final checkpoint's old copy that way). Every batch is checked to start
+/// after the one before it ended; parts that overlap (a carried part and a later one
+/// of the same actor, say) end the stream with `PartsOverlap`, and the caller merges
+/// them instead.
+pub fn parts_in_turn<'a>(
+    parts: Vec<&'a dyn FrozenDelta>,
+) -> impl Iterator<Item = Result<RecordBatch, PartsOverlap>> + Send + 'a {
+    let mut parts: Vec<_> = parts
+        .into_iter()
+        .filter_map(|p| Some((p.some_key_group()?, p)))
+        .collect();
+    parts.sort_by_key(|(kg, _)| *kg);
+    let mut batches = parts
+        .into_iter()
+        .flat_map(|(_, p)| p.batches_in_key_order());
+    let mut last: Option<(u32, Vec<u8>)> = None;
+    let mut overlapped = false;
+    std::iter::from_fn(move || {
+        if overlapped {
+            return None;
+        }
+        let batch = batches.next()?;
+        if batch.num_rows() == 0 {
+            return Some(Ok(batch));
+        }
+        let cols = columns(&batch);
+        let (kg, key, _) = entry_at(cols, 0);
+        if last
+            .as_ref()
+            .is_some_and(|(lkg, lkey)| (kg, key) <= (*lkg, lkey.as_slice()))
+        {
+            overlapped = true;
+            return Some(Err(PartsOverlap));
+        }
+        let (kg, key, _) = entry_at(cols, batch.num_rows() - 1);
+        last = Some((kg, key.to_vec()));
+        Some(Ok(batch))
+    })
 }
 
 /// The slots of a state table at the checkpoint that froze it. Those marked
@@ -127,6 +181,11 @@ impl<V: StateValue> FrozenDelta for FrozenTable<V> {
         // Key group, two offsets and validity: 13 bytes of columns per entry.
         let values = (value_bytes / sampled.max(1)).saturating_mul(n);
         key_bytes + values + 13 * n
+    }
+
+    fn some_key_group(&self) -> Option<u32> {
+        let slot = self.slots.iter().find(|s| s.in_delta)?;
+        Some(KeyGroup::of_key(&slot.key, self.max_parallelism).0)
     }
 
     fn batches_in_key_order(&self) -> Box<dyn Iterator<Item = RecordBatch> + Send + '_> {

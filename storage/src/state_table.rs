@@ -722,7 +722,9 @@ pub(crate) fn encode_on_every_core<T: Sync, V: StateValue>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frozen_table::{parts_in_turn, FrozenDelta, PartsOverlap};
     use crate::keyed_entries::KeyedEntry;
+    use crate::keyed_merge::merge_keyed;
     use crate::MemoryStateBackend;
 
     /// The next checkpoint's delta as sorted (key, encoded value or tombstone).
@@ -855,6 +857,58 @@ mod tests {
                     .expect("a tombstone of a key it has"),
             };
         }
+    }
+
+    /// A fresh table of `keys` (each its own value), frozen by its first checkpoint.
+    fn frozen_with(keys: impl Iterator<Item = u32>) -> DeltaData {
+        let mut t: StateTable<i64> = StateTable::new("agg", 128, MemoryStateBackend::new());
+        for i in keys {
+            *t.get_or_insert_with(&i.to_le_bytes(), || 0) = i as i64;
+        }
+        t.flush().unwrap();
+        let delta = t.take_checkpoint_delta();
+        assert!(
+            matches!(delta, DeltaData::Frozen(_)),
+            "a large delta freezes"
+        );
+        delta
+    }
+
+    fn frozen_parts<'a>(deltas: &[&'a DeltaData]) -> Vec<&'a dyn FrozenDelta> {
+        let frozen = |d: &&'a DeltaData| match d {
+            DeltaData::Frozen(f) => &**f,
+            _ => unreachable!("frozen_with freezes"),
+        };
+        deltas.iter().map(frozen).collect()
+    }
+
+    /// Two actors' frozen parts (the two halves of the key groups, given in reverse)
+    /// stream one after the other as one delta in key order, the same as their merge;
+    /// parts whose key groups overlap end the stream with `PartsOverlap`.
+    #[test]
+    fn frozen_parts_of_disjoint_key_groups_stream_in_turn() {
+        let n = 3 * LARGE_DELTA_MIN as u32;
+        let low = |i: &u32| KeyGroup::of_key(&i.to_le_bytes(), 128).0 < 64;
+        let a = frozen_with((0..n).filter(low));
+        let b = frozen_with((0..n).filter(|i| !low(i)));
+        let streamed: Result<Vec<_>, _> = parts_in_turn(frozen_parts(&[&b, &a])).collect();
+        let whole = KeyedEntries::from_sealed(streamed.expect("disjoint parts stream"));
+        assert_eq!(whole.len(), n as usize);
+        let keys: Vec<_> = whole.iter().map(|(kg, k, _)| (kg, k)).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "in key order");
+        let merged = merge_keyed(&[a.clone().into_keyed(), b.clone().into_keyed()]);
+        assert!(
+            merged.to_entries() == whole.to_entries(),
+            "the parts' merge"
+        );
+
+        let both_halves = frozen_with((0..n).step_by(2));
+        let results: Vec<_> = parts_in_turn(frozen_parts(&[&a, &both_halves])).collect();
+        assert!(
+            matches!(results.last(), Some(Err(PartsOverlap))),
+            "overlapping parts end with PartsOverlap"
+        );
+        assert_eq!(results.iter().filter(|r| r.is_err()).count(), 1);
     }
 
     /// A large delta freezes the table: the uploader's entries build the image, and

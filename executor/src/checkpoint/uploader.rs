@@ -23,9 +23,11 @@ use crate::store::RowMultiset;
 use arrow::array::RecordBatch;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tokio::sync::mpsc;
 use weir_storage::checkpoint_meta::{self, CheckpointMetadata, StateFile, UidState};
+use weir_storage::frozen_table::{self, FrozenDelta, PartsOverlap};
 use weir_storage::object_storage::ObjectStorage;
 use weir_storage::object_writer::{ObjectWriter, Written};
 use weir_storage::state_snapshot::{
@@ -284,7 +286,7 @@ impl JobUploader {
                 written.push(key.clone());
                 StateFile::new(
                     key.clone(),
-                    write_delta(self.storage.writer(&key), kind, parts).await?,
+                    write_delta(&self.storage, &key, kind, parts).await?,
                     epoch,
                 )
             } else {
@@ -385,7 +387,7 @@ async fn write_merged(
     match kind {
         StateKind::Keyed => {
             let files: Vec<_> = datas.into_iter().map(DeltaData::into_keyed).collect();
-            write_keyed(writer, || KeyedMerge::new(&files)).await
+            write_keyed(writer, || KeyedMerge::new(&files).map(Ok)).await
         }
         StateKind::Rows => {
             let merged = tokio::task::block_in_place(|| merge_chain(kind, datas))?;
@@ -401,22 +403,48 @@ async fn write_merged(
 /// whole chain of mapped deltas at compaction (q18's third checkpoint had sorted 27M
 /// entries and mapped 2.5 GB of deltas to do so).
 async fn write_delta(
-    writer: ObjectWriter,
+    storage: &ObjectStorage,
+    key: &str,
     kind: StateKind,
     parts: &[&DeltaData],
 ) -> crate::Result<Written> {
-    match (kind, parts) {
-        // A frozen state table sorts and encodes its changes as they are written: no
-        // whole copy of them is made.
-        (StateKind::Keyed, [DeltaData::Frozen(frozen)]) => {
-            write_keyed(writer, || frozen.batches_in_key_order()).await
+    if kind == StateKind::Keyed {
+        if let Some(frozen) = all_frozen(parts) {
+            // Frozen state tables sort and encode their changes as they are written:
+            // no whole copy of them is made.
+            let overlapped = AtomicBool::new(false);
+            let streamed = write_keyed(storage.writer(key), || {
+                frozen_table::parts_in_turn(frozen).map(|b| {
+                    b.map_err(|PartsOverlap| {
+                        overlapped.store(true, Ordering::Relaxed);
+                        crate::ExecError::Internal("frozen parts overlap".into())
+                    })
+                })
+            })
+            .await;
+            if !overlapped.load(Ordering::Relaxed) {
+                return streamed;
+            }
+            tracing::info!(key, "frozen parts overlap: merged instead");
         }
-        (StateKind::Keyed, _) => {
-            let files: Vec<_> = parts.iter().map(|d| (*d).clone().into_keyed()).collect();
-            write_keyed(writer, || KeyedMerge::keeping_deletions(&files)).await
-        }
-        (StateKind::Rows, _) => write_rows(writer, parts).await,
+        let files: Vec<_> = parts.iter().map(|d| (*d).clone().into_keyed()).collect();
+        return write_keyed(storage.writer(key), || {
+            KeyedMerge::keeping_deletions(&files).map(Ok)
+        })
+        .await;
     }
+    write_rows(storage.writer(key), parts).await
+}
+
+/// The parts, when every one is a frozen state table.
+fn all_frozen<'a>(parts: &[&'a DeltaData]) -> Option<Vec<&'a dyn FrozenDelta>> {
+    parts
+        .iter()
+        .map(|p| match p {
+            DeltaData::Frozen(f) => Some(&**f),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Writes row changes (in order) as one file.
@@ -428,7 +456,7 @@ async fn write_rows(writer: ObjectWriter, parts: &[&DeltaData]) -> crate::Result
 /// Streams keyed batches in key order (a merge of keyed files, a frozen table's
 /// changes) into `writer` a batch at a time: the merged state is never whole in
 /// memory (it had been compaction's peak, a copy of the operator's state).
-async fn write_keyed<I: Iterator<Item = RecordBatch> + Send>(
+async fn write_keyed<I: Iterator<Item = crate::Result<RecordBatch>> + Send>(
     mut writer: ObjectWriter,
     merge: impl FnOnce() -> I,
 ) -> crate::Result<Written> {
@@ -436,7 +464,7 @@ async fn write_keyed<I: Iterator<Item = RecordBatch> + Send>(
         let mut merge = tokio::task::block_in_place(merge);
         let mut encoder = KeyedFileEncoder::new()?;
         while let Some(batch) = tokio::task::block_in_place(|| merge.next()) {
-            for piece in encoder.encode(&batch)? {
+            for piece in encoder.encode(&batch?)? {
                 writer.write(piece).await?;
             }
         }
@@ -598,16 +626,12 @@ mod tests {
             }
             tx.send(upload(epoch, parts)).unwrap();
             let meta = done_rx.recv().await.unwrap().result.unwrap();
-            let datas = super::super::restore::read_chain(&storage, &meta.state[0])
-                .await
-                .unwrap();
-            let files: Vec<_> = datas.into_iter().map(DeltaData::into_keyed).collect();
             let expected: Vec<KeyedEntry> = state
                 .iter()
                 .map(|((kg, k), v)| (*kg, k.clone(), Some(v.to_be_bytes().to_vec())))
                 .collect();
             assert!(
-                state_snapshot::merge_keyed(&files).to_entries() == expected,
+                read_back(&storage, &meta.state[0]).await == expected,
                 "epoch {epoch}: the chain reads back as the state"
             );
             assert_eq!(table.len(), state.len());
@@ -615,6 +639,89 @@ mod tests {
         // Epochs 1 and 2 froze; 3 was taken while 2 was still held (carried); 4 froze
         // again after the table folded back.
         assert_eq!(kinds, [true, true, false, true]);
+    }
+
+    /// The entries of a chain's files, each file checked to be in key order with
+    /// each key once, and the state they read back as.
+    async fn read_back(storage: &ObjectStorage, chain: &UidState) -> Vec<KeyedEntry> {
+        let datas = super::super::restore::read_chain(storage, chain)
+            .await
+            .unwrap();
+        let files: Vec<_> = datas.into_iter().map(DeltaData::into_keyed).collect();
+        for (f, entries) in chain.files.iter().zip(&files) {
+            let keys: Vec<_> = entries.iter().map(|(kg, k, _)| (kg, k)).collect();
+            assert!(
+                keys.windows(2).all(|w| w[0] < w[1]),
+                "{} is in key order, each key once",
+                f.path
+            );
+        }
+        state_snapshot::merge_keyed(&files).to_entries()
+    }
+
+    /// A fresh table of `keys` (their values `value(key)`), frozen by a checkpoint.
+    fn frozen_part(keys: impl Iterator<Item = u64>, value: impl Fn(u64) -> u64) -> StateDelta {
+        let mut table: StateTable<Counter> = StateTable::new("u", 128, MemoryStateBackend::new());
+        for k in keys {
+            table.get_or_insert_with(&k.to_be_bytes(), || Counter(value(k)));
+        }
+        table.flush().unwrap();
+        let data = table.take_checkpoint_delta();
+        assert!(
+            matches!(data, DeltaData::Frozen(_)),
+            "a large delta freezes"
+        );
+        StateDelta {
+            uid: "u".into(),
+            data,
+        }
+    }
+
+    /// At p = 2 one uid's checkpoint has two frozen parts, one per actor, over
+    /// disjoint key groups: written one after the other they are one delta in key
+    /// order. Parts that overlap (the same keys twice) are merged instead, the later
+    /// part's writes winning. Either way the chain reads back as the state.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn frozen_parts_of_two_actors_read_back_as_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage =
+            ObjectStorage::open(dir.path().to_str().unwrap(), &S3Settings::default()).unwrap();
+        let (tx, mut done_rx) = uploader_on(&storage);
+        let kg = |k: u64| KeyGroup::of_key(&k.to_be_bytes(), 128).0;
+        let mut state: BTreeMap<(u32, Vec<u8>), u64> = BTreeMap::new();
+        let keys = 0..200_000u64;
+        let actor_parts = vec![
+            frozen_part(keys.clone().filter(|k| kg(*k) >= 64), |k| k),
+            frozen_part(keys.clone().filter(|k| kg(*k) < 64), |k| k),
+        ];
+        state.extend(keys.clone().map(|k| ((kg(k), k.to_be_bytes().to_vec()), k)));
+        let overlapping = vec![
+            frozen_part(keys.clone().step_by(2), |k| k + 1),
+            frozen_part(keys.clone().step_by(3), |k| k + 2),
+        ];
+        for k in keys.clone() {
+            let later = [(3, 2), (2, 1)].into_iter().find(|(step, _)| k % step == 0);
+            if let Some((_, plus)) = later {
+                state.insert((kg(k), k.to_be_bytes().to_vec()), k + plus);
+            }
+        }
+        tx.send(upload(1, actor_parts)).unwrap();
+        done_rx.recv().await.unwrap().result.unwrap();
+        tx.send(upload(2, overlapping)).unwrap();
+        let meta = done_rx.recv().await.unwrap().result.unwrap();
+        let files: Vec<_> = meta.state[0].files.iter().map(|f| &f.path).collect();
+        assert!(
+            files.len() == 2 && files.iter().all(|f| f.ends_with(".delta")),
+            "two deltas, not compacted: {files:?}"
+        );
+        let expected: Vec<KeyedEntry> = state
+            .iter()
+            .map(|((kg, k), v)| (*kg, k.clone(), Some(v.to_be_bytes().to_vec())))
+            .collect();
+        assert!(
+            read_back(&storage, &meta.state[0]).await == expected,
+            "the chain reads back as the state"
+        );
     }
 
     async fn stored_state_files(storage: &ObjectStorage) -> HashSet<String> {
@@ -683,18 +790,7 @@ mod tests {
                 .iter()
                 .filter(|f| f.path.ends_with(".delta"))
                 .count();
-            let datas = super::super::restore::read_chain(&storage, chain)
-                .await
-                .unwrap();
-            let files: Vec<_> = datas.into_iter().map(DeltaData::into_keyed).collect();
-            for (f, entries) in chain.files.iter().zip(&files) {
-                let keys: Vec<_> = entries.iter().map(|(kg, k, _)| (kg, k)).collect();
-                assert!(
-                    keys.windows(2).all(|w| w[0] < w[1]),
-                    "epoch {epoch}: {} is in key order, each key once",
-                    f.path
-                );
-            }
+            let read = read_back(&storage, chain).await;
             assert_eq!(
                 stored_state_files(&storage).await,
                 referenced_state_files(&storage).await,
@@ -705,7 +801,7 @@ mod tests {
                 .map(|((kg, k), v)| (*kg, k.clone(), Some(v.clone())))
                 .collect();
             assert!(
-                state_snapshot::merge_keyed(&files).to_entries() == expected,
+                read == expected,
                 "epoch {epoch}: the chain reads back as the state"
             );
         }
