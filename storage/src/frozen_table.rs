@@ -17,6 +17,7 @@ use crate::state_table::{encode_on_every_core, Slot, StateValue};
 use crate::KeyGroup;
 use arrow::array::RecordBatch;
 use hashbrown::HashTable;
+use std::sync::OnceLock;
 
 /// A frozen delta as the uploader sees it, whatever the table's value type.
 pub trait FrozenDelta: Send + Sync + std::fmt::Debug {
@@ -41,40 +42,44 @@ pub trait FrozenDelta: Send + Sync + std::fmt::Debug {
         KeyedEntries::from_sealed(self.batches_in_key_order().collect())
     }
 
-    /// The key group of one of its entries (`None` when it has none). The parts of
-    /// different actors hold disjoint ranges of key groups, so any one entry's key
-    /// group tells which part comes first.
-    fn some_key_group(&self) -> Option<u32>;
+    /// The lowest and the highest key group of its entries (`None` when it has
+    /// none).
+    fn key_groups(&self) -> Option<(u32, u32)>;
 }
 
-/// Frozen parts of one uid that are not in key order one after another: two parts
-/// hold keys of the same key groups.
-#[derive(Debug, PartialEq, Eq)]
-pub struct PartsOverlap;
+/// The frozen parts of one uid in the order in which they can be written one after
+/// another, if they can: by key group, when no two share one. Each actor owns its own
+/// range of key groups (`actor = kg · p / max_p`), so at p > 1 the parts of a uid
+/// never do, and they need no merge; parts that share key groups (two of one actor:
+/// a carried part and a later one) are `None`, and the caller merges them.
+pub fn in_turn(parts: Vec<&dyn FrozenDelta>) -> Option<Vec<&dyn FrozenDelta>> {
+    let mut ranged: Vec<_> = parts
+        .into_iter()
+        .filter_map(|p| Some((p.key_groups()?, p)))
+        .collect();
+    ranged.sort_by_key(|((first, _), _)| *first);
+    let disjoint = ranged.windows(2).all(|w| w[0].0 .1 < w[1].0 .0);
+    disjoint.then(|| ranged.into_iter().map(|(_, p)| p).collect())
+}
 
-/// The frozen parts of one uid (one per actor at p > 1) as one delta in (key group,
-/// key) order, streamed part after part: each actor's part holds its own range of key
-/// groups, so ordered by their key groups the parts need no merge, and no part is
-/// ever whole in memory (a merge would encode every part whole first: q18 at p = 2
-/// kept its final checkpoint's old copy that way). Every batch is checked to start
-/// after the one before it ended; parts that overlap (a carried part and a later one
-/// of the same actor, say) end the stream with `PartsOverlap`, and the caller merges
-/// them instead.
+/// A batch of frozen parts streamed in turn that does not start after the batch
+/// before it ended: the parts were not in the order [`in_turn`] gives.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PartsOutOfOrder;
+
+/// Frozen parts (in the order [`in_turn`] gives) as one delta in (key group, key)
+/// order, streamed part after part, each sorted only when its turn comes: no part is
+/// ever whole in memory (a merge encodes every part whole first; q18 at p = 2 kept
+/// its final checkpoint's old copy that way). Every batch is checked to start after
+/// the one before it ended, so a wrong order is an error, never a file out of order.
 pub fn parts_in_turn<'a>(
     parts: Vec<&'a dyn FrozenDelta>,
-) -> impl Iterator<Item = Result<RecordBatch, PartsOverlap>> + Send + 'a {
-    let mut parts: Vec<_> = parts
-        .into_iter()
-        .filter_map(|p| Some((p.some_key_group()?, p)))
-        .collect();
-    parts.sort_by_key(|(kg, _)| *kg);
-    let mut batches = parts
-        .into_iter()
-        .flat_map(|(_, p)| p.batches_in_key_order());
+) -> impl Iterator<Item = Result<RecordBatch, PartsOutOfOrder>> + Send + 'a {
+    let mut batches = parts.into_iter().flat_map(|p| p.batches_in_key_order());
     let mut last: Option<(u32, Vec<u8>)> = None;
-    let mut overlapped = false;
+    let mut failed = false;
     std::iter::from_fn(move || {
-        if overlapped {
+        if failed {
             return None;
         }
         let batch = batches.next()?;
@@ -87,8 +92,8 @@ pub fn parts_in_turn<'a>(
             .as_ref()
             .is_some_and(|(lkg, lkey)| (kg, key) <= (*lkg, lkey.as_slice()))
         {
-            overlapped = true;
-            return Some(Err(PartsOverlap));
+            failed = true;
+            return Some(Err(PartsOutOfOrder));
         }
         let (kg, key, _) = entry_at(cols, batch.num_rows() - 1);
         last = Some((kg, key.to_vec()));
@@ -103,6 +108,8 @@ pub(crate) struct FrozenTable<V> {
     pub(crate) max_parallelism: u32,
     /// The delta's entries at most (hashes listed when the table froze).
     pub(crate) entries: usize,
+    /// The lowest and highest key group of the delta, found once when first asked.
+    pub(crate) key_groups: OnceLock<Option<(u32, u32)>>,
 }
 
 impl<V> std::fmt::Debug for FrozenTable<V> {
@@ -127,14 +134,19 @@ impl<V: StateValue> FrozenTable<V> {
     fn changed_in_key_order(&self) -> Vec<Vec<Sorted<'_, V>>> {
         let changed = || self.slots.iter().filter(|s| s.in_delta);
         let positions = key_order::digest_positions_of(changed().map(|s| &*s.key));
+        // The ranges split the delta's own key groups: an actor's table at p > 1
+        // holds only its share of them, which split over all of them fell into a
+        // single range, sorted on one core.
+        let (lo, hi) = self.key_groups().unwrap_or((0, 0));
+        let span = (hi - lo) as usize + 1;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let ranges = cores.min(self.max_parallelism as usize).max(1);
+        let ranges = cores.min(span);
         let mut by_range: Vec<Vec<Sorted<'_, V>>> = (0..ranges)
             .map(|_| Vec::with_capacity(self.entries / ranges + 1))
             .collect();
         for s in changed() {
             let kg = KeyGroup::of_key(&s.key, self.max_parallelism).0;
-            let range = kg as usize * ranges / self.max_parallelism as usize;
+            let range = (kg - lo) as usize * ranges / span;
             by_range[range].push((kg, key_order::digest(&s.key, &positions), s));
         }
         // Keys are unique in a table: equal digests are decided by the keys.
@@ -183,9 +195,15 @@ impl<V: StateValue> FrozenDelta for FrozenTable<V> {
         key_bytes + values + 13 * n
     }
 
-    fn some_key_group(&self) -> Option<u32> {
-        let slot = self.slots.iter().find(|s| s.in_delta)?;
-        Some(KeyGroup::of_key(&slot.key, self.max_parallelism).0)
+    fn key_groups(&self) -> Option<(u32, u32)> {
+        *self.key_groups.get_or_init(|| {
+            let changed = self.slots.iter().filter(|s| s.in_delta);
+            let kgs = changed.map(|s| KeyGroup::of_key(&s.key, self.max_parallelism).0);
+            kgs.fold(None, |range, kg| match range {
+                None => Some((kg, kg)),
+                Some((lo, hi)) => Some((kg.min(lo), kg.max(hi))),
+            })
+        })
     }
 
     fn batches_in_key_order(&self) -> Box<dyn Iterator<Item = RecordBatch> + Send + '_> {

@@ -276,6 +276,7 @@ impl<V: StateValue> StateTable<V> {
             slots: std::mem::take(&mut self.slots),
             max_parallelism: self.max_parallelism,
             entries: std::mem::take(&mut self.in_delta).len(),
+            key_groups: Default::default(),
         });
         self.frozen = Some(frozen.clone());
         DeltaData::Frozen(frozen)
@@ -722,7 +723,7 @@ pub(crate) fn encode_on_every_core<T: Sync, V: StateValue>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frozen_table::{parts_in_turn, FrozenDelta, PartsOverlap};
+    use crate::frozen_table::{in_turn, parts_in_turn, FrozenDelta, PartsOutOfOrder};
     use crate::keyed_entries::KeyedEntry;
     use crate::keyed_merge::merge_keyed;
     use crate::MemoryStateBackend;
@@ -883,15 +884,19 @@ mod tests {
     }
 
     /// Two actors' frozen parts (the two halves of the key groups, given in reverse)
-    /// stream one after the other as one delta in key order, the same as their merge;
-    /// parts whose key groups overlap end the stream with `PartsOverlap`.
+    /// go in the order of their key groups and stream one after the other as one
+    /// delta in key order, the same as their merge. Parts that share key groups have
+    /// no such order; streamed anyway, they end with `PartsOutOfOrder`.
     #[test]
     fn frozen_parts_of_disjoint_key_groups_stream_in_turn() {
         let n = 3 * LARGE_DELTA_MIN as u32;
         let low = |i: &u32| KeyGroup::of_key(&i.to_le_bytes(), 128).0 < 64;
         let a = frozen_with((0..n).filter(low));
         let b = frozen_with((0..n).filter(|i| !low(i)));
-        let streamed: Result<Vec<_>, _> = parts_in_turn(frozen_parts(&[&b, &a])).collect();
+        let ordered = in_turn(frozen_parts(&[&b, &a])).expect("disjoint parts have an order");
+        let low_first = ordered[0].key_groups().unwrap();
+        assert!(low_first.1 < 64, "the low half first: {low_first:?}");
+        let streamed: Result<Vec<_>, _> = parts_in_turn(ordered).collect();
         let whole = KeyedEntries::from_sealed(streamed.expect("disjoint parts stream"));
         assert_eq!(whole.len(), n as usize);
         let keys: Vec<_> = whole.iter().map(|(kg, k, _)| (kg, k)).collect();
@@ -903,10 +908,11 @@ mod tests {
         );
 
         let both_halves = frozen_with((0..n).step_by(2));
+        assert!(in_turn(frozen_parts(&[&a, &both_halves])).is_none());
         let results: Vec<_> = parts_in_turn(frozen_parts(&[&a, &both_halves])).collect();
         assert!(
-            matches!(results.last(), Some(Err(PartsOverlap))),
-            "overlapping parts end with PartsOverlap"
+            matches!(results.last(), Some(Err(PartsOutOfOrder))),
+            "parts streamed out of order end with PartsOutOfOrder"
         );
         assert_eq!(results.iter().filter(|r| r.is_err()).count(), 1);
     }

@@ -23,11 +23,10 @@ use crate::store::RowMultiset;
 use arrow::array::RecordBatch;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tokio::sync::mpsc;
 use weir_storage::checkpoint_meta::{self, CheckpointMetadata, StateFile, UidState};
-use weir_storage::frozen_table::{self, FrozenDelta, PartsOverlap};
+use weir_storage::frozen_table::{self, FrozenDelta, PartsOutOfOrder};
 use weir_storage::object_storage::ObjectStorage;
 use weir_storage::object_writer::{ObjectWriter, Written};
 use weir_storage::state_snapshot::{
@@ -409,23 +408,18 @@ async fn write_delta(
     parts: &[&DeltaData],
 ) -> crate::Result<Written> {
     if kind == StateKind::Keyed {
-        if let Some(frozen) = all_frozen(parts) {
-            // Frozen state tables sort and encode their changes as they are written:
-            // no whole copy of them is made.
-            let overlapped = AtomicBool::new(false);
-            let streamed = write_keyed(storage.writer(key), || {
+        if let Some(frozen) = all_frozen(parts).and_then(frozen_table::in_turn) {
+            // Frozen state tables sort and encode their changes as they are written,
+            // the parts of several actors one after another: no whole copy of them
+            // is made.
+            return write_keyed(storage.writer(key), || {
                 frozen_table::parts_in_turn(frozen).map(|b| {
-                    b.map_err(|PartsOverlap| {
-                        overlapped.store(true, Ordering::Relaxed);
-                        crate::ExecError::Internal("frozen parts overlap".into())
+                    b.map_err(|PartsOutOfOrder| {
+                        crate::ExecError::Internal("frozen parts out of key order".into())
                     })
                 })
             })
             .await;
-            if !overlapped.load(Ordering::Relaxed) {
-                return streamed;
-            }
-            tracing::info!(key, "frozen parts overlap: merged instead");
         }
         let files: Vec<_> = parts.iter().map(|d| (*d).clone().into_keyed()).collect();
         return write_keyed(storage.writer(key), || {
@@ -705,6 +699,12 @@ mod tests {
                 state.insert((kg(k), k.to_be_bytes().to_vec()), k + plus);
             }
         }
+        // The decision `write_delta` makes on these parts: in turn, then merged.
+        let in_turn = |parts: &[StateDelta]| {
+            let datas: Vec<&DeltaData> = parts.iter().map(|p| &p.data).collect();
+            all_frozen(&datas).and_then(frozen_table::in_turn).is_some()
+        };
+        assert!(in_turn(&actor_parts) && !in_turn(&overlapping));
         tx.send(upload(1, actor_parts)).unwrap();
         done_rx.recv().await.unwrap().result.unwrap();
         tx.send(upload(2, overlapping)).unwrap();
