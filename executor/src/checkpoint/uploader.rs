@@ -620,12 +620,8 @@ mod tests {
             }
             tx.send(upload(epoch, parts)).unwrap();
             let meta = done_rx.recv().await.unwrap().result.unwrap();
-            let expected: Vec<KeyedEntry> = state
-                .iter()
-                .map(|((kg, k), v)| (*kg, k.clone(), Some(v.to_be_bytes().to_vec())))
-                .collect();
             assert!(
-                read_back(&storage, &meta.state[0]).await == expected,
+                read_back(&storage, &meta.state[0]).await == counter_entries(&state),
                 "epoch {epoch}: the chain reads back as the state"
             );
             assert_eq!(table.len(), state.len());
@@ -633,6 +629,14 @@ mod tests {
         // Epochs 1 and 2 froze; 3 was taken while 2 was still held (carried); 4 froze
         // again after the table folded back.
         assert_eq!(kinds, [true, true, false, true]);
+    }
+
+    /// A model of counters as the entries its state file holds.
+    fn counter_entries(state: &BTreeMap<(u32, Vec<u8>), u64>) -> Vec<KeyedEntry> {
+        let entry = |((kg, k), v): (&(u32, Vec<u8>), &u64)| {
+            (*kg, k.clone(), Some(v.to_be_bytes().to_vec()))
+        };
+        state.iter().map(entry).collect()
     }
 
     /// The entries of a chain's files, each file checked to be in key order with
@@ -714,12 +718,8 @@ mod tests {
             files.len() == 2 && files.iter().all(|f| f.ends_with(".delta")),
             "two deltas, not compacted: {files:?}"
         );
-        let expected: Vec<KeyedEntry> = state
-            .iter()
-            .map(|((kg, k), v)| (*kg, k.clone(), Some(v.to_be_bytes().to_vec())))
-            .collect();
         assert!(
-            read_back(&storage, &meta.state[0]).await == expected,
+            read_back(&storage, &meta.state[0]).await == counter_entries(&state),
             "the chain reads back as the state"
         );
     }
