@@ -301,6 +301,15 @@ impl<V: StateValue> StateTable<V> {
         let Some(frozen) = self.frozen.take() else {
             return;
         };
+        // How much the copy-on-write cost: the overlay holds a copy of every frozen
+        // slot changed while the uploader read it (RUST_LOG=weir_storage=debug).
+        tracing::debug!(
+            uid = %self.uid,
+            frozen_slots = frozen.slots.len(),
+            overlay_slots = self.slots.len(),
+            released = Arc::strong_count(&frozen) == 1,
+            "state table unfrozen"
+        );
         let hasher = &self.hasher;
         let mut table = match Arc::try_unwrap(frozen) {
             Ok(frozen) => {
@@ -638,7 +647,10 @@ impl<V: StateValue> StateTable<V> {
         let n = self.in_delta.len();
         if n >= self.large_delta_min && n * 4 >= self.slots.len() {
             // A change not yet flushed would be left in the frozen table.
-            if self.frozen.is_none() && self.dirty.is_empty() {
+            let freezes = self.frozen.is_none() && self.dirty.is_empty();
+            tracing::debug!(uid = %self.uid, freezes, entries = n, slots = self.slots.len(),
+                still_frozen = self.frozen.is_some(), "large checkpoint delta");
+            if freezes {
                 return self.freeze();
             }
             return DeltaData::Keyed(self.take_large_delta());

@@ -276,6 +276,7 @@ impl JobUploader {
                 // base: the changes are never uploaded as a delta that nothing would
                 // reference (and nothing would garbage-collect).
                 let key = state_key(self.job, &uid, epoch, "base");
+                tracing::debug!(%uid, files = u.files.len(), new_bytes, "writing a new base");
                 written.push(key.clone());
                 let w = self.write_base(u, parts, &key).await?;
                 u.files.clear();
