@@ -37,8 +37,8 @@ pub trait FrozenDelta: Send + Sync + std::fmt::Debug {
     fn batches_in_key_order(&self) -> Box<dyn Iterator<Item = RecordBatch> + Send + '_>;
 
     /// The delta as entries, whole (in key order): for the rare paths that merge it
-    /// with other parts (a carried delta, a compaction of a chain at its length
-    /// limit; any other compaction waits for a checkpoint without a frozen part).
+    /// with other parts (a carried delta; a compaction that cannot wait for the next
+    /// checkpoint, see the uploader's `needs_base`).
     fn to_entries(&self) -> KeyedEntries {
         KeyedEntries::from_sealed(self.batches_in_key_order().collect())
     }

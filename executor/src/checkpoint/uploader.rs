@@ -12,7 +12,9 @@
 //! merge (keeping deletions), in key order, so a compaction reads every file in place
 //! and sorts nothing; a uid that compacts merges this checkpoint's changes straight
 //! into the new base (no delta that no `_metadata` would reference). With
-//! `incremental = false` every checkpoint rewrites a full base per uid.
+//! `incremental = false` every checkpoint rewrites a full base per uid. A checkpoint
+//! whose frozen state tables would make the deltas outgrow the base writes them as a
+//! delta first, without a copy, and leaves the compaction to the next one.
 
 use super::config::CheckpointConfig;
 use super::restore::{metadata_key, JobStart};
@@ -195,28 +197,29 @@ impl JobUploader {
     }
 
     /// Whether a uid's chain, with `parts` (`new_bytes` of changes), is rewritten as
-    /// one base now: always without `incremental`; otherwise once the chain gets long,
-    /// or once the deltas outgrow the base (and [`COMPACT_MIN_BYTES`]) unless a part
-    /// is a frozen state table. Merged into a base, a frozen table is encoded whole
-    /// first (`DeltaData::into_keyed`), a copy of the changes beside the operator's
-    /// state: q18's runs whose final checkpoint compacted peaked at 2.8–2.9 GB
-    /// instead of 1.9. Written as a delta it streams without a copy, and the next
-    /// checkpoint compacts from files read in place.
+    /// one base now: always without `incremental`; otherwise once the chain gets long
+    /// or the deltas outgrow the base (and [`COMPACT_MIN_BYTES`]). Once only, frozen
+    /// parts that would stream in turn put the second case off: merged into a base,
+    /// a frozen table is encoded whole first (`DeltaData::into_keyed`), a copy of the
+    /// changes beside the operator's state (q18's 20M-event run compacted a 2 GB
+    /// delta that way). Written as a delta it streams without a copy; the next
+    /// checkpoint then finds the chain already outgrown and compacts it, so a uid
+    /// that freezes at every checkpoint still compacts every other one.
     fn needs_base(&self, u: &UidState, parts: &[&DeltaData], new_bytes: u64) -> bool {
         if !self.config.incremental {
             return true;
         }
-        let sizes: Vec<u64> = u
-            .files
-            .iter()
-            .map(|f| f.size)
-            .chain((new_bytes > 0).then_some(new_bytes))
-            .collect();
-        let base = sizes.first().copied().unwrap_or(0);
-        let deltas: u64 = sizes.iter().skip(1).sum();
-        let frozen = parts.iter().any(|p| matches!(p, DeltaData::Frozen(_)));
-        sizes.len() > COMPACT_MAX_FILES
-            || (!frozen && sizes.len() > 1 && deltas > base.max(COMPACT_MIN_BYTES))
+        let sizes: Vec<u64> = u.files.iter().map(|f| f.size).collect();
+        if sizes.len() + usize::from(new_bytes > 0) > COMPACT_MAX_FILES {
+            return true;
+        }
+        let outgrown = |new: u64| {
+            let base = sizes.first().copied().unwrap_or(0);
+            let deltas: u64 = sizes.iter().skip(1).sum::<u64>() + new;
+            sizes.len() + usize::from(new > 0) > 1 && deltas > base.max(COMPACT_MIN_BYTES)
+        };
+        let streams = all_frozen(parts).and_then(frozen_table::in_turn).is_some();
+        outgrown(new_bytes) && (!streams || outgrown(0))
     }
 
     /// A new base at `key`: `u`'s chain with `parts` applied after it.
@@ -737,42 +740,20 @@ mod tests {
     }
 
     /// A frozen part that makes the deltas outgrow the base is written as a delta
-    /// (merged into a base, it would be encoded whole first); the next checkpoint,
-    /// whose part is keyed, compacts the chain. After each the chain reads back as
-    /// the state.
+    /// (merged into a base, it would be encoded whole first), once: the next
+    /// checkpoint, frozen too, finds the chain outgrown and compacts it. After each
+    /// the chain reads back as the state.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_frozen_part_defers_compaction_to_the_next_checkpoint() {
+    async fn a_frozen_part_puts_compaction_off_once() {
         let (_dir, storage) = local_storage();
         let (tx, mut done_rx) = uploader_on(&storage);
         let kg = |k: u64| KeyGroup::of_key(&k.to_be_bytes(), 128).0;
         let mut state: BTreeMap<(u32, Vec<u8>), u64> = BTreeMap::new();
-        let changed = 0..1_000u64;
-        let keyed: Vec<KeyedEntry> = changed
-            .clone()
-            .map(|k| {
-                (
-                    kg(k),
-                    k.to_be_bytes().to_vec(),
-                    Some((k + 7).to_be_bytes().to_vec()),
-                )
-            })
-            .collect();
-        let checkpoints = [
-            frozen_part(0..100_000, |k| k),
-            frozen_part(100_000..600_000, |k| k),
-            StateDelta {
-                uid: "u".into(),
-                data: DeltaData::Keyed(KeyedEntries::from_entries(keyed)),
-            },
-        ];
+        // (keys, added to each key's value): 100k keys, 500k more, the first 100k again.
+        let checkpoints = [(0..100_000u64, 0), (100_000..600_000, 0), (0..100_000, 7)];
         let mut chains: Vec<Vec<String>> = Vec::new();
-        for (epoch, part) in (1..).zip(checkpoints) {
-            let keys = match epoch {
-                1 => 0..100_000,
-                2 => 100_000..600_000,
-                _ => changed.clone(),
-            };
-            let plus = if epoch == 3 { 7 } else { 0 };
+        for (epoch, (keys, plus)) in (1..).zip(checkpoints) {
+            let part = frozen_part(keys.clone(), |k| k + plus);
             state.extend(keys.map(|k| ((kg(k), k.to_be_bytes().to_vec()), k + plus)));
             tx.send(upload(epoch, vec![part])).unwrap();
             let meta = done_rx.recv().await.unwrap().result.unwrap();
