@@ -201,8 +201,8 @@ impl JobUploader {
     /// or the deltas outgrow the base (and [`COMPACT_MIN_BYTES`]). Once only, frozen
     /// parts that would stream in turn put the second case off: merged into a base,
     /// a frozen table is encoded whole first (`DeltaData::into_keyed`), a copy of the
-    /// changes beside the operator's state (q18's 20M-event run compacted a 2 GB
-    /// delta that way). Written as a delta it streams without a copy; the next
+    /// changes beside the operator's state (the likeliest cause of q18's 2.9 GB
+    /// runs). Written as a delta it streams without a copy; the next
     /// checkpoint then finds the chain already outgrown and compacts it, so a uid
     /// that freezes at every checkpoint still compacts every other one.
     fn needs_base(&self, u: &UidState, parts: &[&DeltaData], new_bytes: u64) -> bool {
