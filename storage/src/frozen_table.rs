@@ -13,6 +13,7 @@
 
 use crate::key_order;
 use crate::keyed_entries::{columns, entry_at, KeyedEntries};
+use crate::keyed_merge::{KeyedStream, OutOfKeyOrder};
 use crate::state_table::{encode_on_every_core, Slot, StateValue};
 use crate::KeyGroup;
 use arrow::array::RecordBatch;
@@ -36,9 +37,9 @@ pub trait FrozenDelta: Send + Sync + std::fmt::Debug {
     /// batch at a time as they are read.
     fn batches_in_key_order(&self) -> Box<dyn Iterator<Item = RecordBatch> + Send + '_>;
 
-    /// The delta as entries, whole (in key order): for the rare paths that merge it
-    /// with other parts (a carried delta; a compaction that cannot wait for the next
-    /// checkpoint, see the uploader's `needs_base`).
+    /// The delta as entries, whole (in key order): for tests and checks. The
+    /// uploader streams it ([`FrozenDelta::batches_in_key_order`]), also where it
+    /// merges it with other files (a [`crate::keyed_merge::Overlay`]).
     fn to_entries(&self) -> KeyedEntries {
         KeyedEntries::from_sealed(self.batches_in_key_order().collect())
     }
@@ -63,23 +64,17 @@ pub fn in_turn(parts: Vec<&dyn FrozenDelta>) -> Option<Vec<&dyn FrozenDelta>> {
     disjoint.then(|| ranged.into_iter().map(|(_, p)| p).collect())
 }
 
-/// A batch of frozen parts streamed in turn that does not start after the batch
-/// before it ended: the parts were not in the order [`in_turn`] gives.
-#[derive(Debug, PartialEq, Eq)]
-pub struct PartsOutOfOrder;
-
 /// Frozen parts (in the order [`in_turn`] gives) as one delta in (key group, key)
 /// order, streamed part after part, each sorted only when its turn comes: no part is
-/// ever whole in memory (a merge encodes every part whole first; q18 at p = 2 kept
-/// its final checkpoint's old copy that way). Every batch is checked to start after
-/// the one before it ended, so a wrong order is an error, never a file out of order.
-pub fn parts_in_turn<'a>(
-    parts: Vec<&'a dyn FrozenDelta>,
-) -> impl Iterator<Item = Result<RecordBatch, PartsOutOfOrder>> + Send + 'a {
+/// ever whole in memory (merged in one heap, every part had been encoded whole
+/// first; q18 at p = 2 kept its final checkpoint's old copy that way). Every batch is
+/// checked to start after the one before it ended (parts not in the order
+/// [`in_turn`] gives), so a wrong order is an error, never a file out of order.
+pub fn parts_in_turn<'a>(parts: Vec<&'a dyn FrozenDelta>) -> KeyedStream<'a> {
     let mut batches = parts.into_iter().flat_map(|p| p.batches_in_key_order());
     let mut last: Option<(u32, Vec<u8>)> = None;
     let mut failed = false;
-    std::iter::from_fn(move || {
+    Box::new(std::iter::from_fn(move || {
         if failed {
             return None;
         }
@@ -94,12 +89,12 @@ pub fn parts_in_turn<'a>(
             .is_some_and(|(lkg, lkey)| (kg, key) <= (*lkg, lkey.as_slice()))
         {
             failed = true;
-            return Some(Err(PartsOutOfOrder));
+            return Some(Err(OutOfKeyOrder));
         }
         let (kg, key, _) = entry_at(cols, batch.num_rows() - 1);
         last = Some((kg, key.to_vec()));
         Some(Ok(batch))
-    })
+    }))
 }
 
 /// The slots of a state table at the checkpoint that froze it. Those marked

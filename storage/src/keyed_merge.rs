@@ -14,6 +14,12 @@
 //! The same merge, keeping deletions ([`KeyedMerge::keeping_deletions`]), writes each
 //! checkpoint's delta in key order in the first place, so a later compaction reads
 //! every file in place and sorts nothing.
+//!
+//! [`Overlay`] merges two owned streams of batches in key order (one laid over the
+//! other): a frozen state table's changes come as such a stream, encoded a batch at a
+//! time, and a compaction lays them over the chain's merge without encoding them
+//! whole first (which had held a copy of a large checkpoint's changes beside the
+//! operator's state).
 
 use crate::key_order;
 use crate::keyed_entries::{
@@ -21,8 +27,17 @@ use crate::keyed_entries::{
 };
 use crate::mapped_pages;
 use arrow::array::RecordBatch;
-use std::cmp::Reverse;
+use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, VecDeque};
+
+/// Keyed batches in (key group, key) order, each key once: a frozen table's changes,
+/// a merge's output. Owned, so a batch lives only while it is read.
+pub type KeyedStream<'a> = Box<dyn Iterator<Item = Result<RecordBatch, OutOfKeyOrder>> + Send + 'a>;
+
+/// A keyed stream whose keys did not strictly increase: merged on, it would write a
+/// file out of order (a wrong state after restore), so the merge stops with this.
+#[derive(Debug, PartialEq, Eq)]
+pub struct OutOfKeyOrder;
 
 /// `(key group, key, value | None for a deletion)`, borrowed from a file.
 type Entry<'a> = (u32, &'a [u8], Option<&'a [u8]>);
@@ -140,6 +155,158 @@ impl Iterator for KeyedMerge<'_> {
 /// key (so a file's key-group ranges are contiguous).
 pub fn merge_keyed(files: &[KeyedEntries]) -> KeyedEntries {
     KeyedEntries::from_sealed(KeyedMerge::new(files).collect())
+}
+
+/// Two keyed streams merged into one in key order, `upper`'s write of a key winning
+/// over `lower`'s: the chain's merge with a checkpoint's changes laid over it, or
+/// one part of a delta over the parts before it. Only the batch each stream is at is
+/// held; every key is checked to come after the one before it.
+pub struct Overlay<'a> {
+    lower: Cursor<'a>,
+    upper: Cursor<'a>,
+    started: bool,
+    /// `None` once both streams are drained (or one failed) and the last batch sealed.
+    builder: Option<KeyedEntriesBuilder>,
+    sealed: VecDeque<RecordBatch>,
+    /// Emit a key whose winning write deletes it, not skip it.
+    keep_deletions: bool,
+}
+
+impl<'a> Overlay<'a> {
+    /// `upper` over `lower`, into the live entries: a deletion removes the key.
+    pub fn new(lower: KeyedStream<'a>, upper: KeyedStream<'a>) -> Self {
+        Self::laying(lower, upper, false)
+    }
+
+    /// `upper` over `lower`, into a delta: a key whose winning write deletes it comes
+    /// out as a deletion.
+    pub fn keeping_deletions(lower: KeyedStream<'a>, upper: KeyedStream<'a>) -> Self {
+        Self::laying(lower, upper, true)
+    }
+
+    fn laying(lower: KeyedStream<'a>, upper: KeyedStream<'a>, keep_deletions: bool) -> Self {
+        Overlay {
+            lower: Cursor::new(lower),
+            upper: Cursor::new(upper),
+            started: false,
+            builder: Some(KeyedEntriesBuilder::default()),
+            sealed: VecDeque::new(),
+            keep_deletions,
+        }
+    }
+
+    /// Takes the next key's winning write into the builder; `false` once both
+    /// streams are drained.
+    fn step(&mut self) -> Result<bool, OutOfKeyOrder> {
+        if !self.started {
+            self.started = true;
+            self.lower.advance()?;
+            self.upper.advance()?;
+        }
+        let order = match (self.lower.head(), self.upper.head()) {
+            (None, None) => return Ok(false),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((lkg, lkey, _)), Some((ukg, ukey, _))) => (lkg, lkey).cmp(&(ukg, ukey)),
+        };
+        let winner = if order == Ordering::Less {
+            &self.lower
+        } else {
+            &self.upper
+        };
+        let (kg, key, value) = winner.head().expect("a stream with a head");
+        if value.is_some() || self.keep_deletions {
+            let builder = self.builder.as_mut().expect("building until drained");
+            builder.push(kg, key, value);
+            self.sealed.extend(builder.take_sealed());
+        }
+        if order != Ordering::Greater {
+            self.lower.advance()?;
+        }
+        if order != Ordering::Less {
+            self.upper.advance()?;
+        }
+        Ok(true)
+    }
+}
+
+impl Iterator for Overlay<'_> {
+    type Item = Result<RecordBatch, OutOfKeyOrder>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(batch) = self.sealed.pop_front() {
+                return Some(Ok(batch));
+            }
+            self.builder.as_ref()?;
+            match self.step() {
+                Ok(true) => {}
+                Ok(false) => {
+                    let last = self.builder.take().expect("checked above").finish();
+                    self.sealed.extend(last.into_batches());
+                }
+                Err(e) => {
+                    self.builder = None;
+                    self.sealed.clear();
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// A keyed stream's position: the batch it is at (owned) and the row in it.
+struct Cursor<'a> {
+    stream: KeyedStream<'a>,
+    batch: Option<RecordBatch>,
+    row: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(stream: KeyedStream<'a>) -> Self {
+        Cursor {
+            stream,
+            batch: None,
+            row: 0,
+        }
+    }
+
+    fn head(&self) -> Option<Entry<'_>> {
+        let batch = self.batch.as_ref()?;
+        Some(entry_at(columns(batch), self.row))
+    }
+
+    /// Moves to the next entry (the first, on a new cursor), which must come after
+    /// the one it leaves.
+    fn advance(&mut self) -> Result<(), OutOfKeyOrder> {
+        if let Some(b) = self.batch.as_ref().filter(|b| self.row + 1 < b.num_rows()) {
+            self.row += 1;
+            let cols = columns(b);
+            return in_order(entry_at(cols, self.row - 1), entry_at(cols, self.row));
+        }
+        // The batch it leaves stays alive for the check.
+        let left = self.batch.take().map(|b| (b, self.row));
+        self.row = 0;
+        self.batch = loop {
+            match self.stream.next().transpose()? {
+                Some(b) if b.num_rows() == 0 => continue,
+                next => break next,
+            }
+        };
+        match (&left, self.head()) {
+            (Some((b, row)), Some(head)) => in_order(entry_at(columns(b), *row), head),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Whether `next` comes strictly after `prev` in key order.
+fn in_order(prev: Entry<'_>, next: Entry<'_>) -> Result<(), OutOfKeyOrder> {
+    if (prev.0, prev.1) < (next.0, next.1) {
+        Ok(())
+    } else {
+        Err(OutOfKeyOrder)
+    }
 }
 
 fn run_of(file: &KeyedEntries) -> Run<'_> {
@@ -289,5 +456,87 @@ mod tests {
             delta.to_entries(),
             vec![e(1, "a", None), e(2, "b", Some("y"))]
         );
+    }
+
+    /// A sorted stream of `entries` (each key once), cut into batches of `rows`.
+    fn stream(entries: &[KeyedEntry], rows: usize) -> KeyedStream<'static> {
+        let batches: Vec<_> = entries
+            .chunks(rows.max(1))
+            .map(|c| KeyedEntries::from_entries(c.to_vec()).into_batches())
+            .collect();
+        Box::new(batches.into_iter().flatten().map(Ok))
+    }
+
+    /// Random lower and upper streams (each in key order, deletions, batches of
+    /// many sizes) laid one over the other agree with applying lower's writes and
+    /// then upper's to a map, into the live state and into a delta.
+    #[test]
+    fn an_overlay_applies_the_upper_stream_over_the_lower() {
+        let mut next = crate::test_rng::xorshift(0x9e37_79b9_7f4a_7c15u64);
+        for round in 0..40 {
+            let mut side = |n: u64| -> Vec<KeyedEntry> {
+                let map: BTreeMap<_, _> = (0..next(n))
+                    .map(|_| {
+                        let k = next(3_000);
+                        let v = (next(4) != 0).then(|| vec![next(256) as u8; 1 + (k % 5) as usize]);
+                        (((k % 8) as u32, format!("k{k}").into_bytes()), v)
+                    })
+                    .collect();
+                map.into_iter().map(|((kg, k), v)| (kg, k, v)).collect()
+            };
+            let (lower, upper) = (side(2_000), side(2_000));
+            let rows = 1 + (round % 7) * 150;
+            let mut delta = BTreeMap::new();
+            for (kg, k, v) in lower.iter().chain(&upper).cloned() {
+                delta.insert((kg, k), v);
+            }
+            let delta: Vec<KeyedEntry> = delta.into_iter().map(|((kg, k), v)| (kg, k, v)).collect();
+            let live: Vec<KeyedEntry> = delta.iter().filter(|e| e.2.is_some()).cloned().collect();
+            let laid = |keep: bool| -> Vec<KeyedEntry> {
+                let (l, u) = (stream(&lower, rows), stream(&upper, rows * 3));
+                let overlay = if keep {
+                    Overlay::keeping_deletions(l, u)
+                } else {
+                    Overlay::new(l, u)
+                };
+                let batches: Vec<_> = overlay.map(|b| b.expect("in key order")).collect();
+                KeyedEntries::from_sealed(batches).to_entries()
+            };
+            assert_eq!(laid(false), live, "round {round}: live state");
+            assert_eq!(laid(true), delta, "round {round}: delta");
+        }
+    }
+
+    /// A stream whose keys go back (within a batch or across two), or repeat, ends
+    /// the overlay with `OutOfKeyOrder`.
+    #[test]
+    fn an_overlay_stops_at_a_stream_out_of_key_order() {
+        let e = |kg: u32, k: &str| (kg, k.as_bytes().to_vec(), Some(b"v".to_vec()));
+        let sorted = vec![e(1, "a"), e(1, "b"), e(2, "a")];
+        let unsorted = [
+            (vec![e(1, "b"), e(1, "a")], 2),
+            (vec![e(1, "a"), e(2, "b"), e(2, "a")], 2),
+            (vec![e(2, "a"), e(1, "z")], 1),
+            (vec![e(1, "a"), e(1, "a")], 1),
+        ];
+        for (bad, rows) in unsorted {
+            for bad_is_upper in [false, true] {
+                let (l, u) = (stream(&sorted, 2), stream(&bad, rows));
+                let overlay = if bad_is_upper {
+                    Overlay::new(l, u)
+                } else {
+                    Overlay::new(u, l)
+                };
+                let results: Vec<_> = overlay.collect();
+                assert_eq!(
+                    results.last(),
+                    Some(&Err(OutOfKeyOrder)),
+                    "{bad:?} in batches of {rows}"
+                );
+                assert_eq!(results.iter().filter(|r| r.is_err()).count(), 1);
+            }
+        }
+        let fine: Vec<_> = Overlay::new(stream(&sorted, 2), stream(&[], 1)).collect();
+        assert!(fine.iter().all(Result::is_ok));
     }
 }

@@ -72,7 +72,7 @@ impl DeltaData {
     }
 
     /// The keyed entries (none if this is row data): a uid's files are all one kind.
-    /// A frozen delta is encoded whole.
+    /// A frozen delta is encoded whole (tests, checks: the uploader streams it).
     pub fn into_keyed(self) -> KeyedEntries {
         match self {
             DeltaData::Keyed(e) => e,

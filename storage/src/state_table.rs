@@ -735,9 +735,10 @@ pub(crate) fn encode_on_every_core<T: Sync, V: StateValue>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frozen_table::{in_turn, parts_in_turn, FrozenDelta, PartsOutOfOrder};
+    use crate::frozen_table::{in_turn, parts_in_turn, FrozenDelta};
     use crate::keyed_entries::KeyedEntry;
     use crate::keyed_merge::merge_keyed;
+    use crate::keyed_merge::OutOfKeyOrder;
     use crate::MemoryStateBackend;
 
     /// The next checkpoint's delta as sorted (key, encoded value or tombstone).
@@ -898,7 +899,7 @@ mod tests {
     /// Two actors' frozen parts (the two halves of the key groups, given in reverse)
     /// go in the order of their key groups and stream one after the other as one
     /// delta in key order, the same as their merge. Parts that share key groups have
-    /// no such order; streamed anyway, they end with `PartsOutOfOrder`.
+    /// no such order; streamed anyway, they end with `OutOfKeyOrder`.
     #[test]
     fn frozen_parts_of_disjoint_key_groups_stream_in_turn() {
         let n = 3 * LARGE_DELTA_MIN as u32;
@@ -923,8 +924,8 @@ mod tests {
         assert!(in_turn(frozen_parts(&[&a, &both_halves])).is_none());
         let results: Vec<_> = parts_in_turn(frozen_parts(&[&a, &both_halves])).collect();
         assert!(
-            matches!(results.last(), Some(Err(PartsOutOfOrder))),
-            "parts streamed out of order end with PartsOutOfOrder"
+            matches!(results.last(), Some(Err(OutOfKeyOrder))),
+            "parts streamed out of order end with OutOfKeyOrder"
         );
         assert_eq!(results.iter().filter(|r| r.is_err()).count(), 1);
     }

@@ -28,7 +28,8 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::time::Instant;
 use tokio::sync::mpsc;
 use weir_storage::checkpoint_meta::{self, CheckpointMetadata, StateFile, UidState};
-use weir_storage::frozen_table::{self, FrozenDelta, PartsOutOfOrder};
+use weir_storage::frozen_table::{self, FrozenDelta};
+use weir_storage::keyed_merge::{KeyedStream, OutOfKeyOrder, Overlay};
 use weir_storage::object_storage::ObjectStorage;
 use weir_storage::object_writer::{ObjectWriter, Written};
 use weir_storage::state_snapshot::{
@@ -199,12 +200,12 @@ impl JobUploader {
     /// Whether a uid's chain, with `parts` (`new_bytes` of changes), is rewritten as
     /// one base now: always without `incremental`; otherwise once the chain gets long
     /// or the deltas outgrow the base (and [`COMPACT_MIN_BYTES`]). Once only, frozen
-    /// parts that would stream in turn put the second case off: merged into a base,
-    /// a frozen table is encoded whole first (`DeltaData::into_keyed`), a copy of the
-    /// changes beside the operator's state (the likeliest cause of q18's 2.9 GB
-    /// runs). Written as a delta it streams without a copy; the next
-    /// checkpoint then finds the chain already outgrown and compacts it, so a uid
-    /// that freezes at every checkpoint still compacts every other one.
+    /// parts that would stream in turn put the second case off. A table freezes for
+    /// a large delta (a final checkpoint's is often the whole state), and that
+    /// checkpoint's upload is already the longest: compacting would add the whole
+    /// chain to it (and a final checkpoint's upload is part of a bounded job's run).
+    /// The next checkpoint finds the chain already outgrown and compacts it, so a
+    /// uid that freezes at every checkpoint still compacts every other one.
     fn needs_base(&self, u: &UidState, parts: &[&DeltaData], new_bytes: u64) -> bool {
         if !self.config.incremental {
             return true;
@@ -229,9 +230,8 @@ impl JobUploader {
         parts: &[&DeltaData],
         key: &str,
     ) -> crate::Result<Written> {
-        let mut datas = super::restore::read_chain(&self.storage, u).await?;
-        datas.extend(parts.iter().map(|d| (*d).clone()));
-        write_merged(self.storage.writer(key), u.kind, datas).await
+        let datas = super::restore::read_chain(&self.storage, u).await?;
+        write_merged(self.storage.writer(key), u.kind, datas, parts).await
     }
 
     async fn upload(
@@ -385,21 +385,31 @@ pub(crate) async fn materialize_chain(
     key: &str,
 ) -> crate::Result<Written> {
     let datas = super::restore::read_chain(source, u).await?;
-    write_merged(target.writer(key), u.kind, datas).await
+    write_merged(target.writer(key), u.kind, datas, &[]).await
 }
 
-/// Writes decoded files (oldest first) merged into one file of the live state.
+/// Writes decoded files (oldest first), with a checkpoint's `parts` applied after
+/// them, merged into one file of the live state. Keyed parts are laid over the
+/// chain's merge as a stream ([`parts_in_key_order`]): a frozen table's changes are
+/// never whole in memory, in a compaction either.
 async fn write_merged(
     writer: ObjectWriter,
     kind: StateKind,
     datas: Vec<DeltaData>,
+    parts: &[&DeltaData],
 ) -> crate::Result<Written> {
     match kind {
         StateKind::Keyed => {
             let files: Vec<_> = datas.into_iter().map(DeltaData::into_keyed).collect();
-            write_keyed(writer, || KeyedMerge::new(&files).map(Ok)).await
+            write_keyed(writer, || {
+                let chain: KeyedStream<'_> = Box::new(KeyedMerge::new(&files).map(Ok));
+                Overlay::new(chain, parts_in_key_order(parts))
+            })
+            .await
         }
         StateKind::Rows => {
+            let mut datas = datas;
+            datas.extend(parts.iter().map(|d| (*d).clone()));
             let merged = tokio::task::block_in_place(|| merge_chain(kind, datas))?;
             write_rows(writer, &[&merged]).await
         }
@@ -418,27 +428,36 @@ async fn write_delta(
     kind: StateKind,
     parts: &[&DeltaData],
 ) -> crate::Result<Written> {
-    if kind == StateKind::Keyed {
-        if let Some(frozen) = all_frozen(parts).and_then(frozen_table::in_turn) {
-            // Frozen state tables sort and encode their changes as they are written,
-            // the parts of several actors one after another: no whole copy of them
-            // is made.
-            return write_keyed(storage.writer(key), || {
-                frozen_table::parts_in_turn(frozen).map(|b| {
-                    b.map_err(|PartsOutOfOrder| {
-                        crate::ExecError::Internal("frozen parts out of key order".into())
-                    })
-                })
-            })
-            .await;
-        }
-        let files: Vec<_> = parts.iter().map(|d| (*d).clone().into_keyed()).collect();
-        return write_keyed(storage.writer(key), || {
-            KeyedMerge::keeping_deletions(&files).map(Ok)
-        })
-        .await;
+    match kind {
+        StateKind::Keyed => write_keyed(storage.writer(key), || parts_in_key_order(parts)).await,
+        StateKind::Rows => write_rows(storage.writer(key), parts).await,
     }
-    write_rows(storage.writer(key), parts).await
+}
+
+/// A checkpoint's keyed parts of one uid (in order) as one delta in key order, each
+/// key once, deletions kept. Frozen parts of different actors (disjoint key groups)
+/// are streamed one after another; otherwise each part is put in key order (a frozen
+/// table sorts its changed slots and encodes them a batch at a time; a decoded part
+/// is sorted by a [`KeyedMerge`]) and laid over the parts before it. No frozen table
+/// is encoded whole.
+fn parts_in_key_order<'a>(parts: &[&'a DeltaData]) -> KeyedStream<'a> {
+    if let Some(frozen) = all_frozen(parts).and_then(frozen_table::in_turn) {
+        return frozen_table::parts_in_turn(frozen);
+    }
+    let in_key_order = |part: &&'a DeltaData| -> KeyedStream<'a> {
+        match part {
+            DeltaData::Frozen(f) => Box::new(f.batches_in_key_order().map(Ok)),
+            DeltaData::Keyed(e) => {
+                Box::new(KeyedMerge::keeping_deletions(std::slice::from_ref(e)).map(Ok))
+            }
+            DeltaData::Rows(_) => Box::new(std::iter::empty()),
+        }
+    };
+    parts
+        .iter()
+        .map(in_key_order)
+        .reduce(|lower, upper| Box::new(Overlay::keeping_deletions(lower, upper)))
+        .unwrap_or_else(|| Box::new(std::iter::empty()))
 }
 
 /// The parts, when every one is a frozen state table.
@@ -461,7 +480,8 @@ async fn write_rows(writer: ObjectWriter, parts: &[&DeltaData]) -> crate::Result
 /// Streams keyed batches in key order (a merge of keyed files, a frozen table's
 /// changes) into `writer` a batch at a time: the merged state is never whole in
 /// memory (it had been compaction's peak, a copy of the operator's state).
-async fn write_keyed<I: Iterator<Item = crate::Result<RecordBatch>> + Send>(
+/// A stream out of key order (a bug) fails the file, which is never written.
+async fn write_keyed<I: Iterator<Item = Result<RecordBatch, OutOfKeyOrder>> + Send>(
     mut writer: ObjectWriter,
     merge: impl FnOnce() -> I,
 ) -> crate::Result<Written> {
@@ -469,7 +489,10 @@ async fn write_keyed<I: Iterator<Item = crate::Result<RecordBatch>> + Send>(
         let mut merge = tokio::task::block_in_place(merge);
         let mut encoder = KeyedFileEncoder::new()?;
         while let Some(batch) = tokio::task::block_in_place(|| merge.next()) {
-            for piece in encoder.encode(&batch?)? {
+            let batch = batch.map_err(|OutOfKeyOrder| {
+                crate::ExecError::Internal("keyed state streamed out of key order".into())
+            })?;
+            for piece in encoder.encode(&batch)? {
                 writer.write(piece).await?;
             }
         }
@@ -740,9 +763,10 @@ mod tests {
     }
 
     /// A frozen part that makes the deltas outgrow the base is written as a delta
-    /// (merged into a base, it would be encoded whole first), once: the next
-    /// checkpoint, frozen too, finds the chain outgrown and compacts it. After each
-    /// the chain reads back as the state.
+    /// (the checkpoint that froze is not made longer by a compaction), once: the
+    /// next checkpoint, frozen too, finds the chain outgrown and compacts it, its
+    /// frozen part laid over the chain as a stream. After each the chain reads back
+    /// as the state.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_frozen_part_puts_compaction_off_once() {
         let (_dir, storage) = local_storage();
