@@ -12,9 +12,10 @@
 //! merge (keeping deletions), in key order, so a compaction reads every file in place
 //! and sorts nothing; a uid that compacts merges this checkpoint's changes straight
 //! into the new base (no delta that no `_metadata` would reference). With
-//! `incremental = false` every checkpoint rewrites a full base per uid. A checkpoint
-//! whose frozen state tables would make the deltas outgrow the base writes them as a
-//! delta first, without a copy, and leaves the compaction to the next one.
+//! `incremental = false` every checkpoint rewrites a full base per uid. A frozen state
+//! table's changes are streamed in key order, into a delta or laid over the chain's
+//! merge into a base (`parts_in_key_order`, `keyed_merge::Overlay`): never encoded
+//! whole.
 
 use super::config::CheckpointConfig;
 use super::restore::{metadata_key, JobStart};
@@ -197,30 +198,26 @@ impl JobUploader {
         }
     }
 
-    /// Whether a uid's chain, with `parts` (`new_bytes` of changes), is rewritten as
-    /// one base now: always without `incremental`; otherwise once the chain gets long
-    /// or the deltas outgrow the base (and [`COMPACT_MIN_BYTES`]). Once only, frozen
-    /// parts that would stream in turn put the second case off. A table freezes for
-    /// a large delta (a final checkpoint's is often the whole state), and that
-    /// checkpoint's upload is already the longest: compacting would add the whole
-    /// chain to it (and a final checkpoint's upload is part of a bounded job's run).
-    /// The next checkpoint finds the chain already outgrown and compacts it, so a
-    /// uid that freezes at every checkpoint still compacts every other one.
-    fn needs_base(&self, u: &UidState, parts: &[&DeltaData], new_bytes: u64) -> bool {
+    /// Whether a uid's chain, with `new_bytes` more of changes, is rewritten as one
+    /// base now: always without `incremental`; otherwise once the deltas outgrow the
+    /// base (and [`COMPACT_MIN_BYTES`]) or the chain gets long. A checkpoint's frozen
+    /// parts compact like any others: they stream into the base (`write_merged`).
+    /// (Stop 58 had put compaction off for them, to spare the whole copy that
+    /// compaction then made of them; that left it to the next checkpoint, which in a
+    /// bounded job is the final one, whose upload is part of its run.)
+    fn needs_base(&self, u: &UidState, new_bytes: u64) -> bool {
         if !self.config.incremental {
             return true;
         }
-        let sizes: Vec<u64> = u.files.iter().map(|f| f.size).collect();
-        if sizes.len() + usize::from(new_bytes > 0) > COMPACT_MAX_FILES {
-            return true;
-        }
-        let outgrown = |new: u64| {
-            let base = sizes.first().copied().unwrap_or(0);
-            let deltas: u64 = sizes.iter().skip(1).sum::<u64>() + new;
-            sizes.len() + usize::from(new > 0) > 1 && deltas > base.max(COMPACT_MIN_BYTES)
-        };
-        let streams = all_frozen(parts).and_then(frozen_table::in_turn).is_some();
-        outgrown(new_bytes) && (!streams || outgrown(0))
+        let sizes: Vec<u64> = u
+            .files
+            .iter()
+            .map(|f| f.size)
+            .chain((new_bytes > 0).then_some(new_bytes))
+            .collect();
+        let base = sizes.first().copied().unwrap_or(0);
+        let deltas: u64 = sizes.iter().skip(1).sum();
+        sizes.len() > COMPACT_MAX_FILES || (sizes.len() > 1 && deltas > base.max(COMPACT_MIN_BYTES))
     }
 
     /// A new base at `key`: `u`'s chain with `parts` applied after it.
@@ -281,7 +278,7 @@ impl JobUploader {
             }
             // An upper bound of the delta's size: its file holds each key once.
             let new_bytes: u64 = parts.iter().map(|p| p.encoded_size() as u64).sum();
-            let file = if !is_inflight_uid(&uid) && self.needs_base(u, parts, new_bytes) {
+            let file = if !is_inflight_uid(&uid) && self.needs_base(u, new_bytes) {
                 // The chain and this checkpoint's changes merged straight into a new
                 // base: the changes are never uploaded as a delta that nothing would
                 // reference (and nothing would garbage-collect).
@@ -697,21 +694,43 @@ mod tests {
         state_snapshot::merge_keyed(&files).to_entries()
     }
 
-    /// A fresh table of `keys` (their values `value(key)`), frozen by a checkpoint.
+    /// A fresh table of `keys` (their values `value(key)`), frozen by a checkpoint,
+    /// as a part that fails the test if the uploader encodes it whole.
     fn frozen_part(keys: impl Iterator<Item = u64>, value: impl Fn(u64) -> u64) -> StateDelta {
         let mut table: StateTable<Counter> = StateTable::new("u", 128, MemoryStateBackend::new());
         for k in keys {
             table.get_or_insert_with(&k.to_be_bytes(), || Counter(value(k)));
         }
         table.flush().unwrap();
-        let data = table.take_checkpoint_delta();
-        assert!(
-            matches!(data, DeltaData::Frozen(_)),
-            "a large delta freezes"
-        );
+        let DeltaData::Frozen(frozen) = table.take_checkpoint_delta() else {
+            panic!("a large delta freezes");
+        };
         StateDelta {
             uid: "u".into(),
-            data,
+            data: DeltaData::Frozen(std::sync::Arc::new(StreamedOnly(frozen))),
+        }
+    }
+
+    /// A frozen part the uploader may only stream: encoded whole (`to_entries`, a
+    /// copy of the changes beside the operator's state), it panics.
+    #[derive(Debug)]
+    struct StreamedOnly(std::sync::Arc<dyn FrozenDelta>);
+
+    impl FrozenDelta for StreamedOnly {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn estimated_size(&self) -> usize {
+            self.0.estimated_size()
+        }
+        fn batches_in_key_order(&self) -> Box<dyn Iterator<Item = RecordBatch> + Send + '_> {
+            self.0.batches_in_key_order()
+        }
+        fn key_groups(&self) -> Option<(u32, u32)> {
+            self.0.key_groups()
+        }
+        fn to_entries(&self) -> KeyedEntries {
+            panic!("the uploader encoded a frozen part whole");
         }
     }
 
@@ -762,13 +781,12 @@ mod tests {
         );
     }
 
-    /// A frozen part that makes the deltas outgrow the base is written as a delta
-    /// (the checkpoint that froze is not made longer by a compaction), once: the
-    /// next checkpoint, frozen too, finds the chain outgrown and compacts it, its
-    /// frozen part laid over the chain as a stream. After each the chain reads back
-    /// as the state.
+    /// A frozen part that makes the deltas outgrow the base compacts the chain at
+    /// once, streamed into the base (laid over the chain's merge, never encoded
+    /// whole); a smaller one after it is a delta again. After each the chain reads
+    /// back as the state.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_frozen_part_puts_compaction_off_once() {
+    async fn a_frozen_part_streams_into_a_compacted_base() {
         let (_dir, storage) = local_storage();
         let (tx, mut done_rx) = uploader_on(&storage);
         let kg = |k: u64| KeyGroup::of_key(&k.to_be_bytes(), 128).0;
@@ -794,8 +812,8 @@ mod tests {
         }
         assert_eq!(
             chains,
-            [vec!["delta"], vec!["delta", "delta"], vec!["base"]],
-            "the frozen delta outgrew the base without compacting; the next compacted"
+            [vec!["delta"], vec!["base"], vec!["base", "delta"]],
+            "the frozen part that outgrew the chain compacted it"
         );
     }
 
