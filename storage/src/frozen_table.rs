@@ -39,7 +39,7 @@ pub trait FrozenDelta: Send + Sync + std::fmt::Debug {
 
     /// The delta as entries, whole (in key order): for tests and checks. The
     /// uploader streams it ([`FrozenDelta::batches_in_key_order`]), also where it
-    /// merges it with other files (a [`crate::keyed_merge::Overlay`]).
+    /// merges it with other files (a [`crate::keyed_merge::MergeInput::Stream`]).
     fn to_entries(&self) -> KeyedEntries {
         KeyedEntries::from_sealed(self.batches_in_key_order().collect())
     }

@@ -26,8 +26,8 @@
 //!   the standby's mirror of it.
 //! - [`state_snapshot`]: operator state as Arrow IPC files (deltas and bases).
 //! - [`keyed_merge`]: `KeyedMerge`, keyed files applied in order (last write wins) and
-//!   streamed out in key order, a batch at a time; `Overlay`, one owned stream of
-//!   keyed batches laid over another (a frozen table's changes over a chain).
+//!   streamed out in key order, a batch at a time; an input can also be a stream of
+//!   owned batches (a frozen table's changes merged into a compaction).
 //! - [`key_order`]: a keyed file's entries put in key order by 16-byte items whose
 //!   key digests decide most comparisons.
 //! - [`mapped_pages`]: a mapped state file's pages handed back to the kernel once a

@@ -13,9 +13,9 @@
 //! and sorts nothing; a uid that compacts merges this checkpoint's changes straight
 //! into the new base (no delta that no `_metadata` would reference). With
 //! `incremental = false` every checkpoint rewrites a full base per uid. A frozen state
-//! table's changes are streamed in key order, into a delta or laid over the chain's
-//! merge into a base (`parts_in_key_order`, `keyed_merge::Overlay`): never encoded
-//! whole.
+//! table's changes are streamed in key order, into a delta or as one more input of a
+//! compaction's merge (`part_inputs`, `keyed_merge::MergeInput::Stream`): never
+//! encoded whole.
 
 use super::config::CheckpointConfig;
 use super::restore::{metadata_key, JobStart};
@@ -30,7 +30,7 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 use weir_storage::checkpoint_meta::{self, CheckpointMetadata, StateFile, UidState};
 use weir_storage::frozen_table::{self, FrozenDelta};
-use weir_storage::keyed_merge::{KeyedStream, OutOfKeyOrder, Overlay};
+use weir_storage::keyed_merge::{KeyedStream, MergeInput, OutOfKeyOrder};
 use weir_storage::object_storage::ObjectStorage;
 use weir_storage::object_writer::{ObjectWriter, Written};
 use weir_storage::state_snapshot::{
@@ -386,9 +386,9 @@ pub(crate) async fn materialize_chain(
 }
 
 /// Writes decoded files (oldest first), with a checkpoint's `parts` applied after
-/// them, merged into one file of the live state. Keyed parts are laid over the
-/// chain's merge as a stream ([`parts_in_key_order`]): a frozen table's changes are
-/// never whole in memory, in a compaction either.
+/// them, merged into one file of the live state. A frozen part is one more input of
+/// the merge, streamed ([`part_inputs`]): a frozen table's changes are never whole in
+/// memory, in a compaction either.
 async fn write_merged(
     writer: ObjectWriter,
     kind: StateKind,
@@ -399,8 +399,8 @@ async fn write_merged(
         StateKind::Keyed => {
             let files: Vec<_> = datas.into_iter().map(DeltaData::into_keyed).collect();
             write_keyed(writer, || {
-                let chain: KeyedStream<'_> = Box::new(KeyedMerge::new(&files).map(Ok));
-                Overlay::new(chain, parts_in_key_order(parts))
+                let chain = files.iter().map(MergeInput::File);
+                KeyedMerge::merging(chain.chain(part_inputs(parts)), false)
             })
             .await
         }
@@ -426,35 +426,42 @@ async fn write_delta(
     parts: &[&DeltaData],
 ) -> crate::Result<Written> {
     match kind {
-        StateKind::Keyed => write_keyed(storage.writer(key), || parts_in_key_order(parts)).await,
+        StateKind::Keyed => write_keyed(storage.writer(key), || delta_in_key_order(parts)).await,
         StateKind::Rows => write_rows(storage.writer(key), parts).await,
     }
 }
 
-/// A checkpoint's keyed parts of one uid (in order) as one delta in key order, each
-/// key once, deletions kept. Frozen parts of different actors (disjoint key groups)
-/// are streamed one after another; otherwise each part is put in key order (a frozen
-/// table sorts its changed slots and encodes them a batch at a time; a decoded part
-/// is sorted by a [`KeyedMerge`]) and laid over the parts before it. No frozen table
-/// is encoded whole.
-fn parts_in_key_order<'a>(parts: &[&'a DeltaData]) -> KeyedStream<'a> {
-    if let Some(frozen) = all_frozen(parts).and_then(frozen_table::in_turn) {
-        return frozen_table::parts_in_turn(frozen);
+/// A checkpoint's keyed parts of one uid as one delta in key order, each key once,
+/// deletions kept. A single stream (frozen parts in turn) is that already and is
+/// written as it comes; anything else is merged.
+fn delta_in_key_order<'a>(parts: &[&'a DeltaData]) -> KeyedStream<'a> {
+    let mut inputs = part_inputs(parts);
+    match inputs.pop() {
+        Some(MergeInput::Stream(stream)) if inputs.is_empty() => stream,
+        last => Box::new(KeyedMerge::merging(inputs.into_iter().chain(last), true)),
     }
-    let in_key_order = |part: &&'a DeltaData| -> KeyedStream<'a> {
-        match part {
-            DeltaData::Frozen(f) => Box::new(f.batches_in_key_order().map(Ok)),
-            DeltaData::Keyed(e) => {
-                Box::new(KeyedMerge::keeping_deletions(std::slice::from_ref(e)).map(Ok))
-            }
-            DeltaData::Rows(_) => Box::new(std::iter::empty()),
-        }
+}
+
+/// A checkpoint's keyed parts of one uid as merge inputs, oldest first. Frozen parts
+/// of different actors (disjoint key groups) are one stream, part after part, each
+/// sorted only when its turn comes; otherwise each frozen part is a stream of its own
+/// (its changed slots sorted, then encoded a batch at a time as the merge reads them)
+/// and each decoded part a file. No frozen table is encoded whole.
+fn part_inputs<'a>(parts: &[&'a DeltaData]) -> Vec<MergeInput<'a>> {
+    if parts.is_empty() {
+        return Vec::new();
+    }
+    if let Some(frozen) = all_frozen(parts).and_then(frozen_table::in_turn) {
+        return vec![MergeInput::Stream(frozen_table::parts_in_turn(frozen))];
+    }
+    let input = |part: &&'a DeltaData| match *part {
+        DeltaData::Frozen(f) => Some(MergeInput::Stream(Box::new(
+            f.batches_in_key_order().map(Ok),
+        ))),
+        DeltaData::Keyed(e) => Some(MergeInput::File(e)),
+        DeltaData::Rows(_) => None,
     };
-    parts
-        .iter()
-        .map(in_key_order)
-        .reduce(|lower, upper| Box::new(Overlay::keeping_deletions(lower, upper)))
-        .unwrap_or_else(|| Box::new(std::iter::empty()))
+    parts.iter().filter_map(input).collect()
 }
 
 /// The parts, when every one is a frozen state table.
@@ -644,7 +651,10 @@ mod tests {
                 }
             }
             table.flush().unwrap();
-            let data = table.take_checkpoint_delta();
+            let data = match table.take_checkpoint_delta() {
+                DeltaData::Frozen(f) => DeltaData::Frozen(std::sync::Arc::new(StreamedOnly(f))),
+                data => data,
+            };
             kinds.push(matches!(data, DeltaData::Frozen(_)));
             let parts = vec![StateDelta {
                 uid: "u".into(),
