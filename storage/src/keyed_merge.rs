@@ -31,8 +31,8 @@ use arrow::array::{BinaryArray, RecordBatch, UInt32Array};
 use std::cmp::Reverse;
 use std::collections::VecDeque;
 
-/// Keyed batches in (key group, key) order, each key once: a frozen table's changes.
-/// Owned, so a batch lives only while it is read.
+/// Keyed batches in (key group, key) order, each key once: a frozen table's changes,
+/// a merge's output. Owned, so a batch lives only while it is read.
 pub type KeyedStream<'a> = Box<dyn Iterator<Item = Result<RecordBatch, OutOfKeyOrder>> + Send + 'a>;
 
 /// A keyed stream whose keys did not strictly increase: merged on, it would write a
@@ -46,7 +46,8 @@ impl From<OutOfKeyOrder> for crate::StorageError {
     }
 }
 
-/// `(key group, key, value | None for a deletion)`, borrowed from a file.
+/// `(key group, key, value | None for a deletion)`, borrowed from a file or from the
+/// batch a stream is at.
 type Entry<'a> = (u32, &'a [u8], Option<&'a [u8]>);
 
 /// One input of a merge; inputs are given oldest first.
@@ -145,12 +146,13 @@ impl<'a> KeyedMerge<'a> {
         }
     }
 
-    /// Every run at its first entry.
+    /// Every run at its first entry (in the heap, unless it is the only run, which
+    /// `step` reads without one).
     fn start(&mut self) -> Result<(), OutOfKeyOrder> {
         self.started = true;
         for i in 0..self.runs.len() {
             self.runs[i].advance()?;
-            if self.runs[i].head().is_some() {
+            if self.runs.len() > 1 && self.runs[i].head().is_some() {
                 self.heads.push(&self.runs, i);
             }
         }
@@ -364,8 +366,8 @@ fn in_order(prev: Entry<'_>, next: Entry<'_>) -> Result<(), OutOfKeyOrder> {
 /// Applies keyed files in order and returns the live entries, sorted by key group and
 /// key (so a file's key-group ranges are contiguous).
 pub fn merge_keyed(files: &[KeyedEntries]) -> KeyedEntries {
-    // Files have no stream to go out of order: every batch is `Ok`.
-    let batches = KeyedMerge::new(files).map_while(Result::ok);
+    // Only a stream can go out of key order; files are sorted where they are not.
+    let batches = KeyedMerge::new(files).map(|b| b.expect("files merge in key order"));
     KeyedEntries::from_sealed(batches.collect())
 }
 

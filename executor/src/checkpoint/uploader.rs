@@ -9,7 +9,8 @@
 //! the chain is compacted into a new base, in this task, off the data path: a k-way
 //! merge streamed into a multipart upload a batch at a time (`write_keyed`), so
 //! the new base is never whole in memory. Each keyed delta is written by the same
-//! merge (keeping deletions), in key order, so a compaction reads every file in place
+//! merge (keeping deletions), in key order (a delta that is a single frozen stream
+//! is that already and is written as it comes), so a compaction reads every file in place
 //! and sorts nothing; a uid that compacts merges this checkpoint's changes straight
 //! into the new base (no delta that no `_metadata` would reference). With
 //! `incremental = false` every checkpoint rewrites a full base per uid. A frozen state
