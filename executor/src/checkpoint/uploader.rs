@@ -793,8 +793,8 @@ mod tests {
     }
 
     /// A frozen part that makes the deltas outgrow the base compacts the chain at
-    /// once, streamed into the base (laid over the chain's merge, never encoded
-    /// whole); a smaller one after it is a delta again. After each the chain reads
+    /// once, streamed into the base (a stream input of the chain's merge, never
+    /// encoded whole); a smaller one after it is a delta again. After each the chain reads
     /// back as the state.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_frozen_part_streams_into_a_compacted_base() {
