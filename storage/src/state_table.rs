@@ -16,9 +16,12 @@
 //! A checkpoint whose delta is a large share of the table freezes it instead of
 //! copying the delta ([`crate::frozen_table`]): the hash table moves into an `Arc`
 //! the uploader writes the delta from, and the actor goes on with an empty table in
-//! front of it, the overlay. Reads look in the overlay, then in the frozen table; a
-//! change to a key only the frozen table holds copies its slot into the overlay
-//! first. Once the uploader lets go, the next flush folds the overlay back in.
+//! front of it, the overlay. Reads look in the overlay, then in the frozen layers,
+//! newest first; a change to a key only a frozen layer holds copies its slot into
+//! the overlay first. A large delta while a layer is still held (an upload slower
+//! than the checkpoint interval: q18's mid-run upload outlasts the rest of its input)
+//! freezes the overlay too, as a second layer. Once the uploader lets go of every
+//! layer, the next flush folds them and the overlay back in, oldest first.
 
 use crate::frozen_table::FrozenTable;
 use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder};
@@ -166,9 +169,9 @@ pub struct StateTable<V> {
     in_delta: Vec<u64>,
     /// Off when the job never checkpoints: then nothing is kept for deltas.
     track_changes: bool,
-    /// The table a large delta froze, while the uploader may still read it: `slots`
-    /// is then the overlay in front of it.
-    frozen: Option<Arc<FrozenTable<V>>>,
+    /// The tables large deltas froze, oldest first, while the uploader may still
+    /// read one: `slots` is then the overlay in front of them.
+    frozen: Vec<Arc<FrozenTable<V>>>,
     /// A delta of at least this many entries (and a quarter of the table) is large.
     large_delta_min: usize,
 }
@@ -185,7 +188,7 @@ impl<V: StateValue> StateTable<V> {
             dirty: Vec::new(),
             in_delta: Vec::new(),
             track_changes: true,
-            frozen: None,
+            frozen: Vec::new(),
             large_delta_min: LARGE_DELTA_MIN,
         }
     }
@@ -238,22 +241,34 @@ impl<V: StateValue> StateTable<V> {
         }
     }
 
-    /// The frozen table's slot of `key`, while a table is frozen.
+    /// The slot of `key` in the newest frozen layer that has it.
+    fn layered_slot<'f>(
+        layers: &'f [Arc<FrozenTable<V>>],
+        h: u64,
+        key: &[u8],
+    ) -> Option<&'f Slot<V>> {
+        layers
+            .iter()
+            .rev()
+            .find_map(|f| f.slots.find(h, |s| &*s.key == key))
+    }
+
+    /// The frozen slot of `key`, while a table is frozen.
     fn frozen_slot(&self, h: u64, key: &[u8]) -> Option<&Slot<V>> {
-        self.frozen.as_ref()?.slots.find(h, |s| &*s.key == key)
+        Self::layered_slot(&self.frozen, h, key)
     }
 
     /// [`Self::entry`] for a change, copy-on-write: the frozen slot of a key the
     /// overlay lacks is copied into it first.
     fn entry_cow<'t>(
         slots: &'t mut HashTable<Slot<V>>,
-        frozen: Option<&FrozenTable<V>>,
+        frozen: &[Arc<FrozenTable<V>>],
         hasher: &ahash::RandomState,
         h: u64,
         key: &[u8],
     ) -> Entry<'t, Slot<V>> {
         match Self::entry(slots, hasher, h, key) {
-            Entry::Vacant(e) => match frozen.and_then(|f| f.slots.find(h, |s| &*s.key == key)) {
+            Entry::Vacant(e) => match Self::layered_slot(frozen, h, key) {
                 Some(f) => Entry::Occupied(e.insert(f.overlay_copy(f.value.clone()))),
                 None => Entry::Vacant(e),
             },
@@ -263,14 +278,25 @@ impl<V: StateValue> StateTable<V> {
 
     /// Copy-on-write before a change to `key` that does not insert it.
     fn copy_in(&mut self, h: u64, key: &[u8]) {
-        if self.frozen.is_some() {
-            let frozen = self.frozen.as_deref();
-            let _ = Self::entry_cow(&mut self.slots, frozen, &self.hasher, h, key);
+        if !self.frozen.is_empty() {
+            let _ = Self::entry_cow(&mut self.slots, &self.frozen, &self.hasher, h, key);
         }
     }
 
-    /// Hands a large delta to the uploader without copying it: the whole table moves
-    /// into an `Arc` (O(1)) and the actor goes on with an empty overlay in front of it.
+    /// The slots of frozen layer `layer` that the overlay and the newer layers do
+    /// not hide: the keys a read of the whole state reaches through that layer.
+    fn visible_in_layer(&self, layer: usize) -> impl Iterator<Item = &Slot<V>> + '_ {
+        let newer = &self.frozen[layer + 1..];
+        self.frozen[layer].slots.iter().filter(move |s| {
+            let h = self.hasher.hash_one(&*s.key);
+            self.slots.find(h, |o| o.key == s.key).is_none()
+                && Self::layered_slot(newer, h, &s.key).is_none()
+        })
+    }
+
+    /// Hands a large delta to the uploader without copying it: the table (the whole
+    /// table, or the overlay in front of a layer still held) moves into an `Arc`
+    /// (O(1)) and the actor goes on with an empty overlay in front of it.
     fn freeze(&mut self) -> DeltaData {
         let frozen = Arc::new(FrozenTable {
             slots: std::mem::take(&mut self.slots),
@@ -278,40 +304,39 @@ impl<V: StateValue> StateTable<V> {
             entries: std::mem::take(&mut self.in_delta).len(),
             key_groups: Default::default(),
         });
-        self.frozen = Some(frozen.clone());
+        self.frozen.push(frozen.clone());
         DeltaData::Frozen(frozen)
     }
 
-    /// Folds the overlay back once the uploader has let go of the frozen table.
+    /// Folds the layers and the overlay back once the uploader has let go of every
+    /// layer (a newer layer lies over the older ones, so none folds alone).
     fn fold_if_released(&mut self) {
-        if self
-            .frozen
-            .as_ref()
-            .is_some_and(|f| Arc::strong_count(f) == 1)
-        {
+        if !self.frozen.is_empty() && self.frozen.iter().all(|f| Arc::strong_count(f) == 1) {
             self.unfreeze();
         }
     }
 
-    /// Ends a freeze: one pass resets the frozen delta's flags as its checkpoint
-    /// would have, then each overlay slot replaces its key's. A frozen table the
-    /// uploader still reads is copied instead (the rare paths: loading, switching
-    /// tracking off, rewriting every value).
+    /// Ends a freeze: one pass resets the oldest layer's delta flags as its
+    /// checkpoint would have, then each slot of a newer layer, and last each overlay
+    /// slot, replaces its key's. A layer the uploader still reads is copied instead
+    /// (the rare paths: loading, switching tracking off, rewriting every value).
     fn unfreeze(&mut self) {
-        let Some(frozen) = self.frozen.take() else {
+        let mut layers = std::mem::take(&mut self.frozen).into_iter();
+        let Some(oldest) = layers.next() else {
             return;
         };
         // How much the copy-on-write cost: the overlay holds a copy of every frozen
         // slot changed while the uploader read it (RUST_LOG=weir_storage=debug).
         tracing::debug!(
             uid = %self.uid,
-            frozen_slots = frozen.slots.len(),
+            frozen_slots = oldest.slots.len(),
+            layers = layers.len() + 1,
             overlay_slots = self.slots.len(),
-            released = Arc::strong_count(&frozen) == 1,
+            released = Arc::strong_count(&oldest) == 1,
             "state table unfrozen"
         );
         let hasher = &self.hasher;
-        let mut table = match Arc::try_unwrap(frozen) {
+        let mut table = match Arc::try_unwrap(oldest) {
             Ok(frozen) => {
                 let mut slots = frozen.slots;
                 slots.retain(|s| !s.in_delta || s.checkpointed());
@@ -319,9 +344,7 @@ impl<V: StateValue> StateTable<V> {
             }
             Err(shared) => {
                 let mut slots = HashTable::with_capacity(shared.slots.len());
-                for s in shared.slots.iter() {
-                    let mut copy = s.overlay_copy(s.value.clone());
-                    copy.shadows = false;
+                for copy in settled_copies(&shared) {
                     if !copy.forgettable() {
                         let h = hasher.hash_one(&*copy.key);
                         slots.insert_unique(h, copy, |s| hasher.hash_one(&*s.key));
@@ -330,20 +353,13 @@ impl<V: StateValue> StateTable<V> {
                 slots
             }
         };
-        for mut s in std::mem::take(&mut self.slots) {
-            s.shadows = false;
-            let h = hasher.hash_one(&*s.key);
-            match table.entry(h, |t| t.key == s.key, |t| hasher.hash_one(&*t.key)) {
-                Entry::Occupied(e) if s.forgettable() => {
-                    e.remove();
-                }
-                Entry::Occupied(mut e) => *e.get_mut() = s,
-                Entry::Vacant(e) if !s.forgettable() => {
-                    e.insert(s);
-                }
-                Entry::Vacant(_) => {}
+        for layer in layers {
+            match Arc::try_unwrap(layer) {
+                Ok(frozen) => fold_over(&mut table, hasher, frozen.slots.into_iter().map(settle)),
+                Err(shared) => fold_over(&mut table, hasher, settled_copies(&shared)),
             }
         }
+        fold_over(&mut table, hasher, std::mem::take(&mut self.slots));
         self.slots = table;
     }
 
@@ -379,16 +395,11 @@ impl<V: StateValue> StateTable<V> {
 
     /// Every key holding a value (the whole state: there is no eviction).
     pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
-        let in_overlay = |key: &[u8]| self.slots.find(self.hash(key), |s| &*s.key == key);
-        let frozen = self.frozen.iter().flat_map(move |f| {
-            f.slots
-                .iter()
-                .filter(move |s| s.value.is_some() && in_overlay(&s.key).is_none())
-        });
+        let frozen = (0..self.frozen.len()).flat_map(|l| self.visible_in_layer(l));
         self.slots
             .iter()
-            .filter(|s| s.value.is_some())
             .chain(frozen)
+            .filter(|s| s.value.is_some())
             .map(|s| &*s.key)
     }
 
@@ -427,8 +438,7 @@ impl<V: StateValue> StateTable<V> {
     /// Mutable access; marks the key dirty. Inserts `default()` when absent.
     pub fn get_or_insert_with(&mut self, key: &[u8], default: impl FnOnce() -> V) -> &mut V {
         let h = self.hash(key);
-        let frozen = self.frozen.as_deref();
-        let slot = match Self::entry_cow(&mut self.slots, frozen, &self.hasher, h, key) {
+        let slot = match Self::entry_cow(&mut self.slots, &self.frozen, &self.hasher, h, key) {
             Entry::Occupied(e) => {
                 let slot = e.into_mut();
                 if slot.value.is_none() {
@@ -457,8 +467,7 @@ impl<V: StateValue> StateTable<V> {
         choose: impl FnOnce(Option<&V>) -> Option<V>,
     ) -> Option<Replaced<V>> {
         let h = self.hash(key);
-        let frozen = self.frozen.as_deref();
-        let vacant = match Self::entry_cow(&mut self.slots, frozen, &self.hasher, h, key) {
+        let vacant = match Self::entry_cow(&mut self.slots, &self.frozen, &self.hasher, h, key) {
             Entry::Occupied(e) => {
                 let slot = e.into_mut();
                 let new = choose(slot.value.as_ref())?;
@@ -521,12 +530,17 @@ impl<V: StateValue> StateTable<V> {
             Self::mark_dirty(s, hasher.hash_one(&*s.key), dirty);
             true
         });
-        // Frozen keys the overlay lacks: each leaves a tombstone in front of it.
-        for f in self.frozen.iter().flat_map(|f| f.slots.iter()) {
+        // Frozen keys the overlay and the newer layers lack: each leaves a tombstone
+        // in front of it.
+        let frozen = &self.frozen;
+        for (layer, f) in frozen.iter().enumerate().flat_map(in_layer) {
             let Some(value) = f.value.as_ref().filter(|_| pred(&f.key)) else {
                 continue;
             };
             let h = hasher.hash_one(&*f.key);
+            if Self::layered_slot(&frozen[layer + 1..], h, &f.key).is_some() {
+                continue;
+            }
             if let Entry::Vacant(e) = Self::entry(&mut self.slots, hasher, h, &f.key) {
                 taken.push((f.key.to_vec(), value.clone()));
                 Self::mark_dirty(e.insert(f.overlay_copy(None)).into_mut(), h, dirty);
@@ -561,12 +575,17 @@ impl<V: StateValue> StateTable<V> {
             Self::mark_dirty(s, hasher.hash_one(&*s.key), dirty);
             true
         });
-        // Frozen keys the overlay lacks are visited on a copy, kept if changed.
-        for frozen in self.frozen.iter().flat_map(|f| f.slots.iter()) {
+        // Frozen keys the overlay and the newer layers lack are visited on a copy,
+        // kept if changed.
+        let layers = &self.frozen;
+        for (layer, frozen) in layers.iter().enumerate().flat_map(in_layer) {
             let Some(value) = &frozen.value else {
                 continue;
             };
             let h = hasher.hash_one(&*frozen.key);
+            if Self::layered_slot(&layers[layer + 1..], h, &frozen.key).is_some() {
+                continue;
+            }
             let Entry::Vacant(e) = Self::entry(&mut self.slots, hasher, h, &frozen.key) else {
                 continue;
             };
@@ -647,9 +666,9 @@ impl<V: StateValue> StateTable<V> {
         let n = self.in_delta.len();
         if n >= self.large_delta_min && n * 4 >= self.slots.len() {
             // A change not yet flushed would be left in the frozen table.
-            let freezes = self.frozen.is_none() && self.dirty.is_empty();
+            let freezes = self.frozen.len() < MAX_FROZEN_LAYERS && self.dirty.is_empty();
             tracing::debug!(uid = %self.uid, freezes, entries = n, slots = self.slots.len(),
-                still_frozen = self.frozen.is_some(), "large checkpoint delta");
+                frozen_layers = self.frozen.len(), "large checkpoint delta");
             if freezes {
                 return self.freeze();
             }
@@ -699,6 +718,61 @@ impl<V: StateValue> StateTable<V> {
 
 /// Entries below this many are gathered by their hashes whatever the table's size.
 const LARGE_DELTA_MIN: usize = 1 << 16;
+
+/// Frozen layers at most: a large delta while this many are held is scanned and
+/// encoded on the actor. Two cover an upload that outlasts one checkpoint interval
+/// (a mid-run upload still running at the final checkpoint); more would stack reads
+/// behind every miss of the overlay.
+const MAX_FROZEN_LAYERS: usize = 2;
+
+/// Each slot of a frozen layer, with the layer's index (for the layers above it).
+fn in_layer<V>(
+    (layer, f): (usize, &Arc<FrozenTable<V>>),
+) -> impl Iterator<Item = (usize, &Slot<V>)> {
+    f.slots.iter().map(move |s| (layer, s))
+}
+
+/// A slot of a released frozen layer with the flags its checkpoint left it.
+fn settle<V>(mut slot: Slot<V>) -> Slot<V> {
+    if slot.in_delta {
+        slot.checkpointed();
+    }
+    slot.shadows = false;
+    slot
+}
+
+/// The slots of a frozen layer the uploader still reads, copied with the flags its
+/// checkpoint leaves them.
+fn settled_copies<V: Clone>(layer: &FrozenTable<V>) -> impl Iterator<Item = Slot<V>> + '_ {
+    layer.slots.iter().map(|s| {
+        let mut copy = s.overlay_copy(s.value.clone());
+        copy.shadows = false;
+        copy
+    })
+}
+
+/// Lays the slots of a newer layer (or the overlay) over `table`: each replaces its
+/// key's, and a removal nothing needs any more takes the key out.
+fn fold_over<V>(
+    table: &mut HashTable<Slot<V>>,
+    hasher: &ahash::RandomState,
+    newer: impl IntoIterator<Item = Slot<V>>,
+) {
+    for mut s in newer {
+        s.shadows = false;
+        let h = hasher.hash_one(&*s.key);
+        match table.entry(h, |t| t.key == s.key, |t| hasher.hash_one(&*t.key)) {
+            Entry::Occupied(e) if s.forgettable() => {
+                e.remove();
+            }
+            Entry::Occupied(mut e) => *e.get_mut() = s,
+            Entry::Vacant(e) if !s.forgettable() => {
+                e.insert(s);
+            }
+            Entry::Vacant(_) => {}
+        }
+    }
+}
 
 /// Encodes the changes of slots (`entry`: an item's key group and slot) in
 /// contiguous pieces of `piece` items, one thread each; the pieces' batches, in
@@ -932,9 +1006,10 @@ mod tests {
 
     /// A large delta freezes the table: the uploader's entries build the image, and
     /// the actor's changes meanwhile go copy-on-write to the overlay, never into the
-    /// frozen delta. A large delta while it is still held is gathered by a scan and
-    /// encoded in pieces on every core; once it is let go, the next flush folds the
-    /// overlay back, and the table is as the probing path leaves it.
+    /// frozen delta. A large delta while it is still held freezes the overlay as a
+    /// second layer; a third, while both are held, is gathered by a scan and encoded
+    /// in pieces on every core. Once both are let go, the next flush folds the layers
+    /// and the overlay back, and the table is as the probing path leaves it.
     #[test]
     fn a_large_delta_freezes_the_table_and_builds_the_same_image() {
         let mut t: StateTable<i64> = StateTable::new("agg", 128, MemoryStateBackend::new());
@@ -974,14 +1049,37 @@ mod tests {
             assert_eq!(t.get(&k), model.get(&k[..]), "key {i} through the overlay");
         }
         t.flush().unwrap();
+        let second = t.take_checkpoint_delta();
+        assert!(
+            matches!(second, DeltaData::Frozen(_)),
+            "still frozen: the overlay freezes as a second layer"
+        );
+        let second_entries = second.clone().into_keyed();
+        assert_eq!(second_entries.len(), 2 * n as usize / 3 + 1_000);
+        apply(&mut image, &second_entries);
+        assert_eq!(image, model);
+        // Through both layers: removals of keys each layer holds, updates, new keys.
+        for i in 0..n + 2_000 {
+            let k = i.to_le_bytes();
+            if i % 5 == 1 && i < n + 1_000 {
+                assert_eq!(t.remove(&k), model.remove(&k[..]), "key {i}");
+            } else if i % 5 == 2 || i >= n + 1_000 {
+                *t.get_or_insert_with(&k, || 0) += 10;
+                *model.entry(k.to_vec()).or_insert(0) += 10;
+            }
+        }
+        assert_eq!(t.len(), model.len());
+        let mut keys: Vec<Vec<u8>> = t.keys().map(<[u8]>::to_vec).collect();
+        keys.sort();
+        assert!(keys == model.keys().cloned().collect::<Vec<_>>(), "keys");
+        t.flush().unwrap();
         let delta = t.take_checkpoint_delta();
         assert!(
             matches!(delta, DeltaData::Keyed(_)),
-            "still frozen: encoded now"
+            "two layers held: encoded now"
         );
         let delta = delta.into_keyed();
         assert!(delta.batches().len() > 1, "more than one piece");
-        assert_eq!(delta.len(), 2 * n as usize / 3 + 1_000);
         apply(&mut image, &delta);
         assert_eq!(image, model);
         assert!(
@@ -989,22 +1087,29 @@ mod tests {
             "the frozen delta is as it was taken"
         );
         t.flush().unwrap();
-        assert!(t.frozen.is_none(), "folded once the uploader let go");
+        assert_eq!(t.frozen.len(), 2, "the newer layer is still held");
+        assert!(
+            second.into_keyed().to_entries() == second_entries.to_entries(),
+            "the second layer's delta is as it was taken"
+        );
+        t.flush().unwrap();
+        assert!(t.frozen.is_empty(), "folded once the uploader let go");
         assert_eq!(t.slots.len(), model.len(), "no tombstone is kept");
         assert!(t
             .slots
             .iter()
             .all(|s| !s.in_delta && s.in_image && !s.shadows));
-        // A small change after a large one goes the probing way.
-        t.remove(&1u32.to_le_bytes());
-        model.remove(&1u32.to_le_bytes()[..]);
+        // A small change after a large one goes the probing way (key 4 is held).
+        assert!(model.contains_key(&4u32.to_le_bytes()[..]));
+        t.remove(&4u32.to_le_bytes());
+        model.remove(&4u32.to_le_bytes()[..]);
         t.flush().unwrap();
         let delta = t.take_checkpoint_delta().into_keyed();
         assert_eq!(
             delta.to_entries(),
             vec![(
-                KeyGroup::of_key(&1u32.to_le_bytes(), 128).0,
-                1u32.to_le_bytes().to_vec(),
+                KeyGroup::of_key(&4u32.to_le_bytes(), 128).0,
+                4u32.to_le_bytes().to_vec(),
                 None
             )]
         );
@@ -1084,7 +1189,7 @@ mod tests {
             let mut t: StateTable<i64> = StateTable::new("agg", 16, backend.clone());
             t.large_delta_min = large;
             let mut held: Vec<(DeltaData, Vec<KeyedEntry>)> = Vec::new();
-            let (mut frozen, mut released) = (0, 0);
+            let (mut frozen, mut released, mut layered) = (0, 0, 0);
             let mut model = std::collections::BTreeMap::<Vec<u8>, i64>::new();
             let mut image = std::collections::BTreeMap::<Vec<u8>, i64>::new();
             let mut next = crate::test_rng::xorshift(0x2545_f491_4f6c_dd1du64);
@@ -1097,7 +1202,13 @@ mod tests {
                         *model.entry(key).or_insert(0) += d;
                     }
                     50..=79 => assert_eq!(t.remove(&key), model.remove(&key), "step {step}"),
-                    80..=81 => {
+                    80 => {
+                        // Ends a freeze while the uploader may hold its layers: they
+                        // are copied, and nothing changes.
+                        t.try_for_each_unstored(|_| Ok::<(), ()>(())).unwrap();
+                        assert!(t.frozen.is_empty(), "step {step}");
+                    }
+                    81 => {
                         // Halve the even values, drop those above a bound, keep the rest.
                         let b = next(64) as i64;
                         t.update_all(|_, v| match *v {
@@ -1133,11 +1244,17 @@ mod tests {
                             assert_eq!(stored, model, "backend after flush, step {step}");
                         }
                     }
-                    93..=94 => {
+                    93 => {
                         for (delta, taken) in held.drain(..) {
                             assert!(delta.into_keyed().to_entries() == taken, "step {step}");
                             released += 1;
                         }
+                    }
+                    94 if !held.is_empty() => {
+                        // One upload ends, maybe the newer one first.
+                        let (delta, taken) = held.remove(next(held.len() as u64) as usize);
+                        assert!(delta.into_keyed().to_entries() == taken, "step {step}");
+                        released += 1;
                     }
                     _ => {
                         t.flush().unwrap();
@@ -1145,6 +1262,7 @@ mod tests {
                         let entries = delta.clone().into_keyed().to_entries();
                         if matches!(delta, DeltaData::Frozen(_)) {
                             frozen += 1;
+                            layered += usize::from(t.frozen.len() > 1);
                             held.push((delta, entries.clone()));
                         }
                         for (_, k, v) in entries {
@@ -1168,8 +1286,8 @@ mod tests {
             }
             if large < LARGE_DELTA_MIN {
                 assert!(
-                    frozen > 50 && released > 20,
-                    "froze {frozen}, let go {released}"
+                    frozen > 50 && released > 20 && layered > 10,
+                    "froze {frozen} ({layered} over a held layer), let go {released}"
                 );
             }
             let mut keys: Vec<Vec<u8>> = t.keys().map(<[u8]>::to_vec).collect();

@@ -674,9 +674,10 @@ mod tests {
             );
             assert_eq!(table.len(), state.len());
         }
-        // Epochs 1 and 2 froze; 3 was taken while 2 was still held (carried); 4 froze
-        // again after the table folded back.
-        assert_eq!(kinds, [true, true, false, true]);
+        // Epochs 1 and 2 froze; 3 was taken while 2 was still held (carried), so it
+        // froze as a second layer, and the two frozen parts of one actor merged as
+        // streams; 4 froze again after the table folded back.
+        assert_eq!(kinds, [true, true, true, true]);
     }
 
     /// A model of counters as the entries its state file holds.
