@@ -32,6 +32,10 @@ use tokio::sync::{mpsc, watch};
 use weir_storage::object_storage::ObjectStorage;
 use weir_storage::{StateBackend, TableLog};
 
+/// Holding the write lock this long stops every other writer, barrier and DDL for a
+/// noticeable time: worth a warning in the log, with who held it.
+pub(crate) const HELD_LOCK_WARNING: Duration = Duration::from_millis(200);
+
 #[derive(Clone)]
 pub struct RuntimeConfig {
     /// `parallelism.default`: actors per parallel fragment.
@@ -358,8 +362,16 @@ impl Runtime {
                 }
             }
         }
-        for t in w.tables.values() {
+        for (name, t) in &w.tables {
+            let started = std::time::Instant::now();
             t.send(Message::Barrier(barrier.clone())).await?;
+            // Writers leave a slot for the barrier, so this never waits unless a write
+            // filled the channel (one larger than it): then every writer waited too.
+            let waited = started.elapsed();
+            if waited >= HELD_LOCK_WARNING {
+                tracing::warn!(table = %name, waited_ms = waited.as_millis() as u64,
+                    "a barrier waited for room on a table's channel, holding the write lock");
+            }
         }
         Ok(epoch)
     }

@@ -8,8 +8,9 @@
 //! Frozen, the table moves into an `Arc` at the barrier (O(1)); the actor goes on with
 //! an overlay in front of it (see [`crate::state_table`]), and the uploader sorts the
 //! changed slots by key and encodes them a batch at a time into the file it writes,
-//! so no whole copy is ever made. The actor folds the overlay back in once the
-//! uploader has let go.
+//! so no whole copy is ever made. A large delta while the uploader still holds a
+//! frozen table freezes the overlay as a second layer; the actor folds the layers and
+//! the overlay back in once the uploader has let go of all of them.
 
 use crate::key_order;
 use crate::keyed_entries::{columns, entry_at, KeyedEntries};

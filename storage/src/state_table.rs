@@ -83,8 +83,9 @@ pub(crate) struct Slot<V> {
     /// A backend that keeps flushed state (RocksDB) holds this key, so removing it
     /// needs a delete at the next flush.
     in_backend: bool,
-    /// An overlay slot in front of the frozen table's slot of its key: it stays,
-    /// even as a removal nothing else needs, or the frozen value would show again.
+    /// A slot in front of an older frozen layer's slot of its key (in the overlay,
+    /// or in a second layer): it stays, even as a removal nothing else needs, or the
+    /// older value would show again.
     shadows: bool,
 }
 
@@ -330,6 +331,7 @@ impl<V: StateValue> StateTable<V> {
         tracing::debug!(
             uid = %self.uid,
             frozen_slots = oldest.slots.len(),
+            newer_layer_slots = layers.as_slice().iter().map(|l| l.slots.len()).sum::<usize>(),
             layers = layers.len() + 1,
             overlay_slots = self.slots.len(),
             released = Arc::strong_count(&oldest) == 1,
@@ -381,7 +383,11 @@ impl<V: StateValue> StateTable<V> {
                     .slots
                     .entry(h, |s| s.key == slot.key, |s| hasher.hash_one(&*s.key))
                 {
-                    Entry::Occupied(mut e) => *e.get_mut() = slot,
+                    Entry::Occupied(mut e) => {
+                        // A tombstone comes back to life.
+                        self.live += usize::from(e.get().value.is_none());
+                        *e.get_mut() = slot;
+                    }
                     Entry::Vacant(e) => {
                         e.insert(slot);
                         self.live += 1;
@@ -510,7 +516,8 @@ impl<V: StateValue> StateTable<V> {
         Some(value)
     }
 
-    /// Removes and returns every entry whose key passes `pred`, as [`Self::remove`]
+    /// Removes and returns every entry whose key passes `pred` (a pure test: it may
+    /// also be asked about keys the table no longer shows), as [`Self::remove`]
     /// would one by one, in one pass over the table, moving the keys out instead of
     /// copying them where no tombstone stays (a watermark can close millions of
     /// windows at once).
@@ -533,6 +540,8 @@ impl<V: StateValue> StateTable<V> {
         // Frozen keys the overlay and the newer layers lack: each leaves a tombstone
         // in front of it.
         let frozen = &self.frozen;
+        // `pred` goes first: it is cheap, and most frozen keys fail it (a watermark
+        // closes a few windows of many), so it also sees keys a newer layer hides.
         for (layer, f) in frozen.iter().enumerate().flat_map(in_layer) {
             let Some(value) = f.value.as_ref().filter(|_| pred(&f.key)) else {
                 continue;
@@ -659,8 +668,9 @@ impl<V: StateValue> StateTable<V> {
 
     /// The changes flushed since the last checkpoint, as keyed-state entries (None:
     /// deleted). Call after [`StateTable::flush`] at a checkpoint. A large delta
-    /// freezes the table, and the uploader encodes it; a large delta while a table is
-    /// still frozen (a slow or failed upload) and a small one are encoded now.
+    /// freezes the table (or, while a frozen layer is still held by a slow or failed
+    /// upload, the overlay as a second layer), and the uploader encodes it; a large
+    /// delta while `MAX_FROZEN_LAYERS` are held, and a small one, are encoded now.
     pub fn take_checkpoint_delta(&mut self) -> DeltaData {
         self.fold_if_released();
         let n = self.in_delta.len();
@@ -1068,7 +1078,33 @@ mod tests {
                 *model.entry(k.to_vec()).or_insert(0) += 10;
             }
         }
+        // A pass over the whole state reaches keys held by each layer and the overlay.
+        let number = |k: &[u8]| u32::from_le_bytes(k.try_into().expect("4-byte keys"));
+        let mut taken = t.take_where(|k| number(k) % 7 == 3);
+        taken.sort();
+        let want: Vec<_> = model.extract_if(.., |k, _| number(k) % 7 == 3).collect();
+        assert!(
+            !want.is_empty() && taken == want,
+            "take_where through two layers"
+        );
+        t.update_all(|k, v| match number(k) {
+            i if i % 11 == 5 => {
+                *v += 100;
+                Visit::Changed
+            }
+            i if i % 13 == 6 => Visit::Removed,
+            _ => Visit::Kept,
+        });
+        model.retain(|k, _| number(k) % 11 == 5 || number(k) % 13 != 6);
+        model
+            .iter_mut()
+            .filter(|(k, _)| number(k) % 11 == 5)
+            .for_each(|(_, v)| *v += 100);
         assert_eq!(t.len(), model.len());
+        for i in (0..n + 2_000).step_by(3) {
+            let k = i.to_le_bytes();
+            assert_eq!(t.get(&k), model.get(&k[..]), "key {i} through two layers");
+        }
         let mut keys: Vec<Vec<u8>> = t.keys().map(<[u8]>::to_vec).collect();
         keys.sort();
         assert!(keys == model.keys().cloned().collect::<Vec<_>>(), "keys");
@@ -1190,6 +1226,7 @@ mod tests {
             t.large_delta_min = large;
             let mut held: Vec<(DeltaData, Vec<KeyedEntry>)> = Vec::new();
             let (mut frozen, mut released, mut layered) = (0, 0, 0);
+            let mut forced_over_two = 0;
             let mut model = std::collections::BTreeMap::<Vec<u8>, i64>::new();
             let mut image = std::collections::BTreeMap::<Vec<u8>, i64>::new();
             let mut next = crate::test_rng::xorshift(0x2545_f491_4f6c_dd1du64);
@@ -1205,6 +1242,7 @@ mod tests {
                     80 => {
                         // Ends a freeze while the uploader may hold its layers: they
                         // are copied, and nothing changes.
+                        forced_over_two += usize::from(t.frozen.len() == 2);
                         t.try_for_each_unstored(|_| Ok::<(), ()>(())).unwrap();
                         assert!(t.frozen.is_empty(), "step {step}");
                     }
@@ -1265,6 +1303,12 @@ mod tests {
                             layered += usize::from(t.frozen.len() > 1);
                             held.push((delta, entries.clone()));
                         }
+                        if t.frozen.len() == 2 {
+                            let mut keys: Vec<Vec<u8>> = t.keys().map(<[u8]>::to_vec).collect();
+                            keys.sort();
+                            let want: Vec<_> = model.keys().cloned().collect();
+                            assert_eq!(keys, want, "keys through two layers, step {step}");
+                        }
                         for (_, k, v) in entries {
                             match v {
                                 Some(v) => image.insert(k, i64::decode(&v).unwrap()),
@@ -1286,8 +1330,9 @@ mod tests {
             }
             if large < LARGE_DELTA_MIN {
                 assert!(
-                    frozen > 50 && released > 20 && layered > 10,
-                    "froze {frozen} ({layered} over a held layer), let go {released}"
+                    frozen > 50 && released > 20 && layered > 10 && forced_over_two > 0,
+                    "froze {frozen} ({layered} over a held layer), let go {released}, \
+                     ended {forced_over_two} freezes of two held layers"
                 );
             }
             let mut keys: Vec<Vec<u8>> = t.keys().map(<[u8]>::to_vec).collect();

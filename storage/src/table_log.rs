@@ -186,7 +186,16 @@ impl LogSync {
         }
         // Everything written so far rides on this fsync, not only `end`.
         let covered = self.written.load(Ordering::Acquire);
+        let started = std::time::Instant::now();
         file.sync_data()?;
+        // A slow disk holds every statement of the group commit: say so.
+        let took = started.elapsed();
+        if took >= std::time::Duration::from_secs(1) {
+            tracing::warn!(
+                took_ms = took.as_millis() as u64,
+                "table log fsync was slow"
+            );
+        }
         self.synced.fetch_max(covered, Ordering::AcqRel);
         drop(file);
         // Before the waiting statements are woken: an epoch committed here is
