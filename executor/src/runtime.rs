@@ -34,7 +34,17 @@ use weir_storage::{StateBackend, TableLog};
 
 /// Holding the write lock this long stops every other writer, barrier and DDL for a
 /// noticeable time: worth a warning in the log, with who held it.
-pub(crate) const HELD_LOCK_WARNING: Duration = Duration::from_millis(200);
+const HELD_LOCK_WARNING: Duration = Duration::from_millis(200);
+
+/// Warns when `what`, done on `table` under the write lock since `started`, held it
+/// [`HELD_LOCK_WARNING`] or more.
+pub(crate) fn warn_if_lock_held(table: &str, what: &str, started: std::time::Instant) {
+    let held = started.elapsed();
+    if held >= HELD_LOCK_WARNING {
+        tracing::warn!(%table, what, held_ms = held.as_millis() as u64,
+            "the write lock was held long");
+    }
+}
 
 #[derive(Clone)]
 pub struct RuntimeConfig {
@@ -367,11 +377,7 @@ impl Runtime {
             t.send(Message::Barrier(barrier.clone())).await?;
             // Writers leave a slot for the barrier, so this never waits unless a write
             // filled the channel (one larger than it): then every writer waited too.
-            let waited = started.elapsed();
-            if waited >= HELD_LOCK_WARNING {
-                tracing::warn!(table = %name, waited_ms = waited.as_millis() as u64,
-                    "a barrier waited for room on a table's channel, holding the write lock");
-            }
+            warn_if_lock_held(name, "a barrier waiting for room", started);
         }
         Ok(epoch)
     }

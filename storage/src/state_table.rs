@@ -345,13 +345,9 @@ impl<V: StateValue> StateTable<V> {
                 slots
             }
             Err(shared) => {
+                // Laid over an empty table: what no checkpoint needs is left out.
                 let mut slots = HashTable::with_capacity(shared.slots.len());
-                for copy in settled_copies(&shared) {
-                    if !copy.forgettable() {
-                        let h = hasher.hash_one(&*copy.key);
-                        slots.insert_unique(h, copy, |s| hasher.hash_one(&*s.key));
-                    }
-                }
+                fold_over(&mut slots, hasher, settled_copies(&shared));
                 slots
             }
         };

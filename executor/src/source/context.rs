@@ -185,11 +185,7 @@ impl SourceContext {
             let out = f(t).await;
             // The room was checked before the lock was taken, so a write that waits
             // here holds up every other writer (see `lock_writes_for`).
-            let held = started.elapsed();
-            if held >= crate::runtime::HELD_LOCK_WARNING {
-                tracing::warn!(table = %self.table, held_ms = held.as_millis() as u64,
-                    "a source write held the write lock");
-            }
+            crate::runtime::warn_if_lock_held(&self.table, "a source write", started);
             Some(out)
         })
     }
