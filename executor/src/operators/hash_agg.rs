@@ -436,15 +436,12 @@ impl HashAggOperator {
         }
         // In slices: the end of input closes every window at once, and one row of
         // ScalarValues per group for all of them at once held more than the state did.
-        let mut closed = closed.into_iter().filter(|(_, g)| g.rows > 0).peekable();
-        while closed.peek().is_some() {
-            let (mut out_keys, mut values) = (Vec::new(), Vec::new());
-            for (key, g) in closed.by_ref().take(EMIT_SLICE) {
-                values.push(self.outputs(&g)?);
-                out_keys.push(key);
-            }
-            let ops = vec![Op::Insert; values.len()];
-            out.push(self.build_output(out_keys, ops, values)?);
+        let closed: Vec<_> = closed.into_iter().filter(|(_, g)| g.rows > 0).collect();
+        for slice in closed.chunks(EMIT_SLICE) {
+            let keys = slice.iter().map(|(k, _)| k.as_slice());
+            let states = slice.iter().map(|(_, g)| &g.accs[..]);
+            let rows = self.rows_of(keys, states)?;
+            out.push(rows.all(Op::Insert)?);
         }
         Ok(())
     }
@@ -524,6 +521,8 @@ impl HashAggOperator {
 
     /// Emits, for every group changed since the last emission, a delete of the row
     /// last emitted and an insert of the current one, and flushes the state table.
+    /// The deletes go out first, then the inserts: the same changes as a delete and an
+    /// insert per group, with the current rows built column by column.
     fn emit_changes(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
         if self.spec.emit_on_window_close {
             // Closed windows went out with the watermark that closed them.
@@ -534,37 +533,31 @@ impl HashAggOperator {
             // Postgres returns one row for a global aggregate over no rows.
             self.epoch_before.insert(Vec::new(), None);
         }
-        let mut keys = Vec::new();
-        let mut ops = Vec::new();
-        let mut values = Vec::new();
         let changed: Vec<_> = self.epoch_before.drain().collect();
-        for (key, before) in changed {
-            let after = match self.state.get(&key) {
-                Some(g) if g.rows < 0 => {
-                    return Err(ExecError::Internal(format!(
-                        "negative row count in aggregation {}",
-                        self.spec.uid
-                    )))
-                }
-                Some(g) if self.visible(g) => Some(self.outputs(g)?),
-                None if self.is_global() => Some(self.outputs(&self.new_group())?),
-                _ => None,
-            };
-            if !self.is_global() && after.is_none() {
-                self.remove_group(&key);
-            }
-            if before == after {
-                continue;
-            }
+        let (visible, gone): (Vec<_>, Vec<_>) = changed
+            .into_iter()
+            .map(|(key, before)| Ok((self.is_visible_now(&key)?, key, before)))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .partition(|(now, _, _)| *now);
+        let after = self.current_rows(visible.iter().map(|(_, k, _)| k.as_slice()))?;
+        let mut deleted = (Vec::new(), Vec::new());
+        let mut inserted = Vec::new();
+        for (i, (_, key, before)) in visible.into_iter().enumerate() {
             if let Some(b) = before {
-                keys.push(key.clone());
-                ops.push(Op::Delete);
-                values.push(b);
+                if row_equals(&b, &after, i)? {
+                    continue;
+                }
+                deleted.0.push(key);
+                deleted.1.push(b);
             }
-            if let Some(a) = after {
-                keys.push(key.clone());
-                ops.push(Op::Insert);
-                values.push(a);
+            inserted.push(i as u32);
+        }
+        for (_, key, before) in gone {
+            self.remove_group(&key);
+            if let Some(b) = before {
+                deleted.0.push(key);
+                deleted.1.push(b);
             }
         }
         if self.is_global() {
@@ -572,11 +565,102 @@ impl HashAggOperator {
         }
         self.clean_below_watermark()?;
         self.state.flush()?;
-        if !ops.is_empty() {
+        let (keys, values) = deleted;
+        if !values.is_empty() {
+            let ops = vec![Op::Delete; values.len()];
             out.push(self.build_output(keys, ops, values)?);
+        }
+        if !inserted.is_empty() {
+            out.push(after.take(&inserted, Op::Insert)?);
         }
         Ok(())
     }
+
+    /// Whether a group changed this epoch has a row now (the global aggregate always
+    /// has one).
+    fn is_visible_now(&self, key: &[u8]) -> Result<bool> {
+        Ok(match self.state.get(key) {
+            Some(g) if g.rows < 0 => {
+                return Err(ExecError::Internal(format!(
+                    "negative row count in aggregation {}",
+                    self.spec.uid
+                )))
+            }
+            Some(g) => self.visible(g),
+            None => self.is_global(),
+        })
+    }
+
+    /// The current rows of groups that have one, in the order of `keys`: the keys
+    /// decoded and every call's value, one column each.
+    fn current_rows<'k>(&self, keys: impl Iterator<Item = &'k [u8]> + Clone) -> Result<Rows> {
+        let empty = self.new_group();
+        let states = keys
+            .clone()
+            .map(|k| self.state.get(k).map_or(&empty.accs[..], |g| &g.accs[..]));
+        self.rows_of(keys, states)
+    }
+
+    /// The rows of groups given by their keys and states, in that order.
+    fn rows_of<'k, 's>(
+        &self,
+        keys: impl Iterator<Item = &'k [u8]>,
+        states: impl Iterator<Item = &'s [AccState]>,
+    ) -> Result<Rows> {
+        let states: Vec<&[AccState]> = states.collect();
+        let mut columns =
+            crate::chunk::decode_rows(&self.key_converter, self.spec.group_types.len(), keys)?;
+        columns.extend(self.aggs.output_columns(&states)?);
+        Ok(Rows {
+            schema: self.spec.output_schema.clone(),
+            columns,
+        })
+    }
+}
+
+/// Rows of an aggregation's output, column by column.
+struct Rows {
+    schema: SchemaRef,
+    columns: Vec<arrow::array::ArrayRef>,
+}
+
+impl Rows {
+    /// Every row, as changes of kind `op`.
+    fn all(self, op: Op) -> Result<StreamChunk> {
+        let n = self.columns.first().map_or(0, |c| c.len());
+        Ok(StreamChunk::from_columns(
+            vec![op; n],
+            self.schema,
+            self.columns,
+        )?)
+    }
+
+    /// The rows at `at`, as changes of kind `op`.
+    fn take(&self, at: &[u32], op: Op) -> Result<StreamChunk> {
+        let at = arrow::array::UInt32Array::from(at.to_vec());
+        let columns = self
+            .columns
+            .iter()
+            .map(|c| arrow::compute::take(c, &at, None))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(StreamChunk::from_columns(
+            vec![op; at.len()],
+            self.schema.clone(),
+            columns,
+        )?)
+    }
+}
+
+/// Whether `values`, the calls' values a group last emitted, are those of row `i`
+/// of `rows` (whose columns after the keys are the calls').
+fn row_equals(values: &[ScalarValue], rows: &Rows, i: usize) -> Result<bool> {
+    let calls = &rows.columns[rows.columns.len() - values.len()..];
+    for (v, column) in values.iter().zip(calls) {
+        if *v != ScalarValue::try_from_array(column, i)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 #[cfg(test)]
