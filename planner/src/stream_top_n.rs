@@ -18,7 +18,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
-use weir_executor::operators::partition_rows::PartitionLayout;
+use weir_executor::operators::partition_rows::{PartitionLayout, RowSource};
 use weir_executor::operators::project::ProjectSpec;
 use weir_executor::operators::top_n::{Ranking, TopNSpec};
 use weir_executor::{FragmentInput, OperatorSpec};
@@ -228,6 +228,7 @@ impl Builder<'_> {
                 },
             ));
         }
+        let row_sources = row_sources(&in_schema, partition, order);
         let schema = Arc::new(Schema::new(fields));
         p.chain.push(OperatorSpec::Project(ProjectSpec {
             exprs,
@@ -243,6 +244,7 @@ impl Builder<'_> {
                 sort_fields,
                 output_schema: nullable_schema(out_schema),
                 append_only_input: false,
+                row_sources,
             },
         ))
     }
@@ -293,4 +295,23 @@ impl Builder<'_> {
             schema: q.out_schema,
         })
     }
+}
+
+/// For each input column, the PARTITION BY or ORDER BY key that is that column
+/// itself, if one is: its value is then in the key too (see `RowSource`).
+fn row_sources(in_schema: &DFSchemaRef, partition: &[Expr], order: &[SortExpr]) -> Vec<RowSource> {
+    in_schema
+        .columns()
+        .into_iter()
+        .map(|c| {
+            let is_column = |e: &Expr| matches!(e, Expr::Column(x) if *x == c);
+            if let Some(j) = partition.iter().position(is_column) {
+                RowSource::Partition(j)
+            } else if let Some(k) = order.iter().position(|s| is_column(&s.expr)) {
+                RowSource::Sort(k)
+            } else {
+                RowSource::Row
+            }
+        })
+        .collect()
 }

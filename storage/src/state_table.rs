@@ -428,13 +428,13 @@ impl<V: StateValue> StateTable<V> {
     /// its current layout after [`Self::load`]).
     pub fn try_for_each_unstored<E>(
         &mut self,
-        mut f: impl FnMut(&mut V) -> Result<(), E>,
+        mut f: impl FnMut(&[u8], &mut V) -> Result<(), E>,
     ) -> Result<(), E> {
         self.unfreeze();
         self.slots
             .iter_mut()
-            .filter_map(|s| s.value.as_mut())
-            .try_for_each(&mut f)
+            .filter_map(|s| Some((&*s.key, s.value.as_mut()?)))
+            .try_for_each(|(k, v)| f(k, v))
     }
 
     /// Mutable access; marks the key dirty. Inserts `default()` when absent.
@@ -1239,7 +1239,7 @@ mod tests {
                         // Ends a freeze while the uploader may hold its layers: they
                         // are copied, and nothing changes.
                         forced_over_two += usize::from(t.frozen.len() == 2);
-                        t.try_for_each_unstored(|_| Ok::<(), ()>(())).unwrap();
+                        t.try_for_each_unstored(|_, _| Ok::<(), ()>(())).unwrap();
                         assert!(t.frozen.is_empty(), "step {step}");
                     }
                     81 => {

@@ -232,7 +232,7 @@ impl HashAggOperator {
         state.set_track_changes(track_changes);
         if restored {
             state.load(key_groups.start, key_groups.end)?;
-            state.try_for_each_unstored(|g| aggs.upgrade(&mut g.accs))?;
+            state.try_for_each_unstored(|_, g| aggs.upgrade(&mut g.accs))?;
             if let Some(d) = &mut distinct {
                 let kg = (key_groups.start, key_groups.end);
                 d.load(&*backend, kg, &mut state)?;

@@ -25,7 +25,14 @@ pub struct Partition {
 enum Rows {
     Small(Vec<SmallEntry>),
     Large(BTreeMap<(Vec<u8>, Vec<u8>), i64>),
+    /// A Top-1's first row, once, with its row *short*: without the columns that the
+    /// partition key and the sort key already hold (see `partition_rows::ShortRows`).
+    /// Its encoding says so, so that state of either form reads back as what it is.
+    First(SmallEntry),
 }
+
+/// The high bit of an encoded partition's entry count: its one row is short.
+const SHORT_ROW: u32 = 1 << 31;
 
 /// A sort key and a row in one allocation.
 #[derive(Debug, Clone)]
@@ -66,7 +73,13 @@ impl Partition {
         match &self.rows {
             Rows::Small(v) => v.len(),
             Rows::Large(m) => m.len(),
+            Rows::First(_) => 1,
         }
+    }
+
+    /// Whether this is a Top-1's first row with its row short ([`Self::first`]).
+    pub fn is_short(&self) -> bool {
+        matches!(self.rows, Rows::First(_))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -77,6 +90,7 @@ impl Partition {
     pub fn entries(&self) -> impl Iterator<Item = (&[u8], &[u8], i64)> {
         let (small, large) = match &self.rows {
             Rows::Small(v) => (Some(v.iter()), None),
+            Rows::First(e) => (Some(std::slice::from_ref(e).iter()), None),
             Rows::Large(m) => (None, Some(m.iter())),
         };
         let small = small.into_iter().flatten().map(|e| {
@@ -100,6 +114,11 @@ impl Partition {
     /// Adds `sign` copies of a row (negative: a delete, which may arrive before its
     /// insert through another upstream actor within an epoch).
     pub fn add(&mut self, sort: &[u8], row: &[u8], sign: i64) {
+        if let Rows::First(e) = &self.rows {
+            // (Operators read a short row back into their own form at load; this
+            // only keeps the partition whole if one ever gets here.)
+            self.rows = Rows::Small(vec![e.clone()]);
+        }
         match &mut self.rows {
             Rows::Small(v) => {
                 match v.binary_search_by(|e| e.key().cmp(&(sort, row))) {
@@ -126,6 +145,7 @@ impl Partition {
                     e.insert(sign);
                 }
             },
+            Rows::First(_) => unreachable!("made small above"),
         }
     }
 
@@ -136,6 +156,14 @@ impl Partition {
         // `vec![x]` allocates exactly one slot.
         Partition {
             rows: Rows::Small(vec![SmallEntry::new(sort, row, 1)]),
+        }
+    }
+
+    /// A Top-1's first row, once, its row short (the columns the key and the sort
+    /// key hold left out): one entry, without a vector around it.
+    pub fn first(sort: &[u8], row: &[u8]) -> Self {
+        Partition {
+            rows: Rows::First(SmallEntry::new(sort, row, 1)),
         }
     }
 
@@ -180,6 +208,7 @@ impl Partition {
                     m.split_off(&first_dropped);
                 }
             }
+            Rows::First(_) => {}
         }
     }
 }
@@ -191,7 +220,8 @@ impl StateValue for Partition {
             .map(|(sort, row, _)| 16 + sort.len() + row.len())
             .sum::<usize>();
         buf.reserve(size);
-        buf.extend_from_slice(&(self.len() as u32).to_le_bytes());
+        let short = if self.is_short() { SHORT_ROW } else { 0 };
+        buf.extend_from_slice(&(self.len() as u32 | short).to_le_bytes());
         for (sort, row, n) in self.entries() {
             for part in [sort, row] {
                 buf.extend_from_slice(&(part.len() as u32).to_le_bytes());
@@ -204,6 +234,11 @@ impl StateValue for Partition {
     fn decode(bytes: &[u8]) -> Option<Self> {
         let mut r = crate::bytes::Reader(bytes);
         let count = r.u32()?;
+        if count & SHORT_ROW != 0 {
+            let (sort, row) = (r.prefixed()?, r.prefixed()?);
+            let copies = r.i64()?;
+            return (count == SHORT_ROW | 1 && copies == 1).then(|| Partition::first(&sort, &row));
+        }
         let mut p = Partition::default();
         for _ in 0..count {
             let sort = r.prefixed()?;
@@ -318,5 +353,16 @@ mod tests {
         let back = Partition::decode(&p.encode()).unwrap();
         assert_eq!(sorts(&back), sorts(&p));
         assert_eq!(back.present().count(), 2);
+    }
+
+    #[test]
+    fn a_short_first_row_round_trips_as_short() {
+        let p = Partition::first(&[7, 8], &[9]);
+        let back = Partition::decode(&p.encode()).unwrap();
+        assert!(back.is_short());
+        assert_eq!(sorts(&back), vec![("\u{7}\u{8}\u{9}".to_string(), 1)]);
+        let full = Partition::only(&[7, 8], &[9]);
+        assert!(!Partition::decode(&full.encode()).unwrap().is_short());
+        assert_ne!(p.encode(), full.encode(), "the encoding says which");
     }
 }

@@ -77,6 +77,18 @@ pub struct PartitionLayout {
     /// Nothing upstream can delete (`append_only::mark`): a Top-N keeps only the rows
     /// that can ever reach its top, as Flink's `AppendOnlyTopNFunction` does.
     pub append_only_input: bool,
+    /// Per row column, where else its value is (empty: nowhere else). The Top-1 path
+    /// keeps its rows short, without these columns (see [`ShortRows`]).
+    pub row_sources: Vec<RowSource>,
+}
+
+/// Where a row column's value is besides the row: a PARTITION BY or ORDER BY that is
+/// the column itself holds it too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowSource {
+    Row,
+    Partition(usize),
+    Sort(usize),
 }
 
 impl PartitionLayout {
@@ -167,6 +179,79 @@ pub struct PartitionedOperator<S: Shown> {
     first_reemit: bool,
     /// [`Shown::first_row_only`] over an append-only input: the extra columns' values.
     first_only: Option<Vec<ScalarValue>>,
+    /// How rows are kept short, when the layout allows it; the Top-1 path keeps them
+    /// so (`first_only`), the general path reads restored short rows back whole.
+    short: Option<ShortRows>,
+}
+
+/// A row without the columns its partition key and sort key already hold. q18's
+/// dedup (`PARTITION BY bidder, auction ORDER BY date_time DESC, price DESC, extra
+/// DESC`) kept five of a bid's seven columns twice, `extra` the longest: a third of
+/// its state and of its checkpoints.
+struct ShortRows {
+    /// The row columns a short row keeps, in order.
+    kept: Vec<usize>,
+    converter: RowConverter,
+    sources: Vec<RowSource>,
+}
+
+impl ShortRows {
+    /// `None` when every column is kept (no PARTITION BY or ORDER BY is a column).
+    fn new(layout: &PartitionLayout) -> Result<Option<Self>> {
+        let sources = &layout.row_sources;
+        if sources.iter().all(|s| *s == RowSource::Row) {
+            return Ok(None);
+        }
+        let kept: Vec<usize> = (0..sources.len())
+            .filter(|&c| sources[c] == RowSource::Row)
+            .collect();
+        let types: Vec<DataType> = kept.iter().map(|&c| layout.row_types[c].clone()).collect();
+        Ok(Some(Self {
+            kept,
+            converter: RowConverter::new(fields(&types))?,
+            sources: sources.clone(),
+        }))
+    }
+
+    /// The short rows of a chunk's rows.
+    fn of_columns(&self, row_columns: &[ArrayRef]) -> Result<Option<Rows>> {
+        if self.kept.is_empty() {
+            return Ok(None);
+        }
+        let kept: Vec<ArrayRef> = self.kept.iter().map(|&c| row_columns[c].clone()).collect();
+        Ok(Some(self.converter.convert_columns(&kept)?))
+    }
+
+    /// Whole rows as columns, from each row's (partition key, sort key, short row).
+    fn columns(
+        &self,
+        converters: (Option<&RowConverter>, &RowConverter),
+        entries: &[(&[u8], &[u8], &[u8])],
+    ) -> Result<Vec<ArrayRef>> {
+        let (partition, sort) = converters;
+        let decode = |c: &RowConverter, rows: &mut dyn Iterator<Item = &[u8]>| {
+            let parser = c.parser();
+            c.convert_rows(rows.map(|r| parser.parse(r)))
+        };
+        let partition = partition
+            .map(|c| decode(c, &mut entries.iter().map(|e| e.0)))
+            .transpose()?;
+        let sort = decode(sort, &mut entries.iter().map(|e| e.1))?;
+        let kept = match self.kept.is_empty() {
+            true => vec![],
+            false => decode(&self.converter, &mut entries.iter().map(|e| e.2))?,
+        };
+        let mut kept = kept.into_iter();
+        self.sources
+            .iter()
+            .map(|s| match s {
+                RowSource::Row => kept.next(),
+                RowSource::Partition(j) => partition.as_ref().map(|p| p[*j].clone()),
+                RowSource::Sort(k) => Some(sort[*k].clone()),
+            })
+            .map(|c| c.ok_or_else(|| ExecError::Internal("a short row's column is missing".into())))
+            .collect()
+    }
 }
 
 fn fields(types: &[DataType]) -> Vec<SortField> {
@@ -212,9 +297,10 @@ impl<S: Shown> PartitionedOperator<S> {
                 epoch_before.insert(k.to_vec(), Vec::new());
             }
         }
-        Ok(Self {
+        let mut op = Self {
             first_reemit: reemit && first_only.is_some(),
             first_only,
+            short: ShortRows::new(&layout)?,
             layout,
             shown,
             row_converter,
@@ -224,6 +310,38 @@ impl<S: Shown> PartitionedOperator<S> {
             state,
             epoch_before,
             first_before: Vec::new(),
+        };
+        if restore.restored {
+            op.reform_restored()?;
+        }
+        Ok(op)
+    }
+
+    /// Whether rows are kept short: the Top-1 path, when the layout allows it.
+    fn keeps_short(&self) -> bool {
+        self.first_only.is_some() && self.short.is_some()
+    }
+
+    /// Restored partitions into the form this operator keeps: short first rows on the
+    /// Top-1 path, whole rows otherwise. A view whose input stopped or started being
+    /// append-only, or state from before short rows, reads the other form.
+    fn reform_restored(&mut self) -> Result<()> {
+        let short = self.keeps_short();
+        let converters = (
+            &self.row_converter,
+            self.partition_converter.as_ref(),
+            &self.sort_converter,
+            self.short.as_ref(),
+        );
+        self.state.try_for_each_unstored(|key, partition| {
+            if partition.is_short() == short {
+                return Ok(());
+            }
+            let Some((sort, row)) = partition.present().next() else {
+                return Ok(());
+            };
+            *partition = reform(converters, key, sort, row, short)?;
+            Ok(())
         })
     }
 
@@ -280,6 +398,12 @@ impl<S: Shown> PartitionedOperator<S> {
         )?)
     }
 
+    /// Whether the Top-1 path keeps its rows short ([`ShortRows`]).
+    #[cfg(test)]
+    pub(crate) fn keeps_short_rows(&self) -> bool {
+        self.keeps_short()
+    }
+
     /// Whether the Top-1 path ([`Self::add_first_rows`]) is taken.
     #[cfg(test)]
     pub(crate) fn follows_first_rows(&self) -> bool {
@@ -298,6 +422,12 @@ impl<S: Shown> PartitionedOperator<S> {
     ) {
         let row_of = |i: usize| -> &[u8] { rows.map(|r| r.row(i).data()).unwrap_or_default() };
         let entry = |i: usize| (sorts.row(i).data(), row_of(i));
+        // A short row leaves out the partition key (equal within a partition) and the
+        // sort key (compared first): whole and short rows order a partition alike.
+        let keep = match self.keeps_short() {
+            true => Partition::first,
+            false => Partition::only,
+        };
         for (g, key) in keys.iter().enumerate() {
             // One lookup for the whole group: its best row against the partition's.
             let best = groups.rows(g).iter().copied().min_by_key(|&i| entry(i));
@@ -306,7 +436,7 @@ impl<S: Shown> PartitionedOperator<S> {
             };
             let replaced = self.state.replace_with(key, |partition| {
                 let beats = first_row(partition).is_none_or(|first| entry(best) < first);
-                beats.then(|| Partition::only(sorts.row(best).data(), row_of(best)))
+                beats.then(|| keep(sorts.row(best).data(), row_of(best)))
             });
             if let Some(replaced) = replaced.filter(|r| r.first_since_flush) {
                 self.first_before.push((key.to_vec(), replaced.before));
@@ -324,35 +454,42 @@ impl<S: Shown> PartitionedOperator<S> {
         // Taken and given back: its allocation serves the next epoch.
         let mut changed = std::mem::take(&mut self.first_before);
         let mut ops = Vec::new();
-        let mut rows: Vec<&[u8]> = Vec::new();
+        // (partition key, sort key, row) of each change.
+        let mut rows: Vec<(&[u8], &[u8], &[u8])> = Vec::new();
         if std::mem::take(&mut self.first_reemit) {
             // Nothing downstream saw the restored rows (nor the images of this epoch's
             // changes): every first row is new to it.
             changed.clear();
             for key in self.state.keys() {
-                if let Some((_, row)) = first_row(self.state.get(key)) {
+                if let Some((sort, row)) = first_row(self.state.get(key)) {
                     ops.push(Op::Insert);
-                    rows.push(row);
+                    rows.push((key, sort, row));
                 }
             }
         }
         for (key, before) in &changed {
-            let before = first_row(before.as_ref()).map(|(_, r)| r);
-            let after = first_row(self.state.get(key)).map(|(_, r)| r);
+            let before = first_row(before.as_ref());
+            let after = first_row(self.state.get(key));
             if before == after {
                 continue;
             }
-            if let Some(b) = before {
+            if let Some((sort, row)) = before {
                 ops.push(Op::Delete);
-                rows.push(b);
+                rows.push((key, sort, row));
             }
-            if let Some(a) = after {
+            if let Some((sort, row)) = after {
                 ops.push(Op::Insert);
-                rows.push(a);
+                rows.push((key, sort, row));
             }
         }
         if !ops.is_empty() {
-            let mut columns = self.row_columns(rows.iter().copied())?;
+            let mut columns = match self.short.as_ref().filter(|_| self.keeps_short()) {
+                Some(short) => short.columns(
+                    (self.partition_converter.as_ref(), &self.sort_converter),
+                    &rows,
+                )?,
+                None => self.row_columns(rows.iter().map(|(_, _, row)| *row))?,
+            };
             for v in extras {
                 columns.push(v.to_array_of_size(ops.len())?);
             }
@@ -412,6 +549,33 @@ impl<S: Shown> PartitionedOperator<S> {
     }
 }
 
+/// A partition's first row in the other form: whole into short (`short`), or back.
+fn reform(
+    converters: (
+        &RowConverter,
+        Option<&RowConverter>,
+        &RowConverter,
+        Option<&ShortRows>,
+    ),
+    key: &[u8],
+    sort: &[u8],
+    row: &[u8],
+    short: bool,
+) -> Result<Partition> {
+    let (whole, partition, sorts, short_rows) = converters;
+    let short_rows = short_rows
+        .ok_or_else(|| ExecError::Internal("a short row without a layout for it".into()))?;
+    if short {
+        let columns = crate::chunk::decode_rows(whole, short_rows.sources.len(), [row])?;
+        let kept = short_rows.of_columns(&columns)?;
+        let row = kept.as_ref().map(|r| r.row(0).data()).unwrap_or_default();
+        return Ok(Partition::first(sort, row));
+    }
+    let columns = short_rows.columns((partition, sorts), &[(key, sort, row)])?;
+    let row = whole.convert_columns(&columns)?;
+    Ok(Partition::only(sort, row.row(0).data()))
+}
+
 /// A partition's first row: (sort key, row).
 fn first_row(p: Option<&Partition>) -> Option<(&[u8], &[u8])> {
     p.and_then(|p| p.present().next())
@@ -450,9 +614,12 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
         let w = self.layout.row_types.len();
         let p = self.layout.partition_types.len();
         let cols = chunk.columns();
-        let rows = (w > 0)
-            .then(|| self.row_converter.convert_columns(&cols[..w]))
-            .transpose()?;
+        let rows = match self.short.as_ref().filter(|_| self.keeps_short()) {
+            Some(short) => short.of_columns(&cols[..w])?,
+            None => (w > 0)
+                .then(|| self.row_converter.convert_columns(&cols[..w]))
+                .transpose()?,
+        };
         let parts = self
             .partition_converter
             .as_ref()

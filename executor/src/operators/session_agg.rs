@@ -331,7 +331,7 @@ impl SessionAggOperator {
             op.state
                 .load(restore.key_groups.start, restore.key_groups.end)?;
             let aggs = &op.aggs;
-            op.state.try_for_each_unstored(|ks| {
+            op.state.try_for_each_unstored(|_, ks| {
                 ks.list
                     .iter_mut()
                     .try_for_each(|s| aggs.upgrade(&mut s.accs))

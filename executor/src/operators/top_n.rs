@@ -175,8 +175,21 @@ mod tests {
         )
     }
 
+    /// Its Top-1 path keeps short rows: `k` is the partition key, `t` the sort key.
     fn top_one_on(
         append_only_input: bool,
+        backend: Arc<dyn StateBackend>,
+        restore: StateRestore,
+    ) -> TopNOperator {
+        use crate::operators::partition_rows::RowSource;
+        let sources = vec![RowSource::Partition(0), RowSource::Sort(0), RowSource::Row];
+        top_one_with(append_only_input, sources, backend, restore)
+    }
+
+    /// `sources` empty: rows kept whole on every path, as before short rows.
+    fn top_one_with(
+        append_only_input: bool,
+        row_sources: Vec<crate::operators::partition_rows::RowSource>,
         backend: Arc<dyn StateBackend>,
         restore: StateRestore,
     ) -> TopNOperator {
@@ -199,6 +212,7 @@ mod tests {
                 Field::new("rn", DataType::UInt64, true),
             ])),
             append_only_input,
+            row_sources,
         };
         let spec = TopNSpec {
             layout,
@@ -271,13 +285,59 @@ mod tests {
     /// again (`reemit`: they were not checkpointed).
     fn restored_to_reemit(op: &mut TopNOperator, append_only_input: bool) -> TopNOperator {
         let backend = crate::operators::restored_backend(op.snapshot(1).unwrap());
-        let restore = StateRestore {
+        top_one_on(append_only_input, backend, reemitting())
+    }
+
+    fn reemitting() -> StateRestore {
+        StateRestore {
             restored: true,
             reemit: true,
             track_changes: true,
             ..StateRestore::fresh(128)
+        }
+    }
+
+    /// State kept whole (the general path, or the Top-1 path before short rows) reads
+    /// back into short rows, and short rows back into whole ones: after the restore,
+    /// every pairing emits what the general path restored from itself does.
+    #[test]
+    fn state_moves_between_whole_and_short_rows() {
+        let (before, after) = (epochs(5, 6), epochs(9, 6));
+        let tracked = StateRestore {
+            track_changes: true,
+            ..StateRestore::fresh(128)
         };
-        top_one_on(append_only_input, backend, restore)
+        let written_by = |append_only: bool, sources| {
+            let mut op = top_one_with(append_only, sources, MemoryStateBackend::new(), tracked);
+            run(&mut op, &before);
+            crate::operators::restored_backend(op.snapshot(1).unwrap())
+        };
+        use crate::operators::partition_rows::RowSource;
+        let short = vec![RowSource::Partition(0), RowSource::Sort(0), RowSource::Row];
+        let reference = run(
+            &mut top_one_on(false, written_by(false, short.clone()), reemitting()),
+            &after,
+        );
+        for (writer_append_only, writer_sources, reader_append_only) in [
+            (false, short.clone(), true),
+            (true, vec![], true),
+            (true, short.clone(), false),
+            (true, short.clone(), true),
+        ] {
+            let backend = written_by(writer_append_only, writer_sources.clone());
+            let mut reader = top_one_on(reader_append_only, backend, reemitting());
+            assert_eq!(reader.keeps_short_rows(), reader_append_only);
+            assert_eq!(
+                run(&mut reader, &after),
+                reference,
+                "written append-only {writer_append_only} with sources {writer_sources:?}, \
+                 read append-only {reader_append_only}"
+            );
+        }
+        let mut short_writer = top_one(true);
+        run(&mut short_writer, &before);
+        assert!(short_writer.keeps_short_rows());
+        assert!(!top_one_with(true, vec![], MemoryStateBackend::new(), tracked).keeps_short_rows());
     }
 
     #[test]
