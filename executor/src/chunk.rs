@@ -88,6 +88,15 @@ impl StreamChunk {
         self.batch.num_rows()
     }
 
+    /// `a`'s changes, then `b`'s, as one chunk (same schema): downstream takes a chunk
+    /// whole, so changes that belong together (an update's delete and insert) never
+    /// straddle a sink's commit.
+    pub fn concat(a: &StreamChunk, b: &StreamChunk) -> arrow::error::Result<StreamChunk> {
+        let batch = arrow::compute::concat_batches(&a.schema(), [&a.batch, &b.batch])?;
+        let ops: Vec<Op> = a.ops.iter().chain(b.ops.iter()).copied().collect();
+        Ok(StreamChunk::new(ops, batch))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.batch.num_rows() == 0
     }

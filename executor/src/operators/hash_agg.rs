@@ -521,8 +521,8 @@ impl HashAggOperator {
 
     /// Emits, for every group changed since the last emission, a delete of the row
     /// last emitted and an insert of the current one, and flushes the state table.
-    /// The deletes go out first, then the inserts: the same changes as a delete and an
-    /// insert per group, with the current rows built column by column.
+    /// The deletes go first in the chunk, then the inserts: the same changes as a
+    /// delete and an insert per group, with the current rows built column by column.
     fn emit_changes(&mut self, out: &mut Vec<StreamChunk>) -> Result<()> {
         if self.spec.emit_on_window_close {
             // Closed windows went out with the watermark that closed them.
@@ -566,12 +566,17 @@ impl HashAggOperator {
         self.clean_below_watermark()?;
         self.state.flush()?;
         let (keys, values) = deleted;
-        if !values.is_empty() {
-            let ops = vec![Op::Delete; values.len()];
-            out.push(self.build_output(keys, ops, values)?);
-        }
-        if !inserted.is_empty() {
-            out.push(after.take(&inserted, Op::Insert)?);
+        let ops = vec![Op::Delete; values.len()];
+        let deletes = self.build_output(keys, ops, values)?;
+        let inserts = after.take(&inserted, Op::Insert)?;
+        let changes = match (deletes.is_empty(), inserts.is_empty()) {
+            (_, true) => deletes,
+            (true, false) => inserts,
+            // One chunk: an update's delete and insert go downstream together.
+            (false, false) => StreamChunk::concat(&deletes, &inserts)?,
+        };
+        if !changes.is_empty() {
+            out.push(changes);
         }
         Ok(())
     }
@@ -857,6 +862,35 @@ mod tests {
         }
         seen.sort();
         seen
+    }
+
+    /// A barrier's changes are one chunk, the deletes first: an update's delete and
+    /// insert never reach a sink in different chunks (its commit could fall between).
+    #[test]
+    fn a_barrier_emits_its_updates_in_one_chunk_deletes_first() {
+        let mut op = distinct_agg(
+            MemoryStateBackend::new(),
+            StateRestore::fresh(128),
+            false,
+            8,
+        );
+        let ins = |g: i64, v: i64| (Op::Insert, (g, v, 0, true));
+        let rows = [ins(0, 1), ins(1, 2), ins(2, 3)];
+        op.process_chunk(signed_chunk(&rows), &mut Vec::new())
+            .unwrap();
+        op.on_barrier(&Barrier::plain(1), &mut Vec::new()).unwrap();
+        // Groups 0 and 1 change, group 3 is new, group 2 is left alone.
+        let rows = [ins(0, 5), ins(1, 6), ins(3, 7)];
+        op.process_chunk(signed_chunk(&rows), &mut Vec::new())
+            .unwrap();
+        let mut out = Vec::new();
+        op.on_barrier(&Barrier::plain(2), &mut out).unwrap();
+        assert_eq!(out.len(), 1, "one chunk");
+        let signs: Vec<i64> = out[0].ops.iter().map(|o| o.sign()).collect();
+        assert_eq!(signs, [-1, -1, 1, 1, 1]);
+        let mut out = Vec::new();
+        op.on_barrier(&Barrier::plain(3), &mut out).unwrap();
+        assert!(out.is_empty(), "nothing changed");
     }
 
     /// Checkpoints applied in order, as the uploader's chain of deltas merges them.
