@@ -568,7 +568,7 @@ impl HashAggOperator {
         let (keys, values) = deleted;
         let ops = vec![Op::Delete; values.len()];
         let deletes = self.build_output(keys, ops, values)?;
-        let inserts = after.take(&inserted, Op::Insert)?;
+        let inserts = after.all(Op::Insert)?.take(&inserted)?;
         let changes = match (deletes.is_empty(), inserts.is_empty()) {
             (_, true) => deletes,
             (true, false) => inserts,
@@ -637,21 +637,6 @@ impl Rows {
             vec![op; n],
             self.schema,
             self.columns,
-        )?)
-    }
-
-    /// The rows at `at`, as changes of kind `op`.
-    fn take(&self, at: &[u32], op: Op) -> Result<StreamChunk> {
-        let at = arrow::array::UInt32Array::from(at.to_vec());
-        let columns = self
-            .columns
-            .iter()
-            .map(|c| arrow::compute::take(c, &at, None))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(StreamChunk::from_columns(
-            vec![op; at.len()],
-            self.schema.clone(),
-            columns,
         )?)
     }
 }

@@ -237,10 +237,11 @@ impl ShortRows {
             .map(|c| decode(c, &mut entries.iter().map(|e| e.0)))
             .transpose()?;
         let sort = decode(sort, &mut entries.iter().map(|e| e.1))?;
-        let kept = match self.kept.is_empty() {
-            true => vec![],
-            false => decode(&self.converter, &mut entries.iter().map(|e| e.2))?,
-        };
+        let kept = crate::chunk::decode_rows(
+            &self.converter,
+            self.kept.len(),
+            entries.iter().map(|e| e.2),
+        )?;
         let mut kept = kept.into_iter();
         self.sources
             .iter()
@@ -251,6 +252,26 @@ impl ShortRows {
             })
             .map(|c| c.ok_or_else(|| ExecError::Internal("a short row's column is missing".into())))
             .collect()
+    }
+
+    /// A partition's first row, whole (`whole` encodes it), as a short one.
+    fn shorten(&self, whole: &RowConverter, sort: &[u8], row: &[u8]) -> Result<Partition> {
+        let columns = crate::chunk::decode_rows(whole, self.sources.len(), [row])?;
+        let kept = self.of_columns(&columns)?;
+        let row = kept.as_ref().map(|r| r.row(0).data()).unwrap_or_default();
+        Ok(Partition::first(sort, row))
+    }
+
+    /// A short first row made whole again, from its partition's key.
+    fn lengthen(
+        &self,
+        converters: (Option<&RowConverter>, &RowConverter),
+        whole: &RowConverter,
+        (key, sort, row): (&[u8], &[u8], &[u8]),
+    ) -> Result<Partition> {
+        let columns = self.columns(converters, &[(key, sort, row)])?;
+        let row = whole.convert_columns(&columns)?;
+        Ok(Partition::only(sort, row.row(0).data()))
     }
 }
 
@@ -317,30 +338,32 @@ impl<S: Shown> PartitionedOperator<S> {
         Ok(op)
     }
 
-    /// Whether rows are kept short: the Top-1 path, when the layout allows it.
-    fn keeps_short(&self) -> bool {
-        self.first_only.is_some() && self.short.is_some()
+    /// How rows are kept short, on the Top-1 path when the layout allows it.
+    fn short_rows_kept(&self) -> Option<&ShortRows> {
+        self.short.as_ref().filter(|_| self.first_only.is_some())
     }
 
     /// Restored partitions into the form this operator keeps: short first rows on the
     /// Top-1 path, whole rows otherwise. A view whose input stopped or started being
     /// append-only, or state from before short rows, reads the other form.
     fn reform_restored(&mut self) -> Result<()> {
-        let short = self.keeps_short();
-        let converters = (
-            &self.row_converter,
-            self.partition_converter.as_ref(),
-            &self.sort_converter,
-            self.short.as_ref(),
-        );
+        let keep_short = self.short_rows_kept().is_some();
+        let whole = &self.row_converter;
+        let keys = (self.partition_converter.as_ref(), &self.sort_converter);
+        let short = self.short.as_ref();
         self.state.try_for_each_unstored(|key, partition| {
-            if partition.is_short() == short {
+            if partition.is_short() == keep_short {
                 return Ok(());
             }
             let Some((sort, row)) = partition.present().next() else {
                 return Ok(());
             };
-            *partition = reform(converters, key, sort, row, short)?;
+            let short = short
+                .ok_or_else(|| ExecError::Internal("a short row without a layout for it".into()))?;
+            *partition = match keep_short {
+                true => short.shorten(whole, sort, row)?,
+                false => short.lengthen(keys, whole, (key, sort, row))?,
+            };
             Ok(())
         })
     }
@@ -401,7 +424,7 @@ impl<S: Shown> PartitionedOperator<S> {
     /// Whether the Top-1 path keeps its rows short ([`ShortRows`]).
     #[cfg(test)]
     pub(crate) fn keeps_short_rows(&self) -> bool {
-        self.keeps_short()
+        self.short_rows_kept().is_some()
     }
 
     /// Whether the Top-1 path ([`Self::add_first_rows`]) is taken.
@@ -424,7 +447,7 @@ impl<S: Shown> PartitionedOperator<S> {
         let entry = |i: usize| (sorts.row(i).data(), row_of(i));
         // A short row leaves out the partition key (equal within a partition) and the
         // sort key (compared first): whole and short rows order a partition alike.
-        let keep = match self.keeps_short() {
+        let keep = match self.short_rows_kept().is_some() {
             true => Partition::first,
             false => Partition::only,
         };
@@ -483,7 +506,7 @@ impl<S: Shown> PartitionedOperator<S> {
             }
         }
         if !ops.is_empty() {
-            let mut columns = match self.short.as_ref().filter(|_| self.keeps_short()) {
+            let mut columns = match self.short_rows_kept() {
                 Some(short) => short.columns(
                     (self.partition_converter.as_ref(), &self.sort_converter),
                     &rows,
@@ -549,33 +572,6 @@ impl<S: Shown> PartitionedOperator<S> {
     }
 }
 
-/// A partition's first row in the other form: whole into short (`short`), or back.
-fn reform(
-    converters: (
-        &RowConverter,
-        Option<&RowConverter>,
-        &RowConverter,
-        Option<&ShortRows>,
-    ),
-    key: &[u8],
-    sort: &[u8],
-    row: &[u8],
-    short: bool,
-) -> Result<Partition> {
-    let (whole, partition, sorts, short_rows) = converters;
-    let short_rows = short_rows
-        .ok_or_else(|| ExecError::Internal("a short row without a layout for it".into()))?;
-    if short {
-        let columns = crate::chunk::decode_rows(whole, short_rows.sources.len(), [row])?;
-        let kept = short_rows.of_columns(&columns)?;
-        let row = kept.as_ref().map(|r| r.row(0).data()).unwrap_or_default();
-        return Ok(Partition::first(sort, row));
-    }
-    let columns = short_rows.columns((partition, sorts), &[(key, sort, row)])?;
-    let row = whole.convert_columns(&columns)?;
-    Ok(Partition::only(sort, row.row(0).data()))
-}
-
 /// A partition's first row: (sort key, row).
 fn first_row(p: Option<&Partition>) -> Option<(&[u8], &[u8])> {
     p.and_then(|p| p.present().next())
@@ -614,7 +610,7 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
         let w = self.layout.row_types.len();
         let p = self.layout.partition_types.len();
         let cols = chunk.columns();
-        let rows = match self.short.as_ref().filter(|_| self.keeps_short()) {
+        let rows = match self.short_rows_kept() {
             Some(short) => short.of_columns(&cols[..w])?,
             None => (w > 0)
                 .then(|| self.row_converter.convert_columns(&cols[..w]))
