@@ -19,7 +19,6 @@ use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use crate::operators::distinct_entries::{self, DistinctEntries};
 use crate::operators::spec::{BuildContext, StateRestore, StreamSpec, WatermarkFlow};
-use ahash::AHashMap as HashMap;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
@@ -76,6 +75,12 @@ const EMIT_SLICE: usize = 8192;
 pub struct GroupState {
     rows: i64,
     pub(crate) accs: Vec<AccState>,
+    /// The emission round in which the group last joined [`EpochChanges`] (not
+    /// stored: 0 after a restore). Kept with the group, so that a chunk's rows find
+    /// out with the lookup they make anyway whether the group changed before in this
+    /// epoch; a map of the epoch's changed keys beside the state had cost a probe per
+    /// group per chunk and a key copy per group per epoch.
+    round: u64,
 }
 
 impl StateValue for GroupState {
@@ -84,7 +89,11 @@ impl StateValue for GroupState {
     }
     fn decode(bytes: &[u8]) -> Option<Self> {
         let (rows, accs) = decode_states(bytes)?;
-        Some(GroupState { rows, accs })
+        Some(GroupState {
+            rows,
+            accs,
+            round: 0,
+        })
     }
 }
 
@@ -93,6 +102,38 @@ fn empty_group(aggs: &Aggregates) -> GroupState {
     GroupState {
         rows: 0,
         accs: aggs.new_states(),
+        round: 0,
+    }
+}
+
+/// The groups changed since the last emission, in the order they first changed,
+/// each with the calls' values it last emitted (`None`: it emitted no row). The
+/// keys share one buffer.
+#[derive(Default)]
+struct EpochChanges {
+    keys: Vec<u8>,
+    ends: Vec<usize>,
+    before: Vec<Option<Vec<ScalarValue>>>,
+}
+
+impl EpochChanges {
+    fn push(&mut self, key: &[u8], before: Option<Vec<ScalarValue>>) {
+        self.keys.extend_from_slice(key);
+        self.ends.push(self.keys.len());
+        self.before.push(before);
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.keys[start..self.ends[i]]
     }
 }
 
@@ -104,8 +145,10 @@ pub struct HashAggOperator {
     /// Where the groups' distinct sets are stored, one entry per value (`None`: the
     /// aggregation has none, or never checkpoints and stores each set whole).
     distinct: Option<DistinctEntries>,
-    /// Output last emitted for each group changed in this epoch (None: no row emitted).
-    epoch_before: HashMap<Vec<u8>, Option<Vec<ScalarValue>>>,
+    /// The groups changed in this epoch, with the rows they last emitted.
+    changes: EpochChanges,
+    /// Emissions so far, plus one: the round a group changed in now carries.
+    round: u64,
     global_emitted: bool,
     /// Groups whose key column `.0` is below `.1` are closed (`EMIT ON WINDOW CLOSE`) or
     /// cleaned (`clean_by_watermark`): rows for them are late and dropped.
@@ -238,11 +281,14 @@ impl HashAggOperator {
                 d.load(&*backend, kg, &mut state)?;
             }
         }
-        let mut epoch_before = HashMap::new();
+        let mut changes = EpochChanges::default();
+        let round = 1;
         if restored && reemit {
-            for k in state.keys() {
-                epoch_before.insert(k.to_vec(), None);
-            }
+            state.try_for_each_unstored(|k, g| -> Result<()> {
+                g.round = round;
+                changes.push(k, None);
+                Ok(())
+            })?;
         }
         Ok(Self {
             spec,
@@ -250,7 +296,8 @@ impl HashAggOperator {
             key_converter,
             state,
             distinct,
-            epoch_before,
+            changes,
+            round,
             // A restored global aggregate already emitted its row (unless it re-emits).
             global_emitted: restored && !reemit,
             closed_below: None,
@@ -260,10 +307,6 @@ impl HashAggOperator {
 
     fn is_global(&self) -> bool {
         self.spec.group_types.is_empty()
-    }
-
-    fn outputs(&self, g: &GroupState) -> Result<Vec<ScalarValue>> {
-        self.aggs.outputs(&g.accs)
     }
 
     fn visible(&self, g: &GroupState) -> bool {
@@ -276,16 +319,13 @@ impl HashAggOperator {
 
     fn build_output(
         &self,
-        keys: Vec<Vec<u8>>,
+        keys: Vec<&[u8]>,
         ops: Vec<Op>,
         values: Vec<Vec<ScalarValue>>,
     ) -> Result<StreamChunk> {
         let n = ops.len();
-        let mut columns = crate::chunk::decode_rows(
-            &self.key_converter,
-            self.spec.group_types.len(),
-            keys.iter().map(|k| k.as_slice()),
-        )?;
+        let mut columns =
+            crate::chunk::decode_rows(&self.key_converter, self.spec.group_types.len(), keys)?;
         for (j, call) in self.spec.calls.iter().enumerate() {
             let col = values.iter().map(|v| v[j].clone());
             let arr = if n == 0 {
@@ -360,20 +400,22 @@ impl Operator for HashAggOperator {
         let groups = crate::row_groups::RowGroups::new(n, key_of);
         // A window emitted once at its close needs no image of its row before the epoch.
         let track_before = !self.spec.emit_on_window_close;
+        // The global group emitted its row once it emitted anything; another group
+        // while it has rows (a new one has none).
+        let global = self.is_global().then_some(self.global_emitted);
         for (g, &first) in groups.first_row.iter().enumerate() {
             let key = key_of(first);
-            if track_before && !self.epoch_before.contains_key(key) {
-                let before = match self.state.get(key) {
-                    Some(g) if self.visible(g) => Some(self.outputs(g)?),
-                    None if self.is_global() && self.global_emitted => {
-                        Some(self.outputs(&self.new_group())?)
-                    }
-                    _ => None,
-                };
-                self.epoch_before.insert(key.to_vec(), before);
-            }
             let aggs = &self.aggs;
             let group = self.state.get_or_insert_with(key, || empty_group(aggs));
+            if track_before && group.round != self.round {
+                group.round = self.round;
+                let before = match global {
+                    Some(emitted) => emitted,
+                    None => group.rows > 0,
+                };
+                let before = before.then(|| aggs.outputs(&group.accs)).transpose()?;
+                self.changes.push(key, before);
+            }
             let was_clean = self
                 .distinct
                 .as_ref()
@@ -529,34 +571,30 @@ impl HashAggOperator {
             self.state.flush()?;
             return Ok(());
         }
-        if self.is_global() && !self.global_emitted && self.epoch_before.is_empty() {
+        if self.is_global() && !self.global_emitted && self.changes.is_empty() {
             // Postgres returns one row for a global aggregate over no rows.
-            self.epoch_before.insert(Vec::new(), None);
+            self.changes.push(&[], None);
         }
-        let changed: Vec<_> = self.epoch_before.drain().collect();
-        let (visible, gone): (Vec<_>, Vec<_>) = changed
-            .into_iter()
-            .map(|(key, before)| Ok((self.is_visible_now(&key)?, key, before)))
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .partition(|(now, _, _)| *now);
-        let after = self.current_rows(visible.iter().map(|(_, k, _)| k.as_slice()))?;
+        let mut changes = std::mem::take(&mut self.changes);
+        self.round += 1;
+        let (visible, gone, after) = self.current_rows(&changes)?;
+        let mut befores = std::mem::take(&mut changes.before);
         let mut deleted = (Vec::new(), Vec::new());
         let mut inserted = Vec::new();
-        for (i, (_, key, before)) in visible.into_iter().enumerate() {
-            if let Some(b) = before {
-                if row_equals(&b, &after, i)? {
+        for (row, &i) in visible.iter().enumerate() {
+            if let Some(b) = befores[i].take() {
+                if row_equals(&b, &after, row)? {
                     continue;
                 }
-                deleted.0.push(key);
+                deleted.0.push(changes.key(i));
                 deleted.1.push(b);
             }
-            inserted.push(i as u32);
+            inserted.push(row as u32);
         }
-        for (_, key, before) in gone {
-            self.remove_group(&key);
-            if let Some(b) = before {
-                deleted.0.push(key);
+        for &i in &gone {
+            self.remove_group(changes.key(i));
+            if let Some(b) = befores[i].take() {
+                deleted.0.push(changes.key(i));
                 deleted.1.push(b);
             }
         }
@@ -581,29 +619,35 @@ impl HashAggOperator {
         Ok(())
     }
 
-    /// Whether a group changed this epoch has a row now (the global aggregate always
-    /// has one).
-    fn is_visible_now(&self, key: &[u8]) -> Result<bool> {
-        Ok(match self.state.get(key) {
-            Some(g) if g.rows < 0 => {
-                return Err(ExecError::Internal(format!(
-                    "negative row count in aggregation {}",
-                    self.spec.uid
-                )))
-            }
-            Some(g) => self.visible(g),
-            None => self.is_global(),
-        })
-    }
-
-    /// The current rows of groups that have one, in the order of `keys`: the keys
-    /// decoded and every call's value, one column each.
-    fn current_rows<'k>(&self, keys: impl Iterator<Item = &'k [u8]> + Clone) -> Result<Rows> {
+    /// The changed groups that have a row now (the global aggregate always has one)
+    /// and those that have none, as indexes of `changes`, and the current rows of
+    /// the first, in their order: one state lookup per group.
+    fn current_rows(&self, changes: &EpochChanges) -> Result<(Vec<usize>, Vec<usize>, Rows)> {
         let empty = self.new_group();
-        let states = keys
-            .clone()
-            .map(|k| self.state.get(k).map_or(&empty.accs[..], |g| &g.accs[..]));
-        self.rows_of(keys, states)
+        let (mut visible, mut gone, mut states) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..changes.len() {
+            let shows = match self.state.get(changes.key(i)) {
+                Some(g) if g.rows < 0 => {
+                    return Err(ExecError::Internal(format!(
+                        "negative row count in aggregation {}",
+                        self.spec.uid
+                    )))
+                }
+                Some(g) if self.visible(g) => Some(&g.accs[..]),
+                None if self.is_global() => Some(&empty.accs[..]),
+                _ => None,
+            };
+            match shows {
+                Some(accs) => {
+                    visible.push(i);
+                    states.push(accs);
+                }
+                None => gone.push(i),
+            }
+        }
+        let keys = visible.iter().map(|&i| changes.key(i));
+        let rows = self.rows_of(keys, states.into_iter())?;
+        Ok((visible, gone, rows))
     }
 
     /// The rows of groups given by their keys and states, in that order.
@@ -876,6 +920,34 @@ mod tests {
         let mut out = Vec::new();
         op.on_barrier(&Barrier::plain(3), &mut out).unwrap();
         assert!(out.is_empty(), "nothing changed");
+    }
+
+    /// A group changed by several chunks of one epoch emits one update, from the row
+    /// it emitted at the barrier before; a group that lost all its rows, a delete.
+    #[test]
+    fn an_epochs_update_starts_from_the_row_last_emitted() {
+        let mut op = distinct_agg(
+            MemoryStateBackend::new(),
+            StateRestore::fresh(128),
+            false,
+            8,
+        );
+        let ins = |g: i64, v: i64| (Op::Insert, (g, v, 0, true));
+        let del = |g: i64, v: i64| (Op::Delete, (g, v, 0, true));
+        assert_eq!(
+            epoch(&mut op, &[ins(0, 1), ins(1, 1)], 1),
+            [[1, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]]
+        );
+        for rows in [[ins(0, 2)], [ins(0, 3)], [del(1, 1)]] {
+            op.process_chunk(signed_chunk(&rows), &mut Vec::new())
+                .unwrap();
+        }
+        assert_eq!(
+            epoch(&mut op, &[ins(0, 3)], 2),
+            [[-1, 0, 1, 1, 1, 1], [-1, 1, 1, 1, 1, 1], [1, 0, 4, 3, 3, 1]]
+        );
+        assert_eq!(epoch(&mut op, &[ins(1, 5)], 3), [[1, 1, 1, 1, 1, 1]]);
+        assert!(epoch(&mut op, &[], 4).is_empty(), "nothing changed");
     }
 
     /// Checkpoints applied in order, as the uploader's chain of deltas merges them.
