@@ -73,13 +73,20 @@ def row(rate, par, q, events, c):
 
 
 def summary(cells):
-    slow = [(k, c) for k, c in cells if not (c["ratio"] >= TARGET)]
+    # A cell without a ratio (every run of an engine failed: a Flink run that hit
+    # the harness's RUN_TIMEOUT, say) is neither at nor below the target: listed apart.
+    unmeasured = [(k, c) for k, c in cells if not ok(c["ratio"])]
+    slow = [(k, c) for k, c in cells if ok(c["ratio"]) and c["ratio"] < TARGET]
     heavy = [(k, c) for k, c in cells if not (0 < c["wrss"] < c["heap"])]
     name = lambda k: f"{k[2]} (rate {k[0]:,}, p = {k[1]}, {k[3]:,} events)"
     print()
-    print(f"Cells at >= {TARGET:g}x Flink (median): {len(cells) - len(slow)} of {len(cells)}.")
+    measured = len(cells) - len(unmeasured)
+    print(f"Cells at >= {TARGET:g}x Flink (median): {measured - len(slow)} of {measured} with a ratio.")
     for k, c in slow:
         print(f"- below: {name(k)} {c['ratio']:.1f}x")
+    for k, c in unmeasured:
+        fl_failed, we_failed = c["failed"]
+        print(f"- no ratio: {name(k)}: {fl_failed} Flink and {we_failed} Weir runs failed")
     print(f"Cells with Weir's peak RSS below Flink's heap after GC: {len(cells) - len(heavy)} of {len(cells)}.")
     for k, c in heavy:
         share = c["wrss"] / c["heap"] if c["heap"] else float("nan")
