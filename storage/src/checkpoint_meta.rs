@@ -22,6 +22,11 @@ pub struct StateFile {
     pub crc32: u32,
     /// Epoch at which the file was written (its changes reach up to that epoch).
     pub epoch: u64,
+    /// About the bytes of the files before it in its chain that this file makes
+    /// dead (entries it replaces or removes): 0 for a base, absent when not known
+    /// (row state, or written before 2026-12-07). Compaction weighs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_before: Option<u64>,
 }
 
 impl StateFile {
@@ -32,7 +37,14 @@ impl StateFile {
             size: written.size,
             crc32: written.crc32,
             epoch,
+            dead_before: None,
         }
+    }
+
+    /// With the bytes of earlier files it makes dead (see `dead_before`).
+    pub fn making_dead(mut self, bytes: Option<u64>) -> Self {
+        self.dead_before = bytes;
+        self
     }
 }
 

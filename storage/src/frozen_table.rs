@@ -48,6 +48,12 @@ pub trait FrozenDelta: Send + Sync + std::fmt::Debug {
     /// The lowest and the highest key group of its entries (`None` when it has
     /// none).
     fn key_groups(&self) -> Option<(u32, u32)>;
+
+    /// How many entries replace or remove a key that the checkpoint before holds
+    /// (see [`crate::keyed_entries::KeyedEntries::superseding`]); `None`: not known.
+    fn superseding(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The frozen parts of one uid in the order in which they can be written one after
@@ -172,6 +178,16 @@ type Sorted<'a, V> = (u32, u64, &'a Slot<V>);
 impl<V: StateValue> FrozenDelta for FrozenTable<V> {
     fn len(&self) -> usize {
         self.entries
+    }
+
+    /// Counted by the uploader, off the actor (the freeze itself is O(1)).
+    fn superseding(&self) -> Option<usize> {
+        Some(
+            self.slots
+                .iter()
+                .filter(|s| s.in_delta && s.in_image())
+                .count(),
+        )
     }
 
     fn estimated_size(&self) -> usize {

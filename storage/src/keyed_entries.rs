@@ -47,6 +47,9 @@ pub struct KeyedEntries {
     /// The memory-mapped file the batches were decoded from (zero-copy), kept alive
     /// here: a merge hands its pages back as it reads (see [`crate::mapped_pages`]).
     mapped_file: Option<MappedFile>,
+    /// How many entries replace or remove a key that the files before this one
+    /// hold (a state table's delta counts them); `None`: not known.
+    superseding: Option<usize>,
 }
 
 impl KeyedEntries {
@@ -66,6 +69,7 @@ impl KeyedEntries {
         Ok(Self {
             batches,
             mapped_file: None,
+            superseding: None,
         })
     }
 
@@ -93,7 +97,19 @@ impl KeyedEntries {
         Self {
             batches,
             mapped_file: None,
+            superseding: None,
         }
+    }
+
+    /// Records that `n` of the entries replace or remove a key the earlier files
+    /// hold (the uploader's compaction weighs what they make dead).
+    pub fn with_superseding(mut self, n: usize) -> Self {
+        self.superseding = Some(n);
+        self
+    }
+
+    pub fn superseding(&self) -> Option<usize> {
+        self.superseding
     }
 
     pub fn batches(&self) -> &[RecordBatch] {

@@ -71,6 +71,17 @@ impl DeltaData {
         }
     }
 
+    /// How many of a keyed delta's entries replace or remove a key that the files
+    /// before it hold, and how many entries it has (at most), when known: what its
+    /// file makes dead in the chain before it.
+    pub fn superseding(&self) -> Option<(usize, usize)> {
+        match self {
+            DeltaData::Keyed(e) => Some((e.superseding()?, e.len())),
+            DeltaData::Frozen(f) => Some((f.superseding()?, f.len())),
+            DeltaData::Rows(_) => None,
+        }
+    }
+
     /// The keyed entries (none if this is row data): a uid's files are all one kind.
     /// A frozen delta is encoded whole (tests, checks: the uploader streams it).
     pub fn into_keyed(self) -> KeyedEntries {

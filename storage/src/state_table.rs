@@ -102,6 +102,12 @@ impl<V> Slot<V> {
         }
     }
 
+    /// The last checkpoint's state holds the key: its change in the next delta
+    /// replaces or removes an entry of an earlier file.
+    pub(crate) fn in_image(&self) -> bool {
+        self.in_image
+    }
+
     /// Nothing outside this table knows the key: its removal can be forgotten.
     fn unknown_outside(&self) -> bool {
         !self.in_image && !self.in_backend && !self.shadows
@@ -682,17 +688,19 @@ impl<V: StateValue> StateTable<V> {
         }
         let mut out = KeyedEntriesBuilder::default();
         let max_parallelism = self.max_parallelism;
+        let mut superseding = 0;
         for h in std::mem::take(&mut self.in_delta) {
             let Some(mut e) = self.find_marked(h, |s| s.in_delta) else {
                 continue;
             };
             let slot = e.get_mut();
+            superseding += usize::from(slot.in_image);
             slot.push_change(KeyGroup::of_key(&slot.key, max_parallelism).0, &mut out);
             if !slot.checkpointed() {
                 e.remove();
             }
         }
-        DeltaData::Keyed(out.finish())
+        DeltaData::Keyed(out.finish().with_superseding(superseding))
     }
 
     /// A delta that is a large share of the table (a final checkpoint's is often all
@@ -709,12 +717,13 @@ impl<V: StateValue> StateTable<V> {
             .filter(|s| s.in_delta)
             .map(|s| (KeyGroup::of_key(&s.key, max_parallelism).0, s))
             .collect();
+        let superseding = changed.iter().filter(|(_, s)| s.in_image).count();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let piece = changed.len().div_ceil(cores).max(LARGE_DELTA_MIN);
         let delta = encode_on_every_core(&changed, piece, |c| (c.0, c.1));
         drop(changed);
         self.slots.retain(|s| !s.in_delta || s.checkpointed());
-        KeyedEntries::from_sealed(delta)
+        KeyedEntries::from_sealed(delta).with_superseding(superseding)
     }
 
     pub fn uid(&self) -> &str {
@@ -1294,6 +1303,17 @@ mod tests {
                         t.flush().unwrap();
                         let delta = t.take_checkpoint_delta();
                         let entries = delta.clone().into_keyed().to_entries();
+                        // What the uploader's compaction weighs: the entries whose
+                        // key the image before holds (replaced or removed).
+                        let superseding = entries
+                            .iter()
+                            .filter(|(_, k, _)| image.contains_key(k))
+                            .count();
+                        assert_eq!(
+                            delta.superseding().map(|(n, _)| n),
+                            Some(superseding),
+                            "superseding entries, step {step}"
+                        );
                         if matches!(delta, DeltaData::Frozen(_)) {
                             frozen += 1;
                             layered += usize::from(t.frozen.len() > 1);
