@@ -618,13 +618,8 @@ mod tests {
         (dir, storage)
     }
 
-    /// A job's uploader on a local folder, and where its results arrive.
-    fn uploader_on(
-        storage: &ObjectStorage,
-    ) -> (
-        mpsc::UnboundedSender<WorkerMsg>,
-        mpsc::UnboundedReceiver<UploadDone>,
-    ) {
+    /// A new job's uploader on `storage`, with no chain yet.
+    fn new_uploader(storage: &ObjectStorage) -> JobUploader {
         let start = JobStart {
             chain: vec![],
             retained: vec![],
@@ -632,7 +627,17 @@ mod tests {
             plan_uids: vec!["u".into()],
         };
         let config = CheckpointConfig::default();
-        let uploader = JobUploader::new(1, "job", storage.clone(), config, 1, 128, start);
+        JobUploader::new(1, "job", storage.clone(), config, 1, 128, start)
+    }
+
+    /// A job's uploader on a local folder, and where its results arrive.
+    fn uploader_on(
+        storage: &ObjectStorage,
+    ) -> (
+        mpsc::UnboundedSender<WorkerMsg>,
+        mpsc::UnboundedReceiver<UploadDone>,
+    ) {
+        let uploader = new_uploader(storage);
         let (tx, rx) = mpsc::unbounded_channel();
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         tokio::spawn(uploader.run(rx, move |d| {
@@ -671,14 +676,7 @@ mod tests {
     #[test]
     fn a_base_is_rewritten_for_dead_bytes_not_for_growth() {
         let (_dir, storage) = local_storage();
-        let start = JobStart {
-            chain: vec![],
-            retained: vec![],
-            carry: vec![],
-            plan_uids: vec!["u".into()],
-        };
-        let config = CheckpointConfig::default();
-        let uploader = JobUploader::new(1, "job", storage, config, 1, 128, start);
+        let uploader = new_uploader(&storage);
         let file = |size: u64, dead_before| StateFile {
             path: String::new(),
             size,

@@ -79,7 +79,10 @@ pub struct GroupState {
     /// stored: 0 after a restore). Kept with the group, so that a chunk's rows find
     /// out with the lookup they make anyway whether the group changed before in this
     /// epoch; a map of the epoch's changed keys beside the state had cost a probe per
-    /// group per chunk and a key copy per group per epoch.
+    /// group per chunk and a key copy per group per epoch. Not the state table's
+    /// dirty flag (what the Top-1 path asks `replace_with`): that follows flushes,
+    /// and a restore that re-emits must count every restored group as changed
+    /// without marking it dirty.
     round: u64,
 }
 
