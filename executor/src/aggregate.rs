@@ -98,41 +98,18 @@ impl AggCall {
     }
 }
 
-/// An `i128` sum kept as two 8-aligned halves: `i128` is 16-aligned, which made
-/// every accumulator (there is one per call per group) 48 bytes instead of 32.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Sum128 {
-    low: u64,
-    high: i64,
-}
-
-impl Sum128 {
-    pub fn get(self) -> i128 {
-        ((self.high as i128) << 64) | self.low as i128
-    }
-
-    fn add(&mut self, v: i128) {
-        *self = Sum128::from(self.get().wrapping_add(v));
-    }
-}
-
-impl From<i128> for Sum128 {
-    fn from(v: i128) -> Self {
-        Sum128 {
-            low: v as u64,
-            high: (v >> 64) as i64,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum AccState {
     Count(i64),
-    /// Integer or decimal sum (decimals as unscaled values at the input's scale).
+    /// Integer or decimal sum (decimals as unscaled values at the input's scale), and
+    /// the values summed, while the sum fits in an `i64`.
     SumInt {
-        sum: Sum128,
+        sum: i64,
         n: i64,
     },
+    /// The same past an `i64`: all 128 bits, boxed, so that the common case keeps
+    /// every accumulator at 24 bytes (there is one per call per group).
+    SumWide(Box<WideSum>),
     SumFloat {
         sum: f64,
         n: i64,
@@ -142,8 +119,31 @@ pub enum AccState {
     Extreme(ValueCounts),
     /// The values of one column that the group's `count(DISTINCT)` calls share: kept
     /// after the calls' own states (see [`Aggregates`]). Boxed: every other state
-    /// fits in 32 bytes.
+    /// fits in 24 bytes.
     Distinct(Box<DistinctValues>),
+}
+
+/// Equal when they hold the same values, whatever the layout (a sum that went wide
+/// and came back into range equals one that never left it).
+impl PartialEq for AccState {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (AccState::Count(a), AccState::Count(b)) => a == b,
+            (AccState::SumFloat { sum: a, n: m }, AccState::SumFloat { sum: b, n: k }) => {
+                a == b && m == k
+            }
+            (AccState::Extreme(a), AccState::Extreme(b)) => a == b,
+            (AccState::Distinct(a), AccState::Distinct(b)) => a == b,
+            _ => self.int_sum().is_some() && self.int_sum() == other.int_sum(),
+        }
+    }
+}
+
+/// An integer sum past an `i64`, and the values summed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WideSum {
+    sum: i128,
+    n: i64,
 }
 
 fn is_float(t: &DataType) -> bool {
@@ -151,6 +151,51 @@ fn is_float(t: &DataType) -> bool {
 }
 
 impl AccState {
+    /// An integer sum of `n` values, in the narrow layout where it fits.
+    fn int_sum_of(sum: i128, n: i64) -> AccState {
+        match i64::try_from(sum) {
+            Ok(sum) => AccState::SumInt { sum, n },
+            Err(_) => AccState::SumWide(Box::new(WideSum { sum, n })),
+        }
+    }
+
+    /// An integer sum and the values summed; `None` for other states.
+    fn int_sum(&self) -> Option<(i128, i64)> {
+        match self {
+            AccState::SumInt { sum, n } => Some((*sum as i128, *n)),
+            AccState::SumWide(w) => Some((w.sum, w.n)),
+            _ => None,
+        }
+    }
+
+    /// Adds `value` to an integer sum and `values` to its count, widening the sum
+    /// when it leaves the `i64` range (it wraps at 128 bits, as it always has).
+    fn add_to_int_sum(&mut self, value: i128, values: i64) -> Result<()> {
+        match self {
+            AccState::SumInt { sum, n } => {
+                match i64::try_from(value).ok().and_then(|v| sum.checked_add(v)) {
+                    Some(narrow) => {
+                        *sum = narrow;
+                        *n += values;
+                    }
+                    None => {
+                        let sum = (*sum as i128).wrapping_add(value);
+                        *self = AccState::SumWide(Box::new(WideSum {
+                            sum,
+                            n: *n + values,
+                        }));
+                    }
+                }
+            }
+            AccState::SumWide(w) => {
+                w.sum = w.sum.wrapping_add(value);
+                w.n += values;
+            }
+            _ => return Err(ExecError::Internal("aggregate state mismatch".into())),
+        }
+        Ok(())
+    }
+
     pub fn new(call: &AggCall) -> Result<AccState> {
         Ok(match call.kind {
             AggKind::CountStar | AggKind::Count | AggKind::CountDistinct => AccState::Count(0),
@@ -159,10 +204,7 @@ impl AccState {
                 if is_float(t) {
                     AccState::SumFloat { sum: 0.0, n: 0 }
                 } else if t.is_integer() || matches!(t, DataType::Decimal128(..)) {
-                    AccState::SumInt {
-                        sum: Sum128::default(),
-                        n: 0,
-                    }
+                    AccState::SumInt { sum: 0, n: 0 }
                 } else {
                     return Err(ExecError::Internal(format!(
                         "{} over {t} is not supported in materialized views",
@@ -178,10 +220,7 @@ impl AccState {
             | AggKind::LastValue
             | AggKind::SumDistinct
             | AggKind::AvgDistinct => AccState::Extreme(ValueCounts::default()),
-            AggKind::BoolAnd | AggKind::BoolOr => AccState::SumInt {
-                sum: Sum128::default(),
-                n: 0,
-            },
+            AggKind::BoolAnd | AggKind::BoolOr => AccState::SumInt { sum: 0, n: 0 },
         })
     }
 }
@@ -326,16 +365,14 @@ impl CallRuntime {
                     *n += sign
                 }
             }
-            (AccState::SumInt { sum, n }, PreparedArg::Int(a)) => {
+            (state @ (AccState::SumInt { .. } | AccState::SumWide(_)), PreparedArg::Int(a)) => {
                 if a.is_valid(i) {
-                    sum.add(a.value(i) as i128 * sign as i128);
-                    *n += sign;
+                    state.add_to_int_sum(a.value(i) as i128 * sign as i128, sign)?;
                 }
             }
-            (AccState::SumInt { sum, n }, PreparedArg::Decimal(a)) => {
+            (state @ (AccState::SumInt { .. } | AccState::SumWide(_)), PreparedArg::Decimal(a)) => {
                 if a.is_valid(i) {
-                    sum.add(a.value(i) * sign as i128);
-                    *n += sign;
+                    state.add_to_int_sum(a.value(i) * sign as i128, sign)?;
                 }
             }
             (AccState::SumFloat { sum, n }, PreparedArg::Float(a)) => {
@@ -388,9 +425,11 @@ impl CallRuntime {
     pub fn merge(&self, into: &mut AccState, from: AccState) -> Result<()> {
         match (into, from) {
             (AccState::Count(a), AccState::Count(b)) => *a += b,
-            (AccState::SumInt { sum, n }, AccState::SumInt { sum: s, n: m }) => {
-                sum.add(s.get());
-                *n += m;
+            (into @ (AccState::SumInt { .. } | AccState::SumWide(_)), from)
+                if from.int_sum().is_some() =>
+            {
+                let (sum, n) = from.int_sum().expect("guarded");
+                into.add_to_int_sum(sum, n)?;
             }
             (AccState::SumFloat { sum, n }, AccState::SumFloat { sum: s, n: m }) => {
                 *sum += s;
@@ -412,16 +451,16 @@ impl CallRuntime {
         let out = &self.call.output_type;
         Ok(match state {
             AccState::Count(n) => ScalarValue::Int64(Some(*n)),
-            AccState::SumInt { sum, n } => {
-                let sum = sum.get();
-                if *n == 0 {
+            AccState::SumInt { .. } | AccState::SumWide(_) => {
+                let (sum, n) = state.int_sum().expect("an integer sum");
+                if n == 0 {
                     ScalarValue::try_from(out)?
                 } else if self.call.kind == AggKind::BoolAnd {
-                    ScalarValue::Boolean(Some(sum == *n as i128))
+                    ScalarValue::Boolean(Some(sum == n as i128))
                 } else if self.call.kind == AggKind::BoolOr {
                     ScalarValue::Boolean(Some(sum > 0))
                 } else if self.call.kind == AggKind::Avg {
-                    avg_of_int(sum, *n, self.call.arg_type.as_ref(), out)?
+                    avg_of_int(sum, n, self.call.arg_type.as_ref(), out)?
                 } else {
                     match out {
                         DataType::Int64 => ScalarValue::Int64(Some(
@@ -516,13 +555,13 @@ impl CallRuntime {
             AggKind::Sum if *out == DataType::Int64 => {
                 let mut sums = Vec::with_capacity(states.len());
                 for s in states {
-                    let AccState::SumInt { sum, n } = s else {
+                    let Some((sum, n)) = s.int_sum() else {
                         return Ok(None);
                     };
-                    sums.push(match *n {
+                    sums.push(match n {
                         0 => None,
                         _ => Some(
-                            i64::try_from(sum.get())
+                            i64::try_from(sum)
                                 .map_err(|_| ExecError::Overflow("bigint out of range".into()))?,
                         ),
                     });
@@ -533,12 +572,10 @@ impl CallRuntime {
                 let decimal = matches!(self.call.arg_type, Some(DataType::Decimal128(..)));
                 let mut avgs = Vec::with_capacity(states.len());
                 for s in states {
-                    avgs.push(match s {
-                        AccState::SumInt { n: 0, .. } | AccState::SumFloat { n: 0, .. } => None,
-                        AccState::SumInt { sum, n } if !decimal => {
-                            Some(sum.get() as f64 / *n as f64)
-                        }
-                        AccState::SumFloat { sum, n } => Some(sum / *n as f64),
+                    avgs.push(match (s, s.int_sum()) {
+                        (AccState::SumFloat { n: 0, .. }, _) | (_, Some((_, 0))) => None,
+                        (AccState::SumFloat { sum, n }, _) => Some(sum / *n as f64),
+                        (_, Some((sum, n))) if !decimal => Some(sum as f64 / n as f64),
                         _ => return Ok(None),
                     });
                 }
@@ -1019,9 +1056,10 @@ pub fn encode_states(rows: i64, states: &[AccState], buf: &mut Vec<u8>) {
                 buf.push(0);
                 buf.extend_from_slice(&n.to_le_bytes());
             }
-            AccState::SumInt { sum, n } => {
+            AccState::SumInt { .. } | AccState::SumWide(_) => {
+                let (sum, n) = s.int_sum().expect("an integer sum");
                 buf.push(1);
-                buf.extend_from_slice(&sum.get().to_le_bytes());
+                buf.extend_from_slice(&sum.to_le_bytes());
                 buf.extend_from_slice(&n.to_le_bytes());
             }
             AccState::SumFloat { sum, n } => {
@@ -1062,10 +1100,7 @@ pub fn decode_states(bytes: &[u8]) -> Option<(i64, Vec<AccState>)> {
             0 => AccState::Count(r.i64()?),
             1 => {
                 let sum = i128::from_le_bytes(r.take(16)?.try_into().ok()?);
-                AccState::SumInt {
-                    sum: sum.into(),
-                    n: r.i64()?,
-                }
+                AccState::int_sum_of(sum, r.i64()?)
             }
             2 => {
                 let sum = f64::from_le_bytes(r.take(8)?.try_into().ok()?);
@@ -1145,25 +1180,52 @@ mod tests {
     }
 
     /// One accumulator per call per group: millions of groups make its size count.
+    /// A sum leaves the narrow layout past an `i64` and still keeps all 128 bits
+    /// through updates, merges and the stored encoding.
     #[test]
-    fn an_accumulator_takes_32_bytes_and_sums_keep_all_128_bits() {
-        assert_eq!(std::mem::size_of::<AccState>(), 32);
+    fn an_accumulator_takes_24_bytes_and_sums_keep_all_128_bits() {
+        assert_eq!(std::mem::size_of::<AccState>(), 24);
         for v in [
             0i128,
             -1,
-            1,
+            i64::MAX as i128,
+            i64::MIN as i128 - 1,
             i128::MAX,
             i128::MIN,
             (1 << 64) + 5,
             -(1 << 70) - 3,
         ] {
-            assert_eq!(Sum128::from(v).get(), v);
+            let s = AccState::int_sum_of(v, 3);
+            assert_eq!(s.int_sum(), Some((v, 3)));
+            assert_eq!(
+                matches!(s, AccState::SumInt { .. }),
+                i64::try_from(v).is_ok()
+            );
+            let mut buf = Vec::new();
+            encode_states(1, std::slice::from_ref(&s), &mut buf);
+            assert_eq!(decode_states(&buf), Some((1, vec![s])));
         }
-        let mut s = Sum128::from(u64::MAX as i128);
-        s.add(1);
-        assert_eq!(s.get(), 1i128 << 64);
-        s.add(-(1i128 << 65));
-        assert_eq!(s.get(), -(1i128 << 64));
+        let mut s = AccState::int_sum_of(i64::MAX as i128, 1);
+        s.add_to_int_sum(1, 1).unwrap();
+        assert_eq!(s.int_sum(), Some((1i128 << 63, 2)));
+        assert!(matches!(s, AccState::SumWide(_)), "widened past an i64");
+        s.add_to_int_sum(-(1i128 << 65), 1).unwrap();
+        assert_eq!(s.int_sum(), Some((-(3i128 << 63), 3)));
+        s.add_to_int_sum(3i128 << 63, -3).unwrap();
+        assert!(matches!(s, AccState::SumWide(_)));
+        assert_eq!(s, AccState::int_sum_of(0, 0), "equal whatever the layout");
+        assert_ne!(s, AccState::Count(0));
+
+        let sum = call(AggKind::Sum, DataType::Decimal128(38, 0));
+        let mut into = AccState::int_sum_of(5, 1);
+        sum.merge(&mut into, AccState::int_sum_of(i128::MAX - 5, 2))
+            .unwrap();
+        assert_eq!(into.int_sum(), Some((i128::MAX, 3)));
+        assert_eq!(
+            sum.output(&into).unwrap(),
+            ScalarValue::Decimal128(Some(i128::MAX), 38, 0)
+        );
+        assert!(sum.merge(&mut into, AccState::Count(1)).is_err());
     }
 
     /// Two `count(DISTINCT x)` calls (one with a FILTER) share a set; states stored
