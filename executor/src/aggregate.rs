@@ -423,14 +423,12 @@ impl CallRuntime {
     /// state: counts and sums add, multisets unite. `min` / `max` over an append-only
     /// input then keep only the extreme again.
     pub fn merge(&self, into: &mut AccState, from: AccState) -> Result<()> {
+        // Integer sums of either layout (a mismatched `into` is refused there).
+        if let Some((sum, n)) = from.int_sum() {
+            return into.add_to_int_sum(sum, n);
+        }
         match (into, from) {
             (AccState::Count(a), AccState::Count(b)) => *a += b,
-            (into @ (AccState::SumInt { .. } | AccState::SumWide(_)), from)
-                if from.int_sum().is_some() =>
-            {
-                let (sum, n) = from.int_sum().expect("guarded");
-                into.add_to_int_sum(sum, n)?;
-            }
             (AccState::SumFloat { sum, n }, AccState::SumFloat { sum: s, n: m }) => {
                 *sum += s;
                 *n += m;

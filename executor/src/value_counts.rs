@@ -21,7 +21,7 @@ const SMALL_VALUES: usize = 32;
 
 /// The longest value kept inline: what fits beside its count and the tags in 24 bytes
 /// (a row-encoded bigint takes 9).
-pub const INLINE_BYTES: usize = 14;
+const INLINE_BYTES: usize = 14;
 
 #[derive(Debug, Clone, Default)]
 pub enum ValueCounts {
