@@ -127,8 +127,21 @@ impl<V> std::fmt::Debug for FrozenTable<V> {
 /// Values whose encoding is measured to estimate a delta's size.
 const SIZE_SAMPLE: usize = 1_024;
 
-/// Entries encoded per piece of work: a column batch's rows.
+/// Entries encoded per piece of work at most: a column batch's rows.
 const PIECE: usize = 65_536;
+/// Encoded bytes a piece of work aims at. A run (a piece per core) is held whole
+/// until the uploader has written it, and a value can be a whole join bucket or
+/// Top-N partition: by entries alone, q20's final checkpoint held runs of 131,072
+/// join buckets of about 3.7 KB each, half a gigabyte beside the state.
+const PIECE_BYTES: usize = 16 << 20;
+/// Entries per piece at least, however large the values: a piece is a thread's
+/// work, and a thread per handful of entries would cost more than it saves.
+const MIN_PIECE: usize = 64;
+
+/// Entries per piece for values that encode to `bytes_per_entry` on average.
+pub(crate) fn entries_per_piece(bytes_per_entry: usize) -> usize {
+    (PIECE_BYTES / bytes_per_entry.max(1)).clamp(MIN_PIECE, PIECE)
+}
 
 impl<V: StateValue> FrozenTable<V> {
     /// The changed slots, each with its key group and key digest, in key order:
@@ -220,6 +233,7 @@ impl<V: StateValue> FrozenDelta for FrozenTable<V> {
     }
 
     fn batches_in_key_order(&self) -> Box<dyn Iterator<Item = RecordBatch> + Send + '_> {
+        let piece = entries_per_piece(self.estimated_size() / self.entries.max(1));
         let ranges = self.changed_in_key_order();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         // Runs of a piece per core, range after range (each range in key order).
@@ -227,10 +241,10 @@ impl<V: StateValue> FrozenDelta for FrozenTable<V> {
             let mut next = 0;
             std::iter::from_fn(move || {
                 let run = (next < items.len()).then(|| {
-                    let end = (next + cores * PIECE).min(items.len());
-                    encode_on_every_core(&items[next..end], PIECE, |i| (i.0, i.2))
+                    let end = (next + cores * piece).min(items.len());
+                    encode_on_every_core(&items[next..end], piece, |i| (i.0, i.2))
                 });
-                next += cores * PIECE;
+                next += cores * piece;
                 run
             })
         });

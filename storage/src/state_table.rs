@@ -985,6 +985,51 @@ mod tests {
         deltas.iter().map(frozen).collect()
     }
 
+    /// A value as large as a join's bucket of rows or a Top-N partition.
+    #[derive(Clone, Debug, PartialEq)]
+    struct Blob(Vec<u8>);
+
+    impl StateValue for Blob {
+        fn encode_into(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(&self.0)
+        }
+        fn decode(b: &[u8]) -> Option<Self> {
+            Some(Blob(b.to_vec()))
+        }
+    }
+
+    /// A frozen delta of large values is encoded in pieces of about `PIECE_BYTES`,
+    /// not of a fixed count of entries: the uploader holds a run of pieces whole, and
+    /// by entries alone a run of 128 KiB values would be cut only by the column
+    /// batch's 32 MiB (256 of them per batch, and every batch of the run held).
+    #[test]
+    fn a_frozen_delta_of_large_values_is_encoded_in_pieces_by_bytes() {
+        let mut t: StateTable<Blob> = StateTable::new("join", 128, MemoryStateBackend::new());
+        t.large_delta_min = 1;
+        let (n, size) = (300u32, 128 << 10);
+        for i in 0..n {
+            *t.get_or_insert_with(&i.to_le_bytes(), || Blob(Vec::new())) =
+                Blob(vec![i as u8; size]);
+        }
+        t.flush().unwrap();
+        let delta = t.take_checkpoint_delta();
+        let DeltaData::Frozen(frozen) = &delta else {
+            panic!("a large delta freezes")
+        };
+        let piece = crate::frozen_table::entries_per_piece(size);
+        assert_eq!(piece, 128, "16 MiB of 128 KiB values");
+        let rows: Vec<usize> = frozen
+            .batches_in_key_order()
+            .map(|b| b.num_rows())
+            .collect();
+        assert!(rows.iter().all(|&r| r <= piece), "batches of {rows:?}");
+        assert_eq!(rows.iter().sum::<usize>(), n as usize);
+        for (_, key, value) in frozen.to_entries().to_entries() {
+            let i = u32::from_le_bytes(key.try_into().unwrap());
+            assert_eq!(value, Some(vec![i as u8; size]), "key {i}");
+        }
+    }
+
     /// Two actors' frozen parts (the two halves of the key groups, given in reverse)
     /// go in the order of their key groups and stream one after the other as one
     /// delta in key order, the same as their merge. Parts that share key groups have
