@@ -113,6 +113,9 @@ pub(crate) struct FrozenTable<V> {
     pub(crate) entries: usize,
     /// The lowest and highest key group of the delta, found once when first asked.
     pub(crate) key_groups: OnceLock<Option<(u32, u32)>>,
+    /// [`FrozenDelta::estimated_size`], sampled once: the compaction decision and
+    /// the encode's piece size both ask for it.
+    pub(crate) estimated_size: OnceLock<usize>,
 }
 
 impl<V> std::fmt::Debug for FrozenTable<V> {
@@ -144,6 +147,26 @@ pub(crate) fn entries_per_piece(bytes_per_entry: usize) -> usize {
 }
 
 impl<V: StateValue> FrozenTable<V> {
+    /// About the bytes of the delta's file, from the encoded size of a sample of its
+    /// values.
+    fn sampled_size(&self) -> usize {
+        let (mut sampled, mut value_bytes, mut buf) = (0usize, 0usize, Vec::new());
+        let (mut n, mut key_bytes) = (0usize, 0usize);
+        for s in self.slots.iter().filter(|s| s.in_delta) {
+            n += 1;
+            key_bytes += s.key.len();
+            if let (Some(v), true) = (&s.value, sampled < SIZE_SAMPLE) {
+                buf.clear();
+                v.encode_into(&mut buf);
+                value_bytes += buf.len();
+                sampled += 1;
+            }
+        }
+        // Key group, two offsets and validity: 13 bytes of columns per entry.
+        let values = (value_bytes / sampled.max(1)).saturating_mul(n);
+        key_bytes + values + 13 * n
+    }
+
     /// The changed slots, each with its key group and key digest, in key order:
     /// split into one range of key groups per core and sorted on every core at once
     /// (the upload of a final checkpoint has the machine to itself).
@@ -204,21 +227,7 @@ impl<V: StateValue> FrozenDelta for FrozenTable<V> {
     }
 
     fn estimated_size(&self) -> usize {
-        let (mut sampled, mut value_bytes, mut buf) = (0usize, 0usize, Vec::new());
-        let (mut n, mut key_bytes) = (0usize, 0usize);
-        for s in self.slots.iter().filter(|s| s.in_delta) {
-            n += 1;
-            key_bytes += s.key.len();
-            if let (Some(v), true) = (&s.value, sampled < SIZE_SAMPLE) {
-                buf.clear();
-                v.encode_into(&mut buf);
-                value_bytes += buf.len();
-                sampled += 1;
-            }
-        }
-        // Key group, two offsets and validity: 13 bytes of columns per entry.
-        let values = (value_bytes / sampled.max(1)).saturating_mul(n);
-        key_bytes + values + 13 * n
+        *self.estimated_size.get_or_init(|| self.sampled_size())
     }
 
     fn key_groups(&self) -> Option<(u32, u32)> {

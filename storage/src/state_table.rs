@@ -310,6 +310,7 @@ impl<V: StateValue> StateTable<V> {
             max_parallelism: self.max_parallelism,
             entries: std::mem::take(&mut self.in_delta).len(),
             key_groups: Default::default(),
+            estimated_size: Default::default(),
         });
         self.frozen.push(frozen.clone());
         DeltaData::Frozen(frozen)
