@@ -37,6 +37,8 @@
 //! - [`digest`]: order-independent digests of changelogs (output checks).
 //! - [`row_below`]: testing an encoded row's column against a watermark in place.
 //! - [`row_groups`]: a chunk's rows grouped by key, for keyed operators.
+//! - [`plain_rows`]: payload rows as bytes in a plain layout (a copy per value to
+//!   decode), where no SQL order is needed.
 //! - [`topology`]: a running job's fragments, operators and exchanges (the dashboard's
 //!   job graph, `weir_catalog.operators`).
 //! - [`progress`]: long work (backfill, SAVEPOINT, RESTORE, recovery) reporting how far
@@ -69,6 +71,7 @@ pub mod metrics;
 pub(crate) mod operator;
 pub mod operators;
 pub mod packed_set;
+pub(crate) mod plain_rows;
 pub mod proctime;
 pub mod progress;
 pub(crate) mod row_below;

@@ -26,7 +26,7 @@
 use crate::frozen_table::FrozenTable;
 use crate::keyed_entries::{KeyedEntries, KeyedEntriesBuilder};
 use crate::state_snapshot::DeltaData;
-use crate::{KeyGroup, StateBackend, StateKey, WriteBatch};
+use crate::{KeyGroup, StateBackend, StateKey, StorageError, WriteBatch};
 use arrow::array::RecordBatch;
 use hashbrown::hash_table::{Entry, OccupiedEntry};
 use hashbrown::HashTable;
@@ -371,11 +371,22 @@ impl<V: StateValue> StateTable<V> {
     /// Loads the entries of the given key-group range from the backend into the cache
     /// (used when an actor starts on existing state).
     pub fn load(&mut self, kg_start: u32, kg_end: u32) -> crate::Result<usize> {
+        self.load_with(kg_start, kg_end, |v| Ok(V::decode(v)))
+    }
+
+    /// [`Self::load`], each value decoded by `decode`: an operator whose values can
+    /// be in an older layout converts them here, with what only it knows of them.
+    pub fn load_with<E: From<StorageError>>(
+        &mut self,
+        kg_start: u32,
+        kg_end: u32,
+        mut decode: impl FnMut(&[u8]) -> std::result::Result<Option<V>, E>,
+    ) -> std::result::Result<usize, E> {
         self.unfreeze();
         let mut n = 0;
         let keeps = self.backend.keeps_flushed_state();
         for (k, v) in self.backend.scan(&self.uid, kg_start, kg_end)? {
-            if let Some(v) = V::decode(&v) {
+            if let Some(v) = decode(&v)? {
                 let h = self.hash(&k.key);
                 let mut slot = Slot::new(k.key.into_boxed_slice(), v);
                 // Restored state is the last checkpoint's image.

@@ -16,9 +16,9 @@ use crate::operators::partition_rows::{
     Partition, PartitionLayout, PartitionedOperator, PartitionedSpec, Showing, Shown, StateRestore,
 };
 use crate::operators::spec::BuildContext;
+use crate::plain_rows::RowCodec;
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{DataType, SchemaRef};
-use arrow::row::RowConverter;
 use datafusion::physical_plan::WindowExpr;
 use std::sync::Arc;
 use weir_storage::StateBackend;
@@ -104,7 +104,7 @@ impl Shown for Windowed {
         self.types.clone()
     }
 
-    fn shown(&self, partition: Option<&Partition>, rows: &RowConverter) -> Result<Showing> {
+    fn shown(&self, partition: Option<&Partition>, rows: &RowCodec) -> Result<Showing> {
         let present: Vec<&[u8]> = partition
             .into_iter()
             .flat_map(|p| p.present().map(|(_, row)| row))
@@ -115,11 +115,10 @@ impl Shown for Windowed {
                 extras: vec![],
             });
         }
-        let parser = rows.parser();
         let columns = if self.spec.input_schema.fields().is_empty() {
             vec![]
         } else {
-            rows.convert_rows(present.iter().map(|r| parser.parse(r)))?
+            rows.decode(present.iter().copied())?
         };
         let batch = RecordBatch::try_new_with_options(
             self.spec.input_schema.clone(),

@@ -33,6 +33,10 @@ enum Rows {
 
 /// The high bit of an encoded partition's entry count: its one row is short.
 const SHORT_ROW: u32 = 1 << 31;
+/// The next bit: its rows are in [`crate::plain_rows::RowCodec`]'s layout. State
+/// written before that layout has its rows in arrow's row format, and reads back
+/// through [`Partition::decode_stored`], which says so.
+const CODEC_ROWS: u32 = 1 << 30;
 
 /// A sort key and a row in one allocation.
 #[derive(Debug, Clone)]
@@ -167,6 +171,58 @@ impl Partition {
         }
     }
 
+    /// This partition with its rows replaced by what `convert` makes of them (all
+    /// rows in one call, in entry order); the sort keys and counts stay.
+    pub fn map_rows<E>(
+        &self,
+        convert: impl FnOnce(Vec<&[u8]>) -> Result<Vec<Vec<u8>>, E>,
+    ) -> Result<Partition, E> {
+        let rows = convert(self.entries().map(|(_, row, _)| row).collect())?;
+        let entries = self.entries().zip(rows);
+        if self.is_short() {
+            let mut entries = entries;
+            let ((sort, _, _), row) = entries.next().expect("a short partition has its row");
+            return Ok(Partition::first(sort, &row));
+        }
+        let mut p = Partition::default();
+        for ((sort, _, copies), row) in entries {
+            p.add(sort, &row, copies);
+        }
+        Ok(p)
+    }
+
+    /// An encoded partition, and whether its rows are in arrow's row format (state
+    /// written before [`CODEC_ROWS`], converted with [`Self::map_rows`]).
+    pub fn decode_stored(bytes: &[u8]) -> Option<(Self, bool)> {
+        let mut r = crate::bytes::Reader(bytes);
+        let count = r.u32()?;
+        let ordered_rows = count & CODEC_ROWS == 0;
+        let entries = count & !(SHORT_ROW | CODEC_ROWS);
+        if count & SHORT_ROW != 0 {
+            let (sort, row) = (r.prefixed()?, r.prefixed()?);
+            let copies = r.i64()?;
+            let p = (entries == 1 && copies == 1).then(|| Partition::first(&sort, &row))?;
+            return Some((p, ordered_rows));
+        }
+        let mut p = Partition::default();
+        for _ in 0..entries {
+            let sort = r.prefixed()?;
+            let row = r.prefixed()?;
+            p.add(&sort, &row, r.i64()?);
+        }
+        Some((p, ordered_rows))
+    }
+
+    /// Encoded as a build before [`CODEC_ROWS`] wrote it (its rows must already be in
+    /// arrow's row format): tests of reading such state.
+    #[cfg(test)]
+    pub(crate) fn encode_as_before_codec_rows(&self) -> Vec<u8> {
+        let mut bytes = self.encode();
+        let count = u32::from_le_bytes(bytes[..4].try_into().expect("a count"));
+        bytes[..4].copy_from_slice(&(count & !CODEC_ROWS).to_le_bytes());
+        bytes
+    }
+
     fn grow(&mut self) {
         if let Rows::Small(v) = &mut self.rows {
             let m = std::mem::take(v)
@@ -221,7 +277,7 @@ impl StateValue for Partition {
             .sum::<usize>();
         buf.reserve(size);
         let short = if self.is_short() { SHORT_ROW } else { 0 };
-        buf.extend_from_slice(&(self.len() as u32 | short).to_le_bytes());
+        buf.extend_from_slice(&(self.len() as u32 | short | CODEC_ROWS).to_le_bytes());
         for (sort, row, n) in self.entries() {
             for part in [sort, row] {
                 buf.extend_from_slice(&(part.len() as u32).to_le_bytes());
@@ -231,21 +287,10 @@ impl StateValue for Partition {
         }
     }
 
+    /// Rows in either layout, as stored: operators load through
+    /// [`Partition::decode_stored`], which tells them apart.
     fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut r = crate::bytes::Reader(bytes);
-        let count = r.u32()?;
-        if count & SHORT_ROW != 0 {
-            let (sort, row) = (r.prefixed()?, r.prefixed()?);
-            let copies = r.i64()?;
-            return (count == SHORT_ROW | 1 && copies == 1).then(|| Partition::first(&sort, &row));
-        }
-        let mut p = Partition::default();
-        for _ in 0..count {
-            let sort = r.prefixed()?;
-            let row = r.prefixed()?;
-            p.add(&sort, &row, r.i64()?);
-        }
-        Some(p)
+        Self::decode_stored(bytes).map(|(p, _)| p)
     }
 }
 
@@ -364,5 +409,26 @@ mod tests {
         let full = Partition::only(&[7, 8], &[9]);
         assert!(!Partition::decode(&full.encode()).unwrap().is_short());
         assert_ne!(p.encode(), full.encode(), "the encoding says which");
+    }
+
+    /// State from before the plain row layout (no `CODEC_ROWS` bit) says so, and its
+    /// rows convert with their sort keys, counts and shortness kept.
+    #[test]
+    fn rows_stored_in_arrow_s_format_are_told_apart_and_convert() {
+        let legacy = Partition::encode_as_before_codec_rows;
+        let now = partition(&[("a", "1", 2), ("b", "2", -1)]);
+        assert!(!Partition::decode_stored(&now.encode()).unwrap().1);
+        let (old, ordered) = Partition::decode_stored(&legacy(&now)).unwrap();
+        assert!(ordered);
+        let doubled = old
+            .map_rows(|rows| Ok::<_, ()>(rows.iter().map(|r| [*r, *r].concat()).collect()))
+            .unwrap();
+        assert_eq!(sorts(&doubled), vec![("a11".into(), 2), ("b22".into(), -1)]);
+        let short = Partition::first(b"s", b"r");
+        let (old, ordered) = Partition::decode_stored(&legacy(&short)).unwrap();
+        assert!(ordered && old.is_short());
+        let converted = old.map_rows(|_| Ok::<_, ()>(vec![b"q".to_vec()])).unwrap();
+        assert!(converted.is_short());
+        assert_eq!(sorts(&converted), vec![("sq".into(), 1)]);
     }
 }

@@ -14,12 +14,17 @@
 //! (Top-N), or every row with its window functions' values (OVER). Each shown row is a
 //! pair (row bytes, extra bytes): the extra columns (rank, window values) in Arrow's row
 //! format, so a row whose rank or window value changed is retracted and inserted again.
+//!
+//! Rows themselves (the payload beside the sort key) are kept in a [`RowCodec`]'s plain
+//! layout: they need equality and one fixed order, not SQL's, and decoding them at
+//! every barrier is most of what an operator that shows many rows does there.
 
 use crate::barrier::{Barrier, Epoch, Watermark};
 use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
+use crate::plain_rows::{EncodedRows, RowCodec};
 use crate::row_groups::RowGroups;
 use ahash::AHashMap as HashMap;
 use arrow::array::{Array, ArrayRef};
@@ -50,7 +55,7 @@ pub trait Shown: Send {
     /// Types of the extra columns each shown row carries after the row's own.
     fn extra_types(&self) -> Vec<DataType>;
     /// The rows a partition shows; `rows` decodes row bytes.
-    fn shown(&self, partition: Option<&Partition>, rows: &RowConverter) -> Result<Showing>;
+    fn shown(&self, partition: Option<&Partition>, rows: &RowCodec) -> Result<Showing>;
     /// Over an append-only input, how many leading rows of a partition can ever be
     /// shown (and whether rows tied with the last of them can too): the rest are
     /// dropped. `None`: every row matters (OVER windows).
@@ -162,7 +167,7 @@ impl<T: PartitionedSpec> StreamSpec for T {
 pub struct PartitionedOperator<S: Shown> {
     layout: PartitionLayout,
     shown: S,
-    row_converter: RowConverter,
+    row_codec: RowCodec,
     partition_converter: Option<RowConverter>,
     sort_converter: RowConverter,
     extra_converter: Option<RowConverter>,
@@ -191,7 +196,7 @@ pub struct PartitionedOperator<S: Shown> {
 struct ShortRows {
     /// The row columns a short row keeps, in order.
     kept: Vec<usize>,
-    converter: RowConverter,
+    codec: RowCodec,
     sources: Vec<RowSource>,
 }
 
@@ -208,18 +213,18 @@ impl ShortRows {
         let types: Vec<DataType> = kept.iter().map(|&c| layout.row_types[c].clone()).collect();
         Ok(Some(Self {
             kept,
-            converter: RowConverter::new(fields(&types))?,
+            codec: RowCodec::new(&types)?,
             sources: sources.clone(),
         }))
     }
 
     /// The short rows of a chunk's rows.
-    fn of_columns(&self, row_columns: &[ArrayRef]) -> Result<Option<Rows>> {
+    fn of_columns(&self, row_columns: &[ArrayRef]) -> Result<Option<EncodedRows>> {
         if self.kept.is_empty() {
             return Ok(None);
         }
         let kept: Vec<ArrayRef> = self.kept.iter().map(|&c| row_columns[c].clone()).collect();
-        Ok(Some(self.converter.convert_columns(&kept)?))
+        Ok(Some(self.codec.encode(&kept)?))
     }
 
     /// Whole rows as columns, from each row's (partition key, sort key, short row).
@@ -237,11 +242,7 @@ impl ShortRows {
             .map(|c| decode(c, &mut entries.iter().map(|e| e.0)))
             .transpose()?;
         let sort = decode(sort, &mut entries.iter().map(|e| e.1))?;
-        let kept = crate::chunk::decode_rows(
-            &self.converter,
-            self.kept.len(),
-            entries.iter().map(|e| e.2),
-        )?;
+        let kept = self.codec.decode(entries.iter().map(|e| e.2))?;
         let mut kept = kept.into_iter();
         self.sources
             .iter()
@@ -255,10 +256,10 @@ impl ShortRows {
     }
 
     /// A partition's first row, whole (`whole` encodes it), as a short one.
-    fn shorten(&self, whole: &RowConverter, sort: &[u8], row: &[u8]) -> Result<Partition> {
-        let columns = crate::chunk::decode_rows(whole, self.sources.len(), [row])?;
+    fn shorten(&self, whole: &RowCodec, sort: &[u8], row: &[u8]) -> Result<Partition> {
+        let columns = whole.decode([row])?;
         let kept = self.of_columns(&columns)?;
-        let row = kept.as_ref().map(|r| r.row(0).data()).unwrap_or_default();
+        let row = kept.as_ref().map(|r| r.row(0)).unwrap_or_default();
         Ok(Partition::first(sort, row))
     }
 
@@ -266,12 +267,12 @@ impl ShortRows {
     fn lengthen(
         &self,
         converters: (Option<&RowConverter>, &RowConverter),
-        whole: &RowConverter,
+        whole: &RowCodec,
         (key, sort, row): (&[u8], &[u8], &[u8]),
     ) -> Result<Partition> {
         let columns = self.columns(converters, &[(key, sort, row)])?;
-        let row = whole.convert_columns(&columns)?;
-        Ok(Partition::only(sort, row.row(0).data()))
+        let row = whole.encode(&columns)?;
+        Ok(Partition::only(sort, row.row(0)))
     }
 }
 
@@ -286,7 +287,7 @@ impl<S: Shown> PartitionedOperator<S> {
         backend: Arc<dyn StateBackend>,
         restore: StateRestore,
     ) -> Result<Self> {
-        let row_converter = RowConverter::new(fields(&layout.row_types))?;
+        let row_codec = RowCodec::new(&layout.row_types)?;
         let partition_converter = if layout.partition_types.is_empty() {
             None
         } else {
@@ -307,35 +308,40 @@ impl<S: Shown> PartitionedOperator<S> {
         };
         let mut state = StateTable::new(&layout.uid, restore.max_parallelism, backend);
         state.set_track_changes(restore.track_changes);
-        if restore.restored {
-            state.load(restore.key_groups.start, restore.key_groups.end)?;
-        }
         let first_only = shown.first_row_only().filter(|_| layout.append_only_input);
         let reemit = restore.restored && restore.reemit;
-        let mut epoch_before = HashMap::new();
-        if reemit && first_only.is_none() {
-            for k in state.keys() {
-                epoch_before.insert(k.to_vec(), Vec::new());
-            }
-        }
         let mut op = Self {
             first_reemit: reemit && first_only.is_some(),
             first_only,
             short: ShortRows::new(&layout)?,
             layout,
             shown,
-            row_converter,
+            row_codec,
             partition_converter,
             sort_converter,
             extra_converter,
             state,
-            epoch_before,
+            epoch_before: HashMap::new(),
             first_before: Vec::new(),
         };
         if restore.restored {
-            op.reform_restored()?;
+            op.load_restored(&restore)?;
         }
         Ok(op)
+    }
+
+    /// Loads this actor's partitions, each in the row layout this operator keeps.
+    fn load_restored(&mut self, restore: &StateRestore) -> Result<()> {
+        let (whole, short) = (&self.row_codec, self.short.as_ref());
+        let groups = &restore.key_groups;
+        self.state.load_with(groups.start, groups.end, |bytes| {
+            stored_partition(bytes, whole, short)
+        })?;
+        if restore.reemit && self.first_only.is_none() {
+            let keys: Vec<Vec<u8>> = self.state.keys().map(|k| k.to_vec()).collect();
+            self.epoch_before = keys.into_iter().map(|k| (k, Vec::new())).collect();
+        }
+        self.reform_restored()
     }
 
     /// How rows are kept short, on the Top-1 path when the layout allows it.
@@ -348,7 +354,7 @@ impl<S: Shown> PartitionedOperator<S> {
     /// append-only, or state from before short rows, reads the other form.
     fn reform_restored(&mut self) -> Result<()> {
         let keep_short = self.short_rows_kept().is_some();
-        let whole = &self.row_converter;
+        let whole = &self.row_codec;
         let keys = (self.partition_converter.as_ref(), &self.sort_converter);
         let short = self.short.as_ref();
         self.state.try_for_each_unstored(|key, partition| {
@@ -376,7 +382,7 @@ impl<S: Shown> PartitionedOperator<S> {
             .iter()
             .map(|k| {
                 self.shown
-                    .shown(self.state.get(k.as_ref()), &self.row_converter)
+                    .shown(self.state.get(k.as_ref()), &self.row_codec)
             })
             .collect::<Result<Vec<_>>>()?;
         let total: usize = showings.iter().map(|s| s.rows.len()).sum();
@@ -414,11 +420,7 @@ impl<S: Shown> PartitionedOperator<S> {
 
     /// Rows (row bytes) as the output's row columns.
     fn row_columns<'r>(&self, rows: impl IntoIterator<Item = &'r [u8]>) -> Result<Vec<ArrayRef>> {
-        Ok(crate::chunk::decode_rows(
-            &self.row_converter,
-            self.layout.row_types.len(),
-            rows,
-        )?)
+        Ok(self.row_codec.decode(rows)?)
     }
 
     /// Whether the Top-1 path keeps its rows short ([`ShortRows`]).
@@ -441,9 +443,9 @@ impl<S: Shown> PartitionedOperator<S> {
         keys: &[&[u8]],
         groups: &RowGroups,
         sorts: &Rows,
-        rows: Option<&Rows>,
+        rows: Option<&EncodedRows>,
     ) {
-        let row_of = |i: usize| -> &[u8] { rows.map(|r| r.row(i).data()).unwrap_or_default() };
+        let row_of = |i: usize| -> &[u8] { rows.map(|r| r.row(i)).unwrap_or_default() };
         let entry = |i: usize| (sorts.row(i).data(), row_of(i));
         // A short row leaves out the partition key (equal within a partition) and the
         // sort key (compared first): whole and short rows order a partition alike.
@@ -572,6 +574,36 @@ impl<S: Shown> PartitionedOperator<S> {
     }
 }
 
+/// A stored partition with its rows in the layout this operator keeps them in: state
+/// written before the plain layout has them in arrow's row format, converted here once
+/// per restore (checkpoints rewrite a partition, in the new layout, when it changes).
+fn stored_partition(
+    bytes: &[u8],
+    whole: &RowCodec,
+    short: Option<&ShortRows>,
+) -> Result<Option<Partition>> {
+    let Some((partition, ordered_rows)) = Partition::decode_stored(bytes) else {
+        return Ok(None);
+    };
+    let codec = match (partition.is_short(), short) {
+        (false, _) => whole,
+        (true, Some(short)) => &short.codec,
+        (true, None) => {
+            return Err(ExecError::Internal(
+                "a short row without a layout for it".into(),
+            ))
+        }
+    };
+    if !ordered_rows || !codec.is_plain() {
+        return Ok(Some(partition));
+    }
+    let converted = partition.map_rows(|rows| {
+        let rows = codec.from_ordered(rows)?;
+        Ok::<_, ExecError>((0..rows.len()).map(|i| rows.row(i).to_vec()).collect())
+    })?;
+    Ok(Some(converted))
+}
+
 /// A partition's first row: (sort key, row).
 fn first_row(p: Option<&Partition>) -> Option<(&[u8], &[u8])> {
     p.and_then(|p| p.present().next())
@@ -613,7 +645,7 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
         let rows = match self.short_rows_kept() {
             Some(short) => short.of_columns(&cols[..w])?,
             None => (w > 0)
-                .then(|| self.row_converter.convert_columns(&cols[..w]))
+                .then(|| self.row_codec.encode(&cols[..w]))
                 .transpose()?,
         };
         let parts = self
@@ -656,7 +688,7 @@ impl<S: Shown> Operator for PartitionedOperator<S> {
                 .state
                 .get_or_insert_with(key_of(first), Partition::default);
             for &i in groups.rows(g) {
-                let row: &[u8] = rows.as_ref().map(|r| r.row(i).data()).unwrap_or_default();
+                let row: &[u8] = rows.as_ref().map(|r| r.row(i)).unwrap_or_default();
                 partition.add(sorts.row(i).data(), row, chunk.ops[i].sign());
                 if let Some((rows, ties)) = kept {
                     partition.keep_leading(rows, ties);

@@ -12,9 +12,9 @@ use crate::operators::partition_rows::{
     Partition, PartitionLayout, PartitionedOperator, PartitionedSpec, Showing, Shown, StateRestore,
 };
 use crate::operators::spec::BuildContext;
+use crate::plain_rows::RowCodec;
 use arrow::array::{ArrayRef, UInt64Array};
 use arrow::datatypes::DataType;
-use arrow::row::RowConverter;
 use datafusion::common::ScalarValue;
 use std::sync::Arc;
 use weir_storage::StateBackend;
@@ -106,7 +106,7 @@ impl Shown for Top {
         }
     }
 
-    fn shown(&self, partition: Option<&Partition>, _rows: &RowConverter) -> Result<Showing> {
+    fn shown(&self, partition: Option<&Partition>, _rows: &RowCodec) -> Result<Showing> {
         let mut rows = Vec::new();
         let mut ranks = Vec::new();
         let mut position = 0u64;
@@ -338,6 +338,70 @@ mod tests {
         run(&mut short_writer, &before);
         assert!(short_writer.keeps_short_rows());
         assert!(!top_one_with(true, vec![], MemoryStateBackend::new(), tracked).keeps_short_rows());
+    }
+
+    /// The backend as a build before the plain row layout wrote it: each partition's
+    /// rows (whole: three columns, short: one) in arrow's row format.
+    fn as_written_before_plain_rows(
+        deltas: Vec<weir_storage::state_snapshot::StateDelta>,
+    ) -> Arc<MemoryStateBackend> {
+        use crate::plain_rows::ordered_converter;
+        use weir_storage::keyed_entries::KeyedEntries;
+        use weir_storage::StateBackend as _;
+        let to_arrow_rows = |bytes: &[u8]| {
+            let (p, ordered) = Partition::decode_stored(bytes).unwrap();
+            assert!(!ordered, "written in the plain layout");
+            let types = vec![DataType::Int64; if p.is_short() { 1 } else { 3 }];
+            let (plain, arrow) = (
+                RowCodec::new(&types).unwrap(),
+                ordered_converter(&types).unwrap(),
+            );
+            let old = p
+                .map_rows(|rows| {
+                    let rows = arrow.convert_columns(&plain.decode(rows)?)?;
+                    let rows = (0..rows.num_rows()).map(|i| rows.row(i).data().to_vec());
+                    Ok::<_, arrow::error::ArrowError>(rows.collect())
+                })
+                .unwrap();
+            old.encode_as_before_codec_rows()
+        };
+        let backend = MemoryStateBackend::new();
+        for delta in deltas {
+            let entries = delta.data.into_keyed();
+            let old = KeyedEntries::from_entries(
+                entries
+                    .iter()
+                    .map(|(kg, k, v)| (kg, k.to_vec(), v.map(to_arrow_rows))),
+            );
+            backend
+                .write(weir_storage::WriteBatch::restoring(&delta.uid, &old))
+                .unwrap();
+        }
+        backend
+    }
+
+    /// Partitions written before the plain row layout (rows in arrow's row format)
+    /// restore to what the same state in the plain layout does, on the general path
+    /// and on the Top-1 path with short rows.
+    #[test]
+    fn state_written_before_plain_rows_restores_the_same() {
+        let tracked = StateRestore {
+            track_changes: true,
+            ..StateRestore::fresh(128)
+        };
+        let (before, after) = (epochs(3, 6), epochs(17, 6));
+        for append_only in [false, true] {
+            let mut op = top_one_on(append_only, MemoryStateBackend::new(), tracked);
+            run(&mut op, &before);
+            assert_eq!(op.keeps_short_rows(), append_only);
+            let now = op.snapshot(1).unwrap();
+            let old = as_written_before_plain_rows(now.clone());
+            let plain = crate::operators::restored_backend(now);
+            let expected = run(&mut top_one_on(append_only, plain, reemitting()), &after);
+            let got = run(&mut top_one_on(append_only, old, reemitting()), &after);
+            assert_eq!(got, expected, "append-only {append_only}");
+            assert_eq!(expected[0].len(), 13, "every key's first row is shown");
+        }
     }
 
     #[test]
