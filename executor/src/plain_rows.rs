@@ -8,11 +8,11 @@
 //! in 10M events), and that decode was half of its barrier work.
 //!
 //! The plain layout: a null bitmap (one bit per column, set for null, the first
-//! column in the highest bit), then each
-//! non-null value as it is: fixed-width values in their own bytes, booleans as a byte,
-//! strings and binaries as a little-endian `u32` length and their bytes. Encoding is
-//! canonical (a null writes nothing, whatever its slot holds), so equal rows have
-//! equal bytes, and decoding is one copy per value.
+//! column in the highest bit), then each non-null value as it is: fixed-width values
+//! in their own bytes, booleans as a byte, strings and binaries as a little-endian
+//! `u32` length and their bytes. Encoding is canonical (a null writes nothing,
+//! whatever its slot holds), so equal rows have equal bytes, and decoding is one copy
+//! per value.
 //!
 //! [`RowCodec`] picks the plain layout when every column is of a type it knows, and
 //! arrow's row format otherwise (nested types), so each type has exactly one layout.
@@ -104,7 +104,7 @@ impl RowCodec {
 
     /// Rows written in arrow's row format (state from before the plain layout), in
     /// this codec's layout.
-    pub fn from_ordered<'r>(
+    pub fn convert_ordered<'r>(
         &self,
         rows: impl IntoIterator<Item = &'r [u8]>,
     ) -> Result<EncodedRows, ArrowError> {
@@ -141,6 +141,9 @@ enum Kind {
 }
 
 impl Kind {
+    /// Which types have the plain layout. This is a stored format: partitions say
+    /// only that their rows are in [`RowCodec`]'s layout, so a type moved from arrow's
+    /// format to a plain one (Utf8View, say) needs a new mark in the state first.
     fn of(t: &DataType) -> Option<Kind> {
         match t {
             DataType::Boolean => Some(Kind::Bool),
@@ -506,6 +509,39 @@ mod tests {
         assert_eq!(encoded.row(0), &[0x80]);
     }
 
+    /// The types that keep arrow's row format are part of the stored format (see
+    /// `Kind::of`): this pins them.
+    #[test]
+    fn which_types_keep_arrow_s_row_format_is_fixed() {
+        use arrow::datatypes::{Field, TimeUnit};
+        let item = Arc::new(Field::new("item", DataType::Int32, true));
+        for t in [
+            DataType::List(item.clone()),
+            DataType::LargeList(item),
+            DataType::Struct(vec![Field::new("a", DataType::Int32, true)].into()),
+            DataType::Utf8View,
+            DataType::BinaryView,
+            DataType::FixedSizeBinary(4),
+            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            DataType::Null,
+        ] {
+            assert!(Kind::of(&t).is_none(), "{t} keeps arrow's format");
+        }
+        for t in [
+            DataType::Int8,
+            DataType::UInt64,
+            DataType::Float16,
+            DataType::Date32,
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            DataType::Decimal128(38, 10),
+            DataType::Boolean,
+            DataType::Utf8,
+            DataType::LargeBinary,
+        ] {
+            assert!(Kind::of(&t).is_some(), "{t} has the plain layout");
+        }
+    }
+
     #[test]
     fn nested_types_keep_arrow_s_row_format() {
         let list: ArrayRef = Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
@@ -530,7 +566,7 @@ mod tests {
             .convert_columns(&columns)
             .unwrap();
         let converted = codec
-            .from_ordered((0..old.num_rows()).map(|i| old.row(i).data()))
+            .convert_ordered((0..old.num_rows()).map(|i| old.row(i).data()))
             .unwrap();
         assert_eq!(rows(&converted), rows(&codec.encode(&columns).unwrap()));
     }

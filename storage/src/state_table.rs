@@ -371,22 +371,23 @@ impl<V: StateValue> StateTable<V> {
     /// Loads the entries of the given key-group range from the backend into the cache
     /// (used when an actor starts on existing state).
     pub fn load(&mut self, kg_start: u32, kg_end: u32) -> crate::Result<usize> {
-        self.load_with(kg_start, kg_end, |v| Ok(V::decode(v)))
+        self.load_with(kg_start, kg_end, |_, v| Ok(V::decode(v)))
     }
 
-    /// [`Self::load`], each value decoded by `decode`: an operator whose values can
-    /// be in an older layout converts them here, with what only it knows of them.
+    /// [`Self::load`], each value decoded by `decode(key, value)`: an operator whose
+    /// values can be in an older layout converts them here, with what only it knows of
+    /// them.
     pub fn load_with<E: From<StorageError>>(
         &mut self,
         kg_start: u32,
         kg_end: u32,
-        mut decode: impl FnMut(&[u8]) -> std::result::Result<Option<V>, E>,
+        mut decode: impl FnMut(&[u8], &[u8]) -> std::result::Result<Option<V>, E>,
     ) -> std::result::Result<usize, E> {
         self.unfreeze();
         let mut n = 0;
         let keeps = self.backend.keeps_flushed_state();
         for (k, v) in self.backend.scan(&self.uid, kg_start, kg_end)? {
-            if let Some(v) = decode(&v)? {
+            if let Some(v) = decode(&k.key, &v)? {
                 let h = self.hash(&k.key);
                 let mut slot = Slot::new(k.key.into_boxed_slice(), v);
                 // Restored state is the last checkpoint's image.

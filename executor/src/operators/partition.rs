@@ -8,6 +8,7 @@
 //! a B-tree, so inserts into a large partition (an OVER window over a whole table) stay
 //! O(log n). Both encode to the same checkpoint format.
 
+use crate::error::{ExecError, Result};
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use weir_storage::state_table::StateValue;
@@ -172,23 +173,41 @@ impl Partition {
     }
 
     /// This partition with its rows replaced by what `convert` makes of them (all
-    /// rows in one call, in entry order); the sort keys and counts stay.
-    pub fn map_rows<E>(
+    /// rows in one call, in entry order, one row back for each); the sort keys and
+    /// counts stay.
+    pub fn map_rows(
         &self,
-        convert: impl FnOnce(Vec<&[u8]>) -> Result<Vec<Vec<u8>>, E>,
-    ) -> Result<Partition, E> {
+        convert: impl FnOnce(Vec<&[u8]>) -> Result<Vec<Vec<u8>>>,
+    ) -> Result<Partition> {
         let rows = convert(self.entries().map(|(_, row, _)| row).collect())?;
-        let entries = self.entries().zip(rows);
-        if self.is_short() {
-            let mut entries = entries;
-            let ((sort, _, _), row) = entries.next().expect("a short partition has its row");
-            return Ok(Partition::first(sort, &row));
+        if rows.len() != self.len() {
+            return Err(ExecError::Internal(format!(
+                "{} rows converted into {}",
+                self.len(),
+                rows.len()
+            )));
         }
-        let mut p = Partition::default();
-        for ((sort, _, copies), row) in entries {
-            p.add(sort, &row, copies);
+        let mut entries = self.entries().zip(rows);
+        if self.is_short() || self.len() == 1 {
+            let ((sort, _, copies), row) = entries.next().expect("one entry, counted");
+            return Ok(match (self.is_short(), copies) {
+                (true, _) => Partition::first(sort, &row),
+                // One row once (a Top-1 keeping whole rows): no vector room to spare.
+                (false, 1) => Partition::only(sort, &row),
+                (false, _) => Partition::default().with(sort, &row, copies),
+            });
         }
-        Ok(p)
+        Ok(
+            entries.fold(Partition::default(), |p, ((sort, _, copies), row)| {
+                p.with(sort, &row, copies)
+            }),
+        )
+    }
+
+    /// This partition with `copies` of a row added.
+    fn with(mut self, sort: &[u8], row: &[u8], copies: i64) -> Self {
+        self.add(sort, row, copies);
+        self
     }
 
     /// An encoded partition, and whether its rows are in arrow's row format (state
@@ -421,13 +440,14 @@ mod tests {
         let (old, ordered) = Partition::decode_stored(&legacy(&now)).unwrap();
         assert!(ordered);
         let doubled = old
-            .map_rows(|rows| Ok::<_, ()>(rows.iter().map(|r| [*r, *r].concat()).collect()))
+            .map_rows(|rows| Ok(rows.iter().map(|r| [*r, *r].concat()).collect()))
             .unwrap();
         assert_eq!(sorts(&doubled), vec![("a11".into(), 2), ("b22".into(), -1)]);
         let short = Partition::first(b"s", b"r");
         let (old, ordered) = Partition::decode_stored(&legacy(&short)).unwrap();
         assert!(ordered && old.is_short());
-        let converted = old.map_rows(|_| Ok::<_, ()>(vec![b"q".to_vec()])).unwrap();
+        let converted = old.map_rows(|_| Ok(vec![b"q".to_vec()])).unwrap();
+        assert!(old.map_rows(|_| Ok(vec![])).is_err(), "a row per row");
         assert!(converted.is_short());
         assert_eq!(sorts(&converted), vec![("sq".into(), 1)]);
     }

@@ -24,7 +24,7 @@ use crate::chunk::{Op, StreamChunk};
 use crate::error::{ExecError, Result};
 use crate::operator::Operator;
 use crate::operators::spec::{BuildContext, StreamSpec, WatermarkFlow};
-use crate::plain_rows::{EncodedRows, RowCodec};
+use crate::plain_rows::{ordered_converter, EncodedRows, RowCodec};
 use crate::row_groups::RowGroups;
 use ahash::AHashMap as HashMap;
 use arrow::array::{Array, ArrayRef};
@@ -46,6 +46,16 @@ pub type ShownRow = (Vec<u8>, Vec<u8>);
 pub struct Showing {
     pub rows: Vec<Vec<u8>>,
     pub extras: Vec<ArrayRef>,
+}
+
+impl Showing {
+    fn same_as(&self, other: &Showing) -> bool {
+        self.rows == other.rows
+            && self.extras.len() == other.extras.len()
+            && (self.extras.iter())
+                .zip(&other.extras)
+                .all(|(a, b)| a.to_data() == b.to_data())
+    }
 }
 
 /// What a partition shows.
@@ -332,16 +342,56 @@ impl<S: Shown> PartitionedOperator<S> {
 
     /// Loads this actor's partitions, each in the row layout this operator keeps.
     fn load_restored(&mut self, restore: &StateRestore) -> Result<()> {
-        let (whole, short) = (&self.row_codec, self.short.as_ref());
+        // Downstream kept what partitions showed when the view's rows were checkpointed
+        // with this state (no re-emit). Ties in state converted from arrow's row format
+        // order by other bytes now, so such a partition may show other rows.
+        let reshown = !restore.reemit && self.first_only.is_none() && self.row_codec.is_plain();
+        let arrow_rows = reshown
+            .then(|| ordered_converter(&self.layout.row_types))
+            .transpose()?
+            .map(RowCodec::Ordered);
+        let (whole, short, shown) = (&self.row_codec, self.short.as_ref(), &self.shown);
+        let mut showed_otherwise = Vec::new();
         let groups = &restore.key_groups;
-        self.state.load_with(groups.start, groups.end, |bytes| {
-            stored_partition(bytes, whole, short)
-        })?;
+        self.state
+            .load_with(groups.start, groups.end, |key, bytes| -> Result<_> {
+                let Some((partition, converted_from)) = stored_partition(bytes, whole, short)?
+                else {
+                    return Ok(None);
+                };
+                // (A short partition is one row: no ties to order.)
+                let old = converted_from.filter(|old| !old.is_short());
+                if let (Some(old), Some(arrow_rows)) = (old, &arrow_rows) {
+                    let showed = shown.shown(Some(&old), arrow_rows)?;
+                    let showed = Showing {
+                        rows: converted(whole, showed.rows.iter().map(Vec::as_slice))?,
+                        extras: showed.extras,
+                    };
+                    if !showed.same_as(&shown.shown(Some(&partition), whole)?) {
+                        showed_otherwise.push((key.to_vec(), showed));
+                    }
+                }
+                Ok(Some(partition))
+            })?;
         if restore.reemit && self.first_only.is_none() {
             let keys: Vec<Vec<u8>> = self.state.keys().map(|k| k.to_vec()).collect();
             self.epoch_before = keys.into_iter().map(|k| (k, Vec::new())).collect();
         }
+        self.correct_at_first_barrier(showed_otherwise)?;
         self.reform_restored()
+    }
+
+    /// Partitions that showed other rows before their state was converted: the first
+    /// barrier emits the difference, as for a change. They are marked changed too, so
+    /// the next checkpoint stores them converted: a later restore must not take what
+    /// arrow's order shows for what downstream holds, once the barrier corrected it.
+    fn correct_at_first_barrier(&mut self, showed: Vec<(Vec<u8>, Showing)>) -> Result<()> {
+        let (keys, showings): (Vec<_>, Vec<_>) = showed.into_iter().unzip();
+        for (key, before) in keys.into_iter().zip(self.with_extras(showings)?) {
+            self.state.get_or_insert_with(&key, Partition::default);
+            self.epoch_before.insert(key, before);
+        }
+        Ok(())
     }
 
     /// How rows are kept short, on the Top-1 path when the layout allows it.
@@ -385,6 +435,11 @@ impl<S: Shown> PartitionedOperator<S> {
                     .shown(self.state.get(k.as_ref()), &self.row_codec)
             })
             .collect::<Result<Vec<_>>>()?;
+        self.with_extras(showings)
+    }
+
+    /// Each showing's rows paired with their extra columns' encoding.
+    fn with_extras(&self, showings: Vec<Showing>) -> Result<Vec<Vec<ShownRow>>> {
         let total: usize = showings.iter().map(|s| s.rows.len()).sum();
         let Some(c) = self.extra_converter.as_ref().filter(|_| total > 0) else {
             return Ok(showings
@@ -574,14 +629,15 @@ impl<S: Shown> PartitionedOperator<S> {
     }
 }
 
-/// A stored partition with its rows in the layout this operator keeps them in: state
-/// written before the plain layout has them in arrow's row format, converted here once
-/// per restore (checkpoints rewrite a partition, in the new layout, when it changes).
+/// A stored partition with its rows in the layout this operator keeps them in, and,
+/// when it was converted, the partition as stored. State written before the plain
+/// layout has its rows in arrow's row format; it is converted on every restore until a
+/// checkpoint rewrites the partition (when it changes).
 fn stored_partition(
     bytes: &[u8],
     whole: &RowCodec,
     short: Option<&ShortRows>,
-) -> Result<Option<Partition>> {
+) -> Result<Option<(Partition, Option<Partition>)>> {
     let Some((partition, ordered_rows)) = Partition::decode_stored(bytes) else {
         return Ok(None);
     };
@@ -595,13 +651,19 @@ fn stored_partition(
         }
     };
     if !ordered_rows || !codec.is_plain() {
-        return Ok(Some(partition));
+        return Ok(Some((partition, None)));
     }
-    let converted = partition.map_rows(|rows| {
-        let rows = codec.from_ordered(rows)?;
-        Ok::<_, ExecError>((0..rows.len()).map(|i| rows.row(i).to_vec()).collect())
-    })?;
-    Ok(Some(converted))
+    let now = partition.map_rows(|rows| converted(codec, rows))?;
+    Ok(Some((now, Some(partition))))
+}
+
+/// Rows in arrow's row format, in `codec`'s layout.
+fn converted<'r>(
+    codec: &RowCodec,
+    rows: impl IntoIterator<Item = &'r [u8]>,
+) -> Result<Vec<Vec<u8>>> {
+    let rows = codec.convert_ordered(rows)?;
+    Ok((0..rows.len()).map(|i| rows.row(i).to_vec()).collect())
 }
 
 /// A partition's first row: (sort key, row).

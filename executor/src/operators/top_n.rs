@@ -360,7 +360,7 @@ mod tests {
                 .map_rows(|rows| {
                     let rows = arrow.convert_columns(&plain.decode(rows)?)?;
                     let rows = (0..rows.num_rows()).map(|i| rows.row(i).data().to_vec());
-                    Ok::<_, arrow::error::ArrowError>(rows.collect())
+                    Ok(rows.collect())
                 })
                 .unwrap();
             old.encode_as_before_codec_rows()
@@ -402,6 +402,51 @@ mod tests {
             assert_eq!(got, expected, "append-only {append_only}");
             assert_eq!(expected[0].len(), 13, "every key's first row is shown");
         }
+    }
+
+    /// State written before the plain row layout, restored where downstream kept the
+    /// view's rows (no re-emit). A partition whose tie now breaks the other way is
+    /// corrected at the first barrier, every delete of a row downstream holds; it is
+    /// checkpointed converted, so a restore from that checkpoint corrects nothing again.
+    #[test]
+    fn ties_of_state_written_before_plain_rows_are_corrected_downstream() {
+        use std::collections::BTreeMap;
+        let tracked = StateRestore {
+            track_changes: true,
+            ..StateRestore::fresh(128)
+        };
+        let kept = StateRestore {
+            restored: true,
+            reemit: false,
+            ..tracked
+        };
+        let apply = |view: &mut BTreeMap<[i64; 4], i64>, epochs: &[Vec<[i64; 5]>]| {
+            for [sign, row @ ..] in epochs.iter().flatten() {
+                let n = view.entry(*row).or_insert(0);
+                *n += sign;
+                assert!(*n >= 0, "{row:?} deleted, downstream does not hold it");
+                view.retain(|_, n| *n > 0);
+            }
+        };
+        // Tied on t: arrow's row format orders v = -1 < 1 < 256, their little-endian
+        // bytes 256 < 1 < -1.
+        let ties = vec![(1, 5, 1), (1, 5, -1), (1, 5, 256), (2, 5, 3)];
+        let mut op = top_one_on(false, MemoryStateBackend::new(), tracked);
+        run(&mut op, &[ties]);
+        let backend = as_written_before_plain_rows(op.snapshot(1).unwrap());
+        // What the build before showed: each key's first row in arrow's order.
+        let mut view = BTreeMap::from([([1, 5, -1, 1], 1), ([2, 5, 3, 1], 1)]);
+        let mut restored = top_one_on(false, backend.clone(), kept);
+        apply(&mut view, &run(&mut restored, &[vec![(2, 6, 7)]]));
+        let rows: Vec<[i64; 4]> = view.keys().copied().collect();
+        assert_eq!(rows, vec![[1, 5, 256, 1], [2, 6, 7, 1]]);
+        for delta in restored.snapshot(2).unwrap() {
+            let batch = weir_storage::WriteBatch::restoring(&delta.uid, &delta.data.into_keyed());
+            weir_storage::StateBackend::write(backend.as_ref(), batch).unwrap();
+        }
+        let mut again = top_one_on(false, backend, kept);
+        let out = run(&mut again, &[vec![(3, 1, 1)]]);
+        assert_eq!(out, vec![vec![[1, 3, 1, 1, 1]]], "only the new key");
     }
 
     #[test]
