@@ -5,7 +5,8 @@ ratios, Weir's run against the Flink run next to it), Weir's peak RSS against Fl
 largest heap after GC (and Weir's peak anonymous memory: RSS without the binary's
 code pages, in sittings that recorded it), and Weir's output digest (the same in
 every repetition, or "varies"). Then the cells that miss the targets (Weir at least
-5x Flink's events/s; Weir's peak RSS below Flink's heap after GC).
+5x Flink's events/s; Weir's peak RSS below Flink's heap after GC; and, apart, Weir's
+peak anonymous memory below it).
 
 A cell is a rate, parallelism, query and event count. Several files make one table when they are sittings of one Weir binary split by
 block (a whole matrix at 3 repetitions is longer than a working session): a cell's
@@ -91,6 +92,16 @@ def summary(cells):
     for k, c in heavy:
         share = c["wrss"] / c["heap"] if c["heap"] else float("nan")
         print(f"- above: {name(k)} {c['wrss']:,} against {c['heap']:,} MiB ({share:.2f}x)")
+    # RSS counts the binary's code pages (60-70 MiB that Weir's runs touch), which a
+    # JVM's heap figure leaves out; anonymous memory is the like-for-like part.
+    recorded = [(k, c) for k, c in cells if c["anons"] and all(ok(a) for a in c["anons"])]
+    heavy_anon = [(k, c) for k, c in recorded if not max(c["anons"]) < c["heap"]]
+    print(f"Cells with Weir's peak anonymous memory below Flink's heap after GC: "
+          f"{len(recorded) - len(heavy_anon)} of {len(recorded)} that recorded it.")
+    for k, c in heavy_anon:
+        anon = max(c["anons"])
+        share = anon / c["heap"] if c["heap"] else float("nan")
+        print(f"- above: {name(k)} {anon:,.0f} against {c['heap']:,} MiB ({share:.2f}x)")
 
 
 def main(paths):
