@@ -1010,21 +1010,13 @@ mod tests {
             weir_storage::StateBackend::write(&*backend, batch).unwrap();
             let restore = StateRestore {
                 restored: true,
-                track_changes: true,
                 key_groups: weir_storage::KeyGroupRange {
                     start: kg.start,
                     end: kg.end,
                 },
-                ..StateRestore::fresh(128)
+                ..StateRestore::tracked(128)
             };
             distinct_agg(backend, restore, self.1, self.2)
-        }
-    }
-
-    fn tracked() -> StateRestore {
-        StateRestore {
-            track_changes: true,
-            ..StateRestore::fresh(128)
         }
     }
 
@@ -1078,7 +1070,14 @@ mod tests {
     /// `apart_at`: sets larger than this are stored apart.
     fn restarts_agree(only_inserts: bool, apart_at: usize) {
         let script = distinct_script(30, !only_inserts);
-        let agg = || distinct_agg(MemoryStateBackend::new(), tracked(), only_inserts, apart_at);
+        let agg = || {
+            distinct_agg(
+                MemoryStateBackend::new(),
+                StateRestore::tracked(128),
+                only_inserts,
+                apart_at,
+            )
+        };
         let (mut reference, mut op) = (agg(), agg());
         let mut checkpoints = Checkpoints(BTreeMap::new(), only_inserts, apart_at);
         let mut tombstones_seen = false;
@@ -1152,8 +1151,18 @@ mod tests {
     #[test]
     fn sets_stored_whole_by_an_earlier_version_are_stored_apart() {
         let script = distinct_script(12, true);
-        let mut reference = distinct_agg(MemoryStateBackend::new(), tracked(), false, 0);
-        let mut old = distinct_agg(MemoryStateBackend::new(), tracked(), false, 0);
+        let mut reference = distinct_agg(
+            MemoryStateBackend::new(),
+            StateRestore::tracked(128),
+            false,
+            0,
+        );
+        let mut old = distinct_agg(
+            MemoryStateBackend::new(),
+            StateRestore::tracked(128),
+            false,
+            0,
+        );
         old.distinct = None;
         for (e, rows) in script[..6].iter().enumerate() {
             let e = e as u64 + 1;

@@ -955,10 +955,7 @@ mod tests {
             lookup: false,
             ..spec()
         };
-        let restore = StateRestore {
-            track_changes: true,
-            ..StateRestore::fresh(128)
-        };
+        let restore = StateRestore::tracked(128);
         let mut join = HashJoinOperator::new(spec, MemoryStateBackend::new(), restore).unwrap();
         let mut out = Vec::new();
         let rows = [(10, 1), (20, 1), (30, 1), (5, 2), (12, 1)].map(|(t, k)| (t, Some(k), true));
@@ -1017,10 +1014,7 @@ mod tests {
                 lookup: true,
                 ..spec()
             };
-            let tracked = StateRestore {
-                track_changes: true,
-                ..StateRestore::fresh(128)
-            };
+            let tracked = StateRestore::tracked(128);
             let mut join =
                 HashJoinOperator::new(spec(), MemoryStateBackend::new(), tracked).unwrap();
             let mut next = weir_storage::test_rng::xorshift(0x9e37_79b9_7f4a_7c15u64);
@@ -1080,10 +1074,7 @@ mod tests {
             lookup: false,
             ..spec()
         };
-        let tracked = StateRestore {
-            track_changes: true,
-            ..StateRestore::fresh(128)
-        };
+        let tracked = StateRestore::tracked(128);
         let mut join = HashJoinOperator::new(spec(), MemoryStateBackend::new(), tracked).unwrap();
         let mut next = weir_storage::test_rng::xorshift(0x2545_f491_4f6c_dd1du64);
         let mut left: Vec<(i64, Option<i64>)> = vec![];

@@ -739,8 +739,7 @@ mod tests {
         let backend = crate::operators::restored_backend(op.snapshot(1).unwrap());
         let restore = StateRestore {
             restored: true,
-            track_changes: true,
-            ..StateRestore::fresh(128)
+            ..StateRestore::tracked(128)
         };
         SlideWindowsOperator::new(spec(), backend, restore).unwrap()
     }
@@ -750,10 +749,7 @@ mod tests {
     #[test]
     fn windows_are_their_slides_merged_once_across_a_restore() {
         let mut next = weir_storage::test_rng::xorshift(0x9e37_79b9_7f4a_7c15u64);
-        let tracked = StateRestore {
-            track_changes: true,
-            ..StateRestore::fresh(128)
-        };
+        let tracked = StateRestore::tracked(128);
         let mut op = SlideWindowsOperator::new(spec(), MemoryStateBackend::new(), tracked).unwrap();
         let mut all: Vec<(i64, i64, i64, Option<i64>)> = Vec::new();
         let mut out = Vec::new();

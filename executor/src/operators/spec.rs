@@ -43,6 +43,15 @@ impl StateRestore {
             track_changes: false,
         }
     }
+
+    /// A fresh operator owning every key group that records its changed keys, as
+    /// one whose checkpoints are incremental does (tests).
+    pub fn tracked(max_parallelism: u32) -> StateRestore {
+        StateRestore {
+            track_changes: true,
+            ..StateRestore::fresh(max_parallelism)
+        }
+    }
 }
 
 /// The output columns of `op` that carry a watermark when its input columns `input`

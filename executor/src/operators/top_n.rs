@@ -292,8 +292,7 @@ mod tests {
         StateRestore {
             restored: true,
             reemit: true,
-            track_changes: true,
-            ..StateRestore::fresh(128)
+            ..StateRestore::tracked(128)
         }
     }
 
@@ -303,10 +302,7 @@ mod tests {
     #[test]
     fn state_moves_between_whole_and_short_rows() {
         let (before, after) = (epochs(5, 6), epochs(9, 6));
-        let tracked = StateRestore {
-            track_changes: true,
-            ..StateRestore::fresh(128)
-        };
+        let tracked = StateRestore::tracked(128);
         let written_by = |append_only: bool, sources| {
             let mut op = top_one_with(append_only, sources, MemoryStateBackend::new(), tracked);
             run(&mut op, &before);
@@ -385,10 +381,7 @@ mod tests {
     /// and on the Top-1 path with short rows.
     #[test]
     fn state_written_before_plain_rows_restores_the_same() {
-        let tracked = StateRestore {
-            track_changes: true,
-            ..StateRestore::fresh(128)
-        };
+        let tracked = StateRestore::tracked(128);
         let (before, after) = (epochs(3, 6), epochs(17, 6));
         for append_only in [false, true] {
             let mut op = top_one_on(append_only, MemoryStateBackend::new(), tracked);
@@ -411,10 +404,7 @@ mod tests {
     #[test]
     fn ties_of_state_written_before_plain_rows_are_corrected_downstream() {
         use std::collections::BTreeMap;
-        let tracked = StateRestore {
-            track_changes: true,
-            ..StateRestore::fresh(128)
-        };
+        let tracked = StateRestore::tracked(128);
         let kept = StateRestore {
             restored: true,
             reemit: false,
@@ -451,10 +441,7 @@ mod tests {
 
     #[test]
     fn top_one_restored_to_reemit_emits_what_the_general_top_n_does() {
-        let tracked = StateRestore {
-            track_changes: true,
-            ..StateRestore::fresh(128)
-        };
+        let tracked = StateRestore::tracked(128);
         let (before, after) = (epochs(11, 6), epochs(23, 6));
         let mut outputs = Vec::new();
         for append_only in [true, false] {
