@@ -40,6 +40,13 @@ def read(paths):
     return runs
 
 
+def peak_anon(we):
+    """Weir's largest peak anonymous memory of a cell's runs, or None when a run
+    (of a sitting before it was recorded) lacks it."""
+    anons = [num(r.get("peak_anon_mb") or "nan") for r in we]
+    return max(anons) if anons and all(ok(a) for a in anons) else None
+
+
 def cell(fl, we):
     """One row of the table, and the figures the summary needs."""
     f_eps = [num(r["events_per_s"]) for r in fl if ok(num(r["events_per_s"]))]
@@ -56,7 +63,7 @@ def cell(fl, we):
         "fm": fm, "wm": wm, "ratios": ratios, "heap": heap, "wrss": wrss, "failed": failed,
         "ratio": wm / fm if ok(fm) and fm > 0 else float("nan"),
         "frss": max((int(num(r["peak_rss_mb"])) for r in fl), default=0),
-        "anons": [num(r.get("peak_anon_mb") or "nan") for r in we],
+        "wanon": peak_anon(we),
         "outputs": {r["output"] for r in we},
         "reps": min(len(fl), len(we)),
     }
@@ -64,8 +71,7 @@ def cell(fl, we):
 
 def row(rate, par, q, events, c):
     rng = f"{c['ratios'][0]:.1f}–{c['ratios'][-1]:.1f}" if c["ratios"] else "–"
-    anons = c["anons"]
-    anon = f"{max(anons):,.0f}" if anons and all(ok(a) for a in anons) else "–"
+    anon = f"{c['wanon']:,.0f}" if c["wanon"] is not None else "–"
     out = next(iter(c["outputs"])) if len(c["outputs"]) == 1 else "varies"
     fl_failed, we_failed = c["failed"]
     failed = f" ({fl_failed} Flink, {we_failed} Weir runs failed)" if fl_failed or we_failed else ""
@@ -78,7 +84,6 @@ def summary(cells):
     # the harness's RUN_TIMEOUT, say) is neither at nor below the target: listed apart.
     unmeasured = [(k, c) for k, c in cells if not ok(c["ratio"])]
     slow = [(k, c) for k, c in cells if ok(c["ratio"]) and c["ratio"] < TARGET]
-    heavy = [(k, c) for k, c in cells if not (0 < c["wrss"] < c["heap"])]
     name = lambda k: f"{k[2]} (rate {k[0]:,}, p = {k[1]}, {k[3]:,} events)"
     print()
     measured = len(cells) - len(unmeasured)
@@ -88,20 +93,21 @@ def summary(cells):
     for k, c in unmeasured:
         fl_failed, we_failed = c["failed"]
         print(f"- no ratio: {name(k)}: {fl_failed} Flink and {we_failed} Weir runs failed")
-    print(f"Cells with Weir's peak RSS below Flink's heap after GC: {len(cells) - len(heavy)} of {len(cells)}.")
-    for k, c in heavy:
-        share = c["wrss"] / c["heap"] if c["heap"] else float("nan")
-        print(f"- above: {name(k)} {c['wrss']:,} against {c['heap']:,} MiB ({share:.2f}x)")
+    below_heap(cells, "wrss", "peak RSS", name)
     # RSS counts the binary's code pages (60-70 MiB that Weir's runs touch), which a
     # JVM's heap figure leaves out; anonymous memory is the like-for-like part.
-    recorded = [(k, c) for k, c in cells if c["anons"] and all(ok(a) for a in c["anons"])]
-    heavy_anon = [(k, c) for k, c in recorded if not max(c["anons"]) < c["heap"]]
-    print(f"Cells with Weir's peak anonymous memory below Flink's heap after GC: "
-          f"{len(recorded) - len(heavy_anon)} of {len(recorded)} that recorded it.")
-    for k, c in heavy_anon:
-        anon = max(c["anons"])
-        share = anon / c["heap"] if c["heap"] else float("nan")
-        print(f"- above: {name(k)} {anon:,.0f} against {c['heap']:,} MiB ({share:.2f}x)")
+    below_heap(cells, "wanon", "peak anonymous memory", name)
+
+
+def below_heap(cells, figure, label, name):
+    """The cells whose Weir `figure` (MiB) is below Flink's heap after GC, and those above."""
+    recorded = [(k, c) for k, c in cells if c[figure] is not None]
+    above = [(k, c) for k, c in recorded if not (0 < c[figure] < c["heap"])]
+    print(f"Cells with Weir's {label} below Flink's heap after GC: "
+          f"{len(recorded) - len(above)} of {len(recorded)} that recorded it.")
+    for k, c in above:
+        share = c[figure] / c["heap"] if c["heap"] else float("nan")
+        print(f"- above: {name(k)} {c[figure]:,.0f} against {c['heap']:,} MiB ({share:.2f}x)")
 
 
 def main(paths):
